@@ -1,0 +1,2 @@
+/* placeholder */
+extern int kvs_placeholder_copy_cuda;
