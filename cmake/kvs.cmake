@@ -92,15 +92,18 @@ endfunction()
 
 # libkvshare.so.1 of the current variant: every module archive, whole.
 macro(kvs_add_shared_library)
-  add_library(kvshare_${KVS_V} SHARED ${PROJECT_SOURCE_DIR}/core/version.c)
+  # version.c and error.c are compiled in directly: they are the library's own
+  # exports whether or not a module references them (the kvs_common archive's copy
+  # of error.c is then never pulled in).
+  add_library(kvshare_${KVS_V} SHARED ${PROJECT_SOURCE_DIR}/core/version.c
+              ${PROJECT_SOURCE_DIR}/common/error.c)
   kvs_module(kvshare_${KVS_V})
   target_link_libraries(kvshare_${KVS_V} PRIVATE
     "$<LINK_LIBRARY:WHOLE_ARCHIVE,kvs_core_${KVS_V},kvs_io_${KVS_V},kvs_numa_${KVS_V},kvs_wait_${KVS_V}>")
   target_link_options(kvshare_${KVS_V} PRIVATE -Wl,--no-undefined -Wl,-z,noexecstack)
   # core/ links the other modules normally too: link them whole everywhere here.
-  foreach(m io numa wait)
-    set_property(TARGET kvshare_${KVS_V} PROPERTY
-                 LINK_LIBRARY_OVERRIDE_kvs_${m}_${KVS_V} WHOLE_ARCHIVE)
+  foreach(lib kvs_io_${KVS_V} kvs_numa_${KVS_V} kvs_wait_${KVS_V})
+    set_property(TARGET kvshare_${KVS_V} PROPERTY LINK_LIBRARY_OVERRIDE_${lib} WHOLE_ARCHIVE)
   endforeach()
   set_target_properties(kvshare_${KVS_V} PROPERTIES
     OUTPUT_NAME kvshare VERSION ${PROJECT_VERSION} SOVERSION 1

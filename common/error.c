@@ -1,5 +1,5 @@
 /*
- * core/error.c — kvs_strerror(): one text per return code.
+ * common/error.c — kvs_strerror(): one text per return code.
  *
  * Negative errno values go through strerror_r's GNU form into a thread-local
  * buffer (the result must stay valid after the call, and glibc's strerror is not

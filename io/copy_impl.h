@@ -1,0 +1,35 @@
+/*
+ * io/copy_impl.h — what an engine implementation provides to io/copy.c (private
+ * to the copy engines; nothing outside io/copy*.c includes it).
+ */
+#ifndef KVS_IO_COPY_IMPL_H
+#define KVS_IO_COPY_IMPL_H
+
+#include "copy.h"
+
+struct kvs_copy_ops {
+	const char *name;
+	int (*reg)(struct kvs_copy_engine *eng, void *base, uint64_t bytes);
+	int (*unreg)(struct kvs_copy_engine *eng, void *base);
+	int (*h2d)(struct kvs_copy_engine *eng, const void *src, const uint64_t dst[],
+		   const uint64_t bytes[], uint32_t n);
+	int (*d2h)(struct kvs_copy_engine *eng, void *dst, const uint64_t src[],
+		   const uint64_t bytes[], uint32_t n);
+	int (*sync)(struct kvs_copy_engine *eng, uint64_t deadline_ns);
+	void (*fini)(struct kvs_copy_engine *eng);
+};
+
+struct kvs_copy_engine {
+	const struct kvs_copy_ops *ops;
+	struct kvs_log log;
+	int32_t device_id;
+	void *impl; /* engine-private state */
+};
+
+#if defined(KVS_HAVE_CUDA)
+/* io/copy_cuda.c: fill eng->ops and eng->impl for device eng->device_id. */
+int kvs_copy_cuda_init(struct kvs_copy_engine *eng);
+int kvs_copy_cuda_pci_bus_id(int32_t device_id, char *buf, uint32_t len);
+#endif
+
+#endif
