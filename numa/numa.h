@@ -8,6 +8,31 @@
  * (node 0 when unbound), mode 0600 by default (0660 + group when configured).
  * The creator decides backing and page size (DESIGN.md §7 fallback chain) and
  * records them in the control header; attachers pass them back to attach.
+ *
+ * Creation (kvs_numa_seg_create) in the kernel build:
+ *   1. hugetlb != off: find the hugetlbfs mount for page_bytes (libhugetlbfs) and
+ *      check the pool (free - reserved [+ overcommit headroom], and the node's free
+ *      pages when bound).  No mount or a short pool is -KVS_ENOHUGE with a log line
+ *      "need N pages of 2048 kB on node X, M free"; hugetlb=auto then falls back to
+ *      /dev/shm (logged; seg->backing says which one was used).
+ *   2. open O_CREAT|O_EXCL|O_NOFOLLOW, fchmod (umask-independent), fchown to the
+ *      group, ftruncate to bytes rounded up to page_bytes.
+ *   3. mmap MAP_SHARED.  On hugetlbfs this reserves every page of the file from the
+ *      pool (the kernel's shared-mapping reservation, tests/numa_hugetlb.c checks
+ *      it): a shortage is ENOMEM here, never a SIGBUS later.
+ *   4. mbind(MPOL_BIND) the mapping to the node.  On hugetlbfs the policy belongs
+ *      to this mapping only, so placement is decided by the creator's own faults;
+ *      on shmem it becomes the file's shared policy.
+ *   5. pre-fault with MADV_POPULATE_WRITE (touch one byte per page before 5.14)
+ *      from threads pinned to the node's CPUs.
+ *   Any failure unlinks the file and truncates it first, so no reservation stays.
+ * The plain build always uses /dev/shm, never binds, and pre-faults from unpinned
+ * threads; hugetlb=required and numa=required are -EOPNOTSUPP there.
+ *
+ * Attach (kvs_numa_seg_attach) opens O_RDWR|O_NOFOLLOW, refuses a file owned by
+ * another uid, checks the size and maps it without touching a page: its cost does
+ * not depend on the segment size.  The plain build attaches hugetlb segments made
+ * by a kernel-build creator too (a mixed node): it finds the mount in /proc/mounts.
  */
 #ifndef KVS_NUMA_NUMA_H
 #define KVS_NUMA_NUMA_H
@@ -27,40 +52,60 @@ enum kvs_numa_backing {
 
 #define KVS_NUMA_NODE_NONE (-1)
 
+/* Huge page size used when opts->page_bytes is 0. */
+#define KVS_NUMA_DEFAULT_PAGE_BYTES (UINT64_C(2) << 20)
+
 struct kvs_numa_seg_opts {
 	uint32_t hugetlb;        /* enum kvs_hugetlb_mode (plain build: always shm) */
 	uint32_t numa;           /* enum kvs_numa_mode */
 	uint64_t page_bytes;     /* wanted huge page size; 0 = 2 MiB */
-	uint32_t file_mode;      /* 0 = 0600 */
-	int64_t gid;             /* group for 0660 files; -1 = none */
+	uint32_t file_mode;      /* 0 = 0600 (0660 when gid >= 0); else a subset of 0660 */
+	int64_t gid;             /* group for 0660 files; -1 = none (NOT 0: use opts_init) */
 	uint32_t prefault_threads; /* 0 = one per CPU of the node, at most 8 */
 	const struct kvs_log *log;
 };
 
-/* A mapped segment (process-local; lives in the caller's memory). */
+/* Defaults: hugetlb=auto, numa=auto, 2 MiB pages, mode 0600, gid -1, threads 0, no
+ * log.  A zeroed struct is NOT the default (gid 0 would mean group root). */
+void kvs_numa_seg_opts_init(struct kvs_numa_seg_opts *opts);
+
+/* A mapped segment (process-local; lives in the caller's memory).  Empty when
+ * base is NULL (then fd is -1, or 0 in a zeroed struct: detach ignores it). */
 struct kvs_numa_seg {
 	void *base;
 	uint64_t bytes;
 	int fd;
 	int32_t node;       /* bound node, or KVS_NUMA_NODE_NONE */
 	uint32_t backing;   /* enum kvs_numa_backing */
-	uint64_t page_bytes;
+	uint64_t page_bytes; /* huge page size (hugetlb); the base page size (shm) */
 	char path[PATH_MAX];
 };
 
 /* Create, size, place on node and pre-fault a new segment of bytes (rounded up
- * to the page size; seg->bytes says the result).  Returns 0; -EEXIST if the file
- * exists; -KVS_ENOHUGE (hugetlb=required and the pool is short: the log says
- * needed and free pages); -EOPNOTSUPP (numa=required and binding impossible);
- * -errno.  On failure nothing is left behind (no file, no reservation).
- * Blocks: for the pre-fault, parallel on the node's CPUs. */
+ * to the wanted huge page size in either backing, so the size does not depend on
+ * the fallback; seg->bytes says the result).  node: the node to bind to, or
+ * KVS_NUMA_NODE_NONE (file suffix 0, no binding).  opts NULL = defaults.
+ * Returns 0; -EEXIST if the file exists; -KVS_ENOHUGE (hugetlb=required and no
+ * mount or the pool is short: the log says needed and free pages); -EOPNOTSUPP
+ * (numa=required and binding impossible; hugetlb=required or numa=required in the
+ * plain build); -EINVAL (bad id, node, size or opts); -ENOSPC (/dev/shm full);
+ * -errno.  On failure nothing is left behind (no file, no reservation) and seg is
+ * empty.
+ * Blocks: for the pre-fault, parallel on the node's CPUs (~0.1-0.5 s per GiB).
+ * Ownership: seg is the caller's; kvs_numa_seg_detach unmaps it. */
 int kvs_numa_seg_create(const char *unique_id, int32_t node, uint64_t bytes,
 			const struct kvs_numa_seg_opts *opts, struct kvs_numa_seg *seg);
 
 /* Map an existing segment made by kvs_numa_seg_create with the recorded node,
- * backing and page size; bytes must match the file.  Never touches its pages.
- * Returns 0; -ENOENT; -EACCES (owned by another uid: refused, not opened);
- * -KVS_ECORRUPT (size mismatch); -errno. */
+ * backing and page size; bytes must match the file (the creator's seg->bytes).
+ * Never touches its pages.  opts: only log and gid are used (NULL = defaults): a
+ * file owned by another uid is accepted only when gid >= 0 and the file's group
+ * is gid (the 0660 + group configuration).
+ * Returns 0; -ENOENT (no file, or no hugetlbfs mount for page_bytes); -EACCES
+ * (owned by another uid: refused, not mapped; the log names the owner);
+ * -KVS_ECORRUPT (size mismatch, not a regular file, not on hugetlbfs of that page
+ * size); -EINVAL; -errno.  seg is empty on failure.
+ * Blocks: no (open + mmap). */
 int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 			uint64_t page_bytes, uint64_t bytes,
 			const struct kvs_numa_seg_opts *opts, struct kvs_numa_seg *seg);
@@ -68,15 +113,27 @@ int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 /* Unmap and close.  Tolerates a zeroed or half-built seg; idempotent. */
 void kvs_numa_seg_detach(struct kvs_numa_seg *seg);
 
-/* Remove the segment file (no-op -ENOENT if absent). */
+/* Remove the segment file (no-op -ENOENT if absent).  Returns 0, -ENOENT,
+ * -EINVAL, -errno.  Mappings stay valid until detached; the pages (and their
+ * pool reservation) go back when the last one is. */
 int kvs_numa_seg_unlink(const char *unique_id, int32_t node, uint32_t backing,
 			uint64_t page_bytes, const struct kvs_log *log);
 
+/* "hugetlb", "shm" or "none": for logs and stats. */
+const char *kvs_numa_backing_name(uint32_t backing);
+
 /* NUMA node of a PCI device ("0000:3b:00.0", as CUDA reports it): >= 0, or
- * KVS_NUMA_NODE_NONE when the machine has one node or sysfs says -1; -errno. */
+ * KVS_NUMA_NODE_NONE when the machine has one node or sysfs says -1; -ENOENT (no
+ * such device), -EINVAL (not a PCI bus id), -errno. */
 int kvs_numa_node_of_pci(const char *pci_bus_id);
 
-/* Number of NUMA nodes with memory (1 when libnuma is absent or NUMA is off). */
+/* Canonical sysfs form of a PCI bus id: lower case, 4-digit domain ("00000000:3B:00.0"
+ * and "3b:00.0" both give "0000:3b:00.0").  Returns 0, -EINVAL (malformed),
+ * -ENAMETOOLONG (out too small; 13 bytes are enough for a 4-digit domain). */
+int kvs_numa_pci_normalize(const char *pci_bus_id, char *out, size_t out_len);
+
+/* Number of NUMA nodes with memory (1 when libnuma is absent or NUMA is off;
+ * always 1 in the plain build). */
 int kvs_numa_node_count(void);
 
 #define KVS_NUMA_MAX_NODES 64
@@ -85,10 +142,30 @@ int kvs_numa_node_count(void);
 struct kvs_numa_seg_info {
 	uint32_t backing;
 	uint64_t page_bytes;
-	uint64_t resident_bytes;                      /* all nodes */
+	uint64_t resident_bytes;                      /* all nodes: allocated bytes of the file */
 	uint64_t node_bytes[KVS_NUMA_MAX_NODES];      /* resident bytes per node */
+	/* Sum of node_bytes: the resident pages present in THIS process's page tables
+	 * (move_pages cannot see the others).  The creator maps every page it
+	 * pre-faults, so there it equals resident_bytes; an attacher that has not
+	 * touched a page sees 0 here and the whole file in resident_bytes. */
+	uint64_t mapped_bytes;
 };
 
+/* Fill info for seg.  Returns 0; -EINVAL (empty seg); -errno (move_pages: ENOSYS
+ * on kernels without NUMA support).  Blocks: no (one syscall per 1024 pages). */
 int kvs_numa_seg_query(const struct kvs_numa_seg *seg, struct kvs_numa_seg_info *info);
+
+/* The hugetlb pool of one page size (sysfs), machine-wide or for one node. */
+struct kvs_numa_pool {
+	uint64_t page_bytes;
+	uint64_t total_pages;
+	uint64_t free_pages;      /* includes reserved ones */
+	uint64_t reserved_pages;  /* machine-wide only (the kernel does not split it by node) */
+	uint64_t overcommit_pages; /* machine-wide only: surplus pages still allowed */
+};
+
+/* Read the pool for page_bytes (0 = 2 MiB), machine-wide (node < 0) or of one
+ * node.  Returns 0; -ENOENT (no such page size / node); -errno. */
+int kvs_numa_hugetlb_pool(uint64_t page_bytes, int32_t node, struct kvs_numa_pool *pool);
 
 #endif

@@ -1,0 +1,190 @@
+/*
+ * numa/hugetlb.c — where hugetlbfs is mounted, and how much of its pool is left.
+ *
+ * The kernel build asks libhugetlbfs for the mount of a page size
+ * (hugetlbfs_find_path_for_size: it scanned the mounts when it was loaded).  The
+ * plain build does not link libhugetlbfs, yet must attach hugetlb segments that a
+ * kernel-build creator made on the same node (same ABI, same protocol), so it
+ * reads /proc/self/mounts itself: the kernel always prints "pagesize=" in the
+ * options of a hugetlbfs mount.
+ *
+ * The pool is read from sysfs, per page size, machine-wide
+ * (/sys/kernel/mm/hugepages/hugepages-<kB>kB/) or per node
+ * (/sys/devices/system/node/node<N>/hugepages/hugepages-<kB>kB/).  Free pages
+ * include those reserved by existing mappings (HugePages_Rsvd), which are
+ * spoken for: what a new segment can get is free - reserved, plus the surplus
+ * the administrator allows (nr_overcommit_hugepages - surplus_hugepages), and on
+ * a bound node no more than that node's free pages (reservations are not
+ * tracked per node, so the node figure is an upper bound).  The check only
+ * produces a clear error before any file exists; the mmap reservation that
+ * follows is the authoritative one (segment.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if KVS_KERNEL
+#include <stddef.h> /* hugetlbfs.h uses size_t without including it */
+#include <hugetlbfs.h>
+#else
+#include <mntent.h>
+#endif
+
+#include "numa/internal.h"
+
+#if KVS_KERNEL
+
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len)
+{
+	const char *mount;
+
+	if (page_bytes > (uint64_t)LONG_MAX)
+		return -ENOENT;
+	/* libhugetlbfs returns its own table entry (filled once at load): copy it. */
+	mount = hugetlbfs_find_path_for_size((long)page_bytes);
+	if (!mount || !mount[0])
+		return -ENOENT;
+	if (strlen(mount) >= len)
+		return -ENAMETOOLONG;
+	strcpy(buf, mount);
+	return 0;
+}
+
+#else
+
+/* "2M", "1024M", "2048K", "1G" -> bytes; 0 if malformed. */
+static uint64_t parse_pagesize(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s)
+		return 0;
+	switch (*end) {
+	case 'K': case 'k': return (uint64_t)v << 10;
+	case 'M': case 'm': return (uint64_t)v << 20;
+	case 'G': case 'g': return (uint64_t)v << 30;
+	case '\0': case ',': return (uint64_t)v;
+	default: return 0;
+	}
+}
+
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len)
+{
+	struct mntent ent, *m;
+	char line[4096];
+	int rc = -ENOENT;
+	FILE *f = setmntent("/proc/self/mounts", "re");
+
+	if (!f)
+		return -errno;
+	while (rc == -ENOENT && (m = getmntent_r(f, &ent, line, sizeof(line)))) {
+		const char *ps;
+
+		if (strcmp(m->mnt_type, "hugetlbfs") != 0)
+			continue;
+		ps = strstr(m->mnt_opts, "pagesize=");
+		if (!ps || parse_pagesize(ps + strlen("pagesize=")) != page_bytes)
+			continue;
+		if (strlen(m->mnt_dir) >= len)
+			rc = -ENAMETOOLONG;
+		else {
+			strcpy(buf, m->mnt_dir);
+			rc = 0;
+		}
+	}
+	endmntent(f);
+	return rc;
+}
+
+#endif
+
+static int read_u64(const char *dir, const char *name, uint64_t *out)
+{
+	char path[256], text[32];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	text[n] = '\0';
+	*out = strtoull(text, NULL, 10);
+	return 0;
+}
+
+int kvs_numa_hugetlb_pool(uint64_t page_bytes, int32_t node, struct kvs_numa_pool *pool)
+{
+	char dir[160];
+	uint64_t resv = 0, surplus = 0, overcommit = 0;
+	int rc;
+
+	if (!pool)
+		return -EINVAL;
+	memset(pool, 0, sizeof(*pool));
+	if (page_bytes == 0)
+		page_bytes = KVS_NUMA_DEFAULT_PAGE_BYTES;
+	if (node >= 0)
+		snprintf(dir, sizeof(dir), "/sys/devices/system/node/node%d/hugepages/hugepages-%" PRIu64 "kB",
+			 (int)node, page_bytes >> 10);
+	else
+		snprintf(dir, sizeof(dir), "/sys/kernel/mm/hugepages/hugepages-%" PRIu64 "kB",
+			 page_bytes >> 10);
+	pool->page_bytes = page_bytes;
+	rc = read_u64(dir, "nr_hugepages", &pool->total_pages);
+	if (rc == 0)
+		rc = read_u64(dir, "free_hugepages", &pool->free_pages);
+	if (rc == 0)
+		rc = read_u64(dir, "surplus_hugepages", &surplus);
+	if (rc == 0 && node < 0)
+		rc = read_u64(dir, "resv_hugepages", &resv);
+	if (rc == 0 && node < 0)
+		rc = read_u64(dir, "nr_overcommit_hugepages", &overcommit);
+	if (rc < 0)
+		return rc;
+	pool->reserved_pages = resv;
+	pool->overcommit_pages = overcommit > surplus ? overcommit - surplus : 0;
+	return 0;
+}
+
+int kvs_numa_hugetlb_check(uint64_t page_bytes, int32_t node, uint64_t need,
+			   const struct kvs_log *log)
+{
+	struct kvs_numa_pool all, on_node;
+	uint64_t avail;
+	int rc;
+
+	rc = kvs_numa_hugetlb_pool(page_bytes, -1, &all);
+	if (rc < 0) {
+		kvs_log_warn(log, "numa: cannot read the %" PRIu64 " kB hugepage pool: %s",
+			     page_bytes >> 10, strerror(-rc));
+		return rc == -ENOENT ? -KVS_ENOHUGE : rc;
+	}
+	avail = all.free_pages > all.reserved_pages ? all.free_pages - all.reserved_pages : 0;
+	avail += all.overcommit_pages;
+	if (node >= 0) {
+		rc = kvs_numa_hugetlb_pool(page_bytes, node, &on_node);
+		if (rc < 0)
+			return rc == -ENOENT ? -KVS_ENOHUGE : rc;
+		if (on_node.free_pages < avail)
+			avail = on_node.free_pages;
+	}
+	if (need <= avail)
+		return 0;
+	if (node >= 0)
+		kvs_log_warn(log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on node %d, %" PRIu64 " free",
+			     need, page_bytes >> 10, (int)node, avail);
+	else
+		kvs_log_warn(log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on any node, %" PRIu64 " free",
+			     need, page_bytes >> 10, avail);
+	return -KVS_ENOHUGE;
+}

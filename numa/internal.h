@@ -1,0 +1,47 @@
+/*
+ * numa/internal.h — what the files of numa/ share with each other (not with
+ * other modules: they include numa/numa.h).
+ *
+ *   segment.c  segment files: names, create (with the fallback chain), attach,
+ *              detach, unlink, the placement query
+ *   hugetlb.c  hugetlbfs mounts and the pool (libhugetlbfs in the kernel build,
+ *              /proc/mounts in the plain build; sysfs for the pool)
+ *   place.c    nodes, binding (libnuma) and the parallel pre-fault
+ *   pci.c      GPU (PCI bus id) -> NUMA node
+ */
+#ifndef KVS_NUMA_INTERNAL_H
+#define KVS_NUMA_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "numa/numa.h"
+
+/* Mount point of the hugetlbfs for page_bytes, copied into buf.  Returns 0,
+ * -ENOENT (no mount for that size, or the kernel lacks the size), -ENAMETOOLONG. */
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len);
+
+/* Can the pool back need pages of page_bytes (on node, or anywhere when node < 0)
+ * right now?  Returns 0, or -KVS_ENOHUGE after logging
+ * "need N pages of <kB> kB on node X, M free"; -errno if sysfs cannot be read. */
+int kvs_numa_hugetlb_check(uint64_t page_bytes, int32_t node, uint64_t need,
+			   const struct kvs_log *log);
+
+/* May memory be bound to node here (libnuma available, node allowed and with
+ * memory)?  Always false in the plain build. */
+bool kvs_numa_node_usable(int32_t node);
+
+/* Bind [base, base + bytes) to node (MPOL_BIND).  Returns 0 or -errno;
+ * -EOPNOTSUPP in the plain build. */
+int kvs_numa_bind(void *base, uint64_t bytes, int32_t node);
+
+/* Fault in every page of [base, base + bytes) for writing, step bytes apart,
+ * from up to threads threads (0: one per CPU of node, at most 8), pinned to the
+ * node's CPUs when node >= 0 (kernel build).  Returns 0 or the first -errno
+ * (-EFAULT: the backing could not supply a page, e.g. the hugetlb pool or
+ * /dev/shm ran out). */
+int kvs_numa_prefault(void *base, uint64_t bytes, uint64_t step, int32_t node,
+		      uint32_t threads);
+
+#endif
