@@ -7,7 +7,9 @@
  *
  * Protocol (DESIGN.md §4):
  *  - publisher: one atomic exchange writes the new value (WAITERS cleared); if the
- *    old word had WAITERS, FUTEX_WAKE all.  One RMW, never a store then a load.
+ *    old word had WAITERS, FUTEX_WAKE all.  One RMW, never a store then a load
+ *    (a store/load reorder would let a waiter set WAITERS after the publisher
+ *    looked, and sleep through the publish).
  *  - waiter: bounded (adaptive) spin on the word; then set WAITERS by CAS and
  *    FUTEX_WAIT (process-shared, never FUTEX_PRIVATE_FLAG) on the word with
  *    WAITERS set, in slices up to an absolute deadline; the caller's check hook
@@ -16,7 +18,15 @@
  *    publisher is the same code, so plain and kernel processes can share words.
  *
  * Words may be mapped at different addresses in different processes (futexes
- * key on the backing page, not the address).
+ * key on the backing page, not the address).  Every function here is safe from
+ * any thread of any process mapping the word; none allocates.
+ *
+ * Modes (opts->mode, enum kvs_wait_mode of kvshare.h):
+ *  - KVS_WAIT_AUTO: kernel build — adaptive spin (struct kvs_wait_spin), then
+ *    futex; plain build — the same as KVS_WAIT_SPIN.
+ *  - KVS_WAIT_FUTEX: futex at once, no spin; -EOPNOTSUPP in the plain build.
+ *  - KVS_WAIT_SPIN: pause, then sched_yield between looks, until the deadline;
+ *    never sets WAITERS.  Both builds.
  */
 #ifndef KVS_WAIT_WAIT_H
 #define KVS_WAIT_WAIT_H
@@ -31,17 +41,34 @@
 
 /*
  * Adaptive spin state, owned by the caller (one per waiting thread, or per rank);
- * private memory, never shared.  kvs_wait_spin_init() sets the budget; the wait
- * calls update the history and spin only while recent waits were shorter than the
- * budget (a spin that never succeeds only burns CPU).
+ * private memory, never shared between processes.  kvs_wait_spin_init() sets the
+ * budget; the KVS_WAIT_AUTO waits of the kernel build update the history and spin
+ * only while recent waits were shorter than the budget (a spin that never
+ * succeeds only burns CPU):
+ *
+ *  - recent_ns estimates recent wait lengths, every wait longer than twice the
+ *    budget counting as twice the budget.  A wait that ends during the spin is
+ *    direct evidence that spinning pays and resets the estimate to its length;
+ *    a wait that had to sleep pulls the estimate a quarter of the way towards its
+ *    (capped) length.  The waiter spins while recent_ns < 1.5 x budget_ns: most
+ *    recent waits ended within the budget (about three sleeps in a row after a
+ *    good spin turn spinning off).
+ *  - while spinning is off, every KVS_WAIT_SPIN_PROBE-th wait spins anyway (a
+ *    probe), so the estimate recovers when waits get short again; at long waits a
+ *    probe costs budget_ns / KVS_WAIT_SPIN_PROBE of CPU per wait.
+ *
+ * The history fields are relaxed atomics so that threads may share one state
+ * (e.g. per rank): it is a heuristic, a lost update only shifts the estimate.
  */
 struct kvs_wait_spin {
-	uint32_t budget_ns;  /* longest spin before sleeping; 0 = never spin */
-	uint32_t recent_ns;  /* running estimate of recent wait lengths */
+	uint32_t budget_ns;          /* longest spin before sleeping; 0 = never spin */
+	_Atomic uint32_t recent_ns;  /* running estimate of recent wait lengths */
+	_Atomic uint32_t skipped;    /* waits since the last spin (probe counter) */
 };
 
-/* Called once per slice while sleeping: 0 = keep waiting; any other value stops
- * the wait, which returns it (e.g. -KVS_EOWNERDEAD after a liveness check). */
+/* Called once per slice while waiting: 0 = keep waiting; any other value stops
+ * the wait, which returns it (e.g. -KVS_EOWNERDEAD after a liveness check).  It
+ * runs in the waiting thread, never before the first slice has passed. */
 typedef int (*kvs_wait_check_fn)(void *arg);
 
 struct kvs_wait_opts {
@@ -49,31 +76,47 @@ struct kvs_wait_opts {
 	uint64_t slice_ns;         /* check period; 0 = default (10 ms) */
 	kvs_wait_check_fn check;   /* optional */
 	void *check_arg;
-	struct kvs_wait_spin *spin; /* optional adaptive spin state; NULL = default budget */
+	struct kvs_wait_spin *spin; /* optional adaptive spin state; NULL = a per-thread
+				     * state with the default budget */
 	uint32_t mode;             /* enum kvs_wait_mode */
 };
 
 #define KVS_WAIT_SPIN_DEFAULT_NS 10000u
+#define KVS_WAIT_SLICE_DEFAULT_NS 10000000ull
+/* While the estimate says "do not spin", every this many waits spin anyway. */
+#define KVS_WAIT_SPIN_PROBE 16u
 
+/* Set budget_ns (0 = never spin) and clear the history (the first waits spin). */
 void kvs_wait_spin_init(struct kvs_wait_spin *spin, uint32_t budget_ns);
 
-/* Publish value (< 2^31) into word; wakes all sleepers if any had set WAITERS.
- * Returns the previous word (WAITERS bit included). Release semantics: everything
- * written before is visible to a waiter that sees value. */
+/* Publish value (< 2^31; bit 31 is ignored) into word; wakes all sleepers if any
+ * had set WAITERS.  Returns the previous word (WAITERS bit included). Release
+ * semantics: everything written before is visible to a waiter that sees value.
+ * Blocks: never (one FUTEX_WAKE syscall when a sleeper had announced itself). */
 uint32_t kvs_wait_publish(_Atomic uint32_t *word, uint32_t value);
 
 /* Wait while (*word & KVS_WAIT_VALUE_MASK) == busy.  Returns the new value (>= 0,
  * WAITERS stripped; acquire: pairs with kvs_wait_publish), -ETIMEDOUT at the
  * deadline, -EOPNOTSUPP for KVS_WAIT_FUTEX in the plain build, or the check
- * hook's non-zero return. Signals never shorten or break the wait. */
+ * hook's non-zero return. Signals never shorten or break the wait.  -EINVAL for a
+ * NULL word or opts, busy >= 2^31 or an unknown mode.  A word that has already
+ * left busy returns at once, even past the deadline.
+ * Blocks: until the word leaves busy, the deadline or a non-zero check. */
 int kvs_wait_while(_Atomic uint32_t *word, uint32_t busy, const struct kvs_wait_opts *opts);
 
 /* Maximum words for kvs_wait_any (the futex_waitv limit). */
 #define KVS_WAIT_ANY_MAX 128
 
 /* Wait until any words[i] leaves busy[i]; returns the lowest such i, or as
- * kvs_wait_while for errors.  -EINVAL if n is 0 or > KVS_WAIT_ANY_MAX. */
+ * kvs_wait_while for errors.  -EINVAL if n is 0 or > KVS_WAIT_ANY_MAX (or as
+ * kvs_wait_while for a word or busy value).  Kernel build: futex_waitv(2); on a
+ * kernel without it (ENOSYS, Linux < 5.16 or a seccomp filter) it sleeps on the
+ * words in turn, KVS_WAIT_ANY_POLL_NS at a time, so a publish on a word it is not
+ * sleeping on is seen within about that long. */
 int kvs_wait_any(_Atomic uint32_t *const words[], const uint32_t busy[], unsigned n,
 		 const struct kvs_wait_opts *opts);
+
+/* Sleep period per word of kvs_wait_any's fallback for kernels without futex_waitv. */
+#define KVS_WAIT_ANY_POLL_NS 500000ull
 
 #endif
