@@ -149,7 +149,266 @@ enum kvs_wait_mode {
 /* ------------------------------------------------------------------------ */
 /* Backend stores (io/)                                                      */
 
-/* [io/ section: struct kvs_backend_ops and the backend calls land here.] */
+/*
+ * A backend store holds blocks outside the cache: the owner of a slot reads the
+ * shard from it, a dump writes the shard to it.  Backends are completion-based:
+ * submit_read / submit_write queue one transfer tagged with a caller token, and
+ * poll reaps completions (token + result: the byte count, or a negative errno).
+ * Backends never see the cache index; they read into and write from the buffers
+ * they are given.
+ *
+ * Built-in kinds:
+ *   posix    one file per block under one or more root directories
+ *            (<root>/<hex[0:2]>/<hex[2:4]>/<hex>, root chosen by the block id),
+ *            shard i at offset i * shard_bytes.  A dumped block is written under
+ *            <hex>.tmp.<pid>.<random> and renamed once every shard of it has been
+ *            written (fsync first unless KVS_BACKEND_F_NO_FSYNC): readers never see
+ *            a partial block.  Stale temp files (writer process gone or a zombie,
+ *            or older than 24 h) are removed at open.  Engines: io_uring (kernel
+ *            build; fixed buffers, registered files) or a pthread pool of
+ *            pread/pwrite workers (both builds; the kernel build's fallback when
+ *            io_uring is refused with EPERM/ENOSYS/EACCES, reported by
+ *            kvs_backend_info()).  Optional O_DIRECT (KVS_BACKEND_F_IO_DIRECT).
+ *   none     nothing stored: lookup says absent, reads fail -ENOENT at submit,
+ *            writes complete successfully and store nothing.
+ *   latency  a synthetic remote store for benchmarks: every transfer completes
+ *            latency_ns after submit; reads return kvs_backend_latency_fill()
+ *            content; writes are accepted and dropped; at most
+ *            latency_queue_depth transfers in flight (0 = unbounded).
+ *   fault    wraps another backend (fault_inner) and injects, with a seeded
+ *            generator: -EIO completions, short reads (reported as -EIO, the
+ *            buffer's tail untouched) and an added delay.
+ *   user     any struct kvs_backend_ops (user_ops, user_arg).
+ *
+ * Threads.  A backend handle is single-issuer: submit_*, poll and
+ * register_buffers must come from one thread at a time, and with the io_uring
+ * engine from one thread for the handle's life (the first that submits; the
+ * ring is set up IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN).  A
+ * process that issues from several threads opens one handle per thread.
+ * lookup and info may be called from any thread.
+ *
+ * Results.  A read or write completes with exactly the bytes asked for, or a
+ * negative errno: a transfer the store cannot finish (a truncated block file,
+ * end of file, a short read injected by the fault backend) is -EIO, never a
+ * partial count.  After a failed read the buffer's contents are unspecified.
+ */
+
+/* struct kvs_backend_ops.abi of this header. */
+#define KVS_BACKEND_OPS_ABI 1
+
+enum kvs_backend_kind {
+	KVS_BACKEND_POSIX = 0,
+	KVS_BACKEND_NONE = 1,
+	KVS_BACKEND_LATENCY = 2,
+	KVS_BACKEND_FAULT = 3,
+	KVS_BACKEND_USER = 4,
+};
+
+/* The posix backend's engine. */
+enum kvs_io_engine {
+	KVS_IO_ENGINE_AUTO = 0,  /* io_uring (kernel build) falling back to the pool; pool (plain) */
+	KVS_IO_ENGINE_URING = 1, /* io_uring or an error; -EOPNOTSUPP in the plain build */
+	KVS_IO_ENGINE_POOL = 2,  /* pread/pwrite worker threads */
+};
+
+/* kvs_backend_config.flags */
+#define KVS_BACKEND_F_IO_DIRECT (1u << 0) /* posix: O_DIRECT; alignment checked at open */
+#define KVS_BACKEND_F_NO_FSYNC (1u << 1)  /* posix: rename a dumped block without fsync */
+
+#define KVS_BACKEND_MAX_ROOTS 8
+
+struct kvs_backend_ops;
+
+/* Backend configuration, filled with defaults by kvs_backend_config_init(). */
+struct kvs_backend_config {
+	uint32_t size;             /* sizeof(struct kvs_backend_config), set by init */
+	uint32_t kind;             /* enum kvs_backend_kind (default posix) */
+	uint32_t flags;            /* KVS_BACKEND_F_* (default 0) */
+	uint32_t io_engine;        /* enum kvs_io_engine (default auto) */
+	uint64_t shard_bytes;      /* bytes per shard, > 0 (default 1 MiB) */
+	uint32_t shards_per_block; /* 1..65536 (default 1) */
+	uint32_t queue_depth;      /* posix: transfers in flight per handle, 1..4096 (default 128);
+				      submit returns -EAGAIN when full */
+	uint32_t pool_threads;     /* pool engine workers, 1..64 (default 4) */
+	uint32_t nroots;           /* posix: entries of roots[], 1..KVS_BACKEND_MAX_ROOTS */
+	const char *roots[KVS_BACKEND_MAX_ROOTS]; /* posix: existing directories (copied at open) */
+	uint64_t latency_ns;       /* latency: per-transfer latency (default 100 us) */
+	uint32_t latency_queue_depth; /* latency: transfers in flight, 0 = unbounded (default 0) */
+	uint32_t fault_error_ppm;  /* fault: transfers failed with -EIO, per million (0..1e6) */
+	uint32_t fault_short_ppm;  /* fault: reads cut short (-EIO), per million (0..1e6) */
+	uint32_t fault_pad;        /* must be 0 */
+	uint64_t fault_delay_ns;   /* fault: added to every completion */
+	uint64_t fault_seed;       /* fault: generator seed (default 1) */
+	const struct kvs_backend_config *fault_inner; /* fault: the wrapped backend's config */
+	const struct kvs_backend_ops *user_ops;       /* user: the ops table (must outlive the handle) */
+	void *user_arg;            /* user: passed to user_ops->open */
+	kvs_log_fn log_fn;         /* optional log callback */
+	void *log_arg;
+	uint64_t reserved[8];      /* must be 0 */
+};
+
+/* One transfer: bytes [offset, offset + len) of shard `shard` of `block`. */
+struct kvs_backend_io {
+	struct kvs_block_id block;
+	uint32_t shard;   /* < shards_per_block */
+	uint32_t flags;   /* must be 0 */
+	void *buf;        /* len bytes; with O_DIRECT aligned as kvs_backend_info says */
+	uint64_t offset;  /* within the shard; writes: 0 */
+	uint64_t len;     /* reads: 1..shard_bytes - offset; writes: shard_bytes */
+	uint64_t token;   /* returned in the completion */
+};
+
+struct kvs_backend_completion {
+	uint64_t token;
+	int64_t result;   /* bytes transferred (== len), or a negative errno */
+};
+
+/* A memory region for fixed-buffer transfers (kvs_backend_register_buffers). */
+struct kvs_backend_buffer {
+	void *base;
+	uint64_t len;
+};
+
+/* kvs_backend_info.flags */
+#define KVS_BACKEND_INFO_FALLBACK (1u << 0)      /* io_uring refused, the pool is used */
+#define KVS_BACKEND_INFO_FIXED_BUFFERS (1u << 1) /* registered buffers in use */
+#define KVS_BACKEND_INFO_IO_DIRECT (1u << 2)     /* O_DIRECT in use */
+
+struct kvs_backend_info {
+	uint32_t kind;          /* enum kvs_backend_kind */
+	uint32_t io_engine;     /* posix: engine in use (uring or pool), else 0 */
+	uint32_t flags;         /* KVS_BACKEND_INFO_* */
+	int32_t fallback_err;   /* why io_uring was refused (-EPERM, -ENOSYS, -EACCES), else 0 */
+	uint32_t dio_mem_align; /* O_DIRECT: buffer address alignment, else 0 */
+	uint32_t dio_offset_align; /* O_DIRECT: offset/length alignment, else 0 */
+	uint64_t reserved[4];
+};
+
+/*
+ * The ops table of a backend, for users plugging in their own store
+ * (kind = KVS_BACKEND_USER).  Every function pointer up to `close` is required;
+ * members after it are optional (NULL) and read only when `size` covers them, so
+ * a table built against an older header keeps working.  The library calls them
+ * with the threading rules above and validates arguments before calling.
+ */
+struct kvs_backend_ops {
+	uint32_t abi;  /* KVS_BACKEND_OPS_ABI */
+	uint32_t size; /* sizeof(struct kvs_backend_ops) as compiled by the provider */
+	/* Open: *state receives the provider's handle.  cfg is valid only during the
+	 * call.  Returns 0 or a negative errno. */
+	int (*open)(const struct kvs_backend_config *cfg, void **state);
+	/* 1 if every shard of block is stored, 0 if not, or a negative errno. */
+	int (*lookup)(void *state, const struct kvs_block_id *block);
+	/* Queue one transfer.  0: accepted, exactly one completion will carry
+	 * io->token; negative errno: refused, no completion (-EAGAIN: in-flight
+	 * limit, poll first).  Must not block on the transfer itself. */
+	int (*submit_read)(void *state, const struct kvs_backend_io *io);
+	int (*submit_write)(void *state, const struct kvs_backend_io *io);
+	/* Reap up to max completions into out; wait up to timeout_ns for the first
+	 * when none is ready (0 = do not wait).  Returns the count (0 on timeout) or
+	 * a negative errno. */
+	int (*poll)(void *state, struct kvs_backend_completion *out, uint32_t max,
+		    uint64_t timeout_ns);
+	/* Close; transfers still in flight are finished (or cancelled) first. */
+	void (*close)(void *state);
+	/* Optional: make regions available for zero-copy transfers; replaces any
+	 * earlier registration.  Returns 0 or a negative errno. */
+	int (*register_buffers)(void *state, const struct kvs_backend_buffer *bufs, uint32_t n);
+	/* Optional: fill io_engine, flags, fallback_err, dio_* (kind is set by the library). */
+	void (*info)(void *state, struct kvs_backend_info *info);
+};
+
+struct kvs_backend;
+
+/*
+ * Fill *cfg with defaults (kind posix, no roots: set nroots and roots[]).
+ * Returns nothing.  Blocks: no.  Ownership: caller's memory.
+ */
+KVS_API void kvs_backend_config_init(struct kvs_backend_config *cfg);
+
+/*
+ * Open a backend.  Every field is validated; a bad one gives -EINVAL and a log line
+ * naming it.  posix: each root must be an existing directory (-ENOENT/-ENOTDIR);
+ * stale temp files are removed; with KVS_BACKEND_F_IO_DIRECT, shard_bytes must be a
+ * multiple of the filesystem's O_DIRECT offset alignment (-EINVAL) and the
+ * filesystem must support O_DIRECT (-EOPNOTSUPP).  io_engine=uring where io_uring
+ * is refused returns that error (-EPERM, -ENOSYS, -EACCES).
+ * Returns 0 with *out set, or a negative errno with *out = NULL.
+ * Blocks: yes, on directory scans and file system probes.
+ * Ownership: the handle is the caller's, freed by kvs_backend_close; cfg (and the
+ * strings it points to) may be freed after the call, except user_ops.
+ */
+KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_backend **out);
+
+/*
+ * Close a backend (NULL is a no-op).  Transfers in flight are finished first;
+ * a partially dumped block is discarded (its temp file removed).
+ * Blocks: until in-flight transfers end.  Ownership: frees the handle.
+ */
+KVS_API void kvs_backend_close(struct kvs_backend *b);
+
+/*
+ * Whether the backend holds block (posix: its block file exists).
+ * Returns 1 present, 0 absent, or a negative errno.  Blocks: a stat at most.
+ * Ownership: none.
+ */
+KVS_API int kvs_backend_lookup(struct kvs_backend *b, const struct kvs_block_id *block);
+
+/*
+ * Queue a read of io->len bytes at io->offset of shard io->shard into io->buf.
+ * Returns 0 (one completion with io->token follows), -EINVAL (bad shard, range,
+ * flags or O_DIRECT alignment), -EAGAIN (queue_depth transfers in flight: poll
+ * first), -ENOENT (block absent: no completion follows), or another negative errno.
+ * Blocks: may open the block file.  Ownership: buf stays the caller's and must stay
+ * valid until the completion is reaped; io itself may be reused at once.
+ */
+KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_backend_io *io);
+
+/*
+ * Queue a write of a whole shard (io->offset 0, io->len shard_bytes) of a block
+ * being dumped.  The block becomes visible to lookup and reads when every shard of
+ * it has been written: the completion of the write that finishes the block arrives
+ * after the rename (and fsync).  A failed write discards the block's partial dump.
+ * Returns as kvs_backend_submit_read.  Blocks: may create the temp file.
+ * Ownership: as kvs_backend_submit_read.
+ */
+KVS_API int kvs_backend_submit_write(struct kvs_backend *b, const struct kvs_backend_io *io);
+
+/*
+ * Reap up to max completions, waiting up to timeout_ns for the first.
+ * Returns the number reaped (0 after the timeout), or a negative errno (-EINVAL
+ * for max = 0 or out = NULL).  Blocks: up to timeout_ns.  Ownership: out is the
+ * caller's.
+ */
+KVS_API int kvs_backend_poll(struct kvs_backend *b, struct kvs_backend_completion *out,
+			     uint32_t max, uint64_t timeout_ns);
+
+/*
+ * Register memory regions (e.g. the data segments) for zero-copy transfers: with
+ * io_uring, registered as fixed buffers (regions over 1 GiB are split) and reads
+ * into them use READ_FIXED.  Call before the first submit, from the issuing thread.
+ * Transfers outside the regions still work.  A backend without the feature returns 0.
+ * Returns 0 or a negative errno (-ENOMEM: RLIMIT_MEMLOCK too low).
+ * Blocks: while the kernel pins the pages.  Ownership: the regions stay the
+ * caller's and must outlive the handle (or the next registration).
+ */
+KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,
+					 const struct kvs_backend_buffer *bufs, uint32_t n);
+
+/*
+ * Describe the backend in use: kind, posix engine, whether io_uring was refused
+ * (fallback) and why, O_DIRECT alignment.  Returns 0 or -EINVAL (NULL argument).
+ * Blocks: no.  Ownership: *info is the caller's.
+ */
+KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *info);
+
+/*
+ * The latency backend's content: fill buf with bytes [offset, offset + len) of
+ * shard `shard` of `block`, a deterministic function of (block, shard, byte
+ * offset), so readers can verify what they read.  Blocks: no.  Ownership: none.
+ */
+KVS_API void kvs_backend_latency_fill(const struct kvs_block_id *block, uint32_t shard,
+				      uint64_t offset, void *buf, uint64_t len);
 
 #ifdef __cplusplus
 }

@@ -1,2 +1,313 @@
-/* io/backend.c — placeholder: being written (see its issue). */
-extern int kvs_placeholder_backend;
+/*
+ * io/backend.c — the backend registry: config defaults and validation, and the
+ * exported kvs_backend_* calls that dispatch to an ops table.
+ *
+ * Built-in backends (posix, none, latency, fault) are ops tables like a user's,
+ * so one code path drives them all.  This file validates everything once —
+ * every config field with a log line naming it, every transfer's shard, range
+ * and flags — so the backends themselves only see well-formed requests.  A
+ * user's table is checked for its ABI and size; optional members beyond `close`
+ * are read only when the provider's `size` covers them.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "io.h"
+
+struct kvs_backend {
+	const struct kvs_backend_ops *ops;
+	void *state;
+	uint32_t kind;
+	uint32_t shards_per_block;
+	uint64_t shard_bytes;
+	bool has_register; /* ops->register_buffers is present and covered by ops->size */
+	bool has_info;
+	struct kvs_log log;
+};
+
+#define OPS_HAS(ops, member)                                                             \
+	((ops)->size >= offsetof(struct kvs_backend_ops, member) + sizeof((ops)->member) && \
+	 (ops)->member != NULL)
+
+const char *kvs_io_kind_name(uint32_t kind)
+{
+	static const char *const names[] = { "posix", "none", "latency", "fault", "user" };
+
+	return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
+}
+
+const char *kvs_io_engine_name(uint32_t engine)
+{
+	static const char *const names[] = { "auto", "uring", "pool" };
+
+	return engine < sizeof(names) / sizeof(names[0]) ? names[engine] : "?";
+}
+
+void kvs_io_block_hex(const struct kvs_block_id *block, char hex[33])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (int i = 0; i < 16; i++) {
+		hex[2 * i] = digits[block->bytes[i] >> 4];
+		hex[2 * i + 1] = digits[block->bytes[i] & 15];
+	}
+	hex[32] = '\0';
+}
+
+KVS_API void kvs_backend_config_init(struct kvs_backend_config *cfg)
+{
+	if (!cfg)
+		return;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->size = sizeof(*cfg);
+	cfg->kind = KVS_BACKEND_POSIX;
+	cfg->io_engine = KVS_IO_ENGINE_AUTO;
+	cfg->shard_bytes = 1u << 20;
+	cfg->shards_per_block = 1;
+	cfg->queue_depth = 128;
+	cfg->pool_threads = 4;
+	cfg->latency_ns = 100000;
+	cfg->fault_seed = 1;
+}
+
+#define BAD(log, ...)                                                                    \
+	do {                                                                             \
+		kvs_log_error(log, __VA_ARGS__);                                         \
+		return -EINVAL;                                                          \
+	} while (0)
+
+static int validate_ops(const struct kvs_backend_ops *ops, const struct kvs_log *log)
+{
+	if (!ops)
+		BAD(log, "backend: user_ops is NULL for kind=user");
+	if (ops->abi != KVS_BACKEND_OPS_ABI)
+		BAD(log, "backend: user_ops.abi %u, this library speaks %u", ops->abi,
+		    KVS_BACKEND_OPS_ABI);
+	if (ops->size < offsetof(struct kvs_backend_ops, close) + sizeof(ops->close))
+		BAD(log, "backend: user_ops.size %u is too small", ops->size);
+	if (!ops->open || !ops->lookup || !ops->submit_read || !ops->submit_write ||
+	    !ops->poll || !ops->close)
+		BAD(log, "backend: user_ops lacks a required function (open..close)");
+	return 0;
+}
+
+/* Checks every field of cfg; depth bounds fault-over-fault nesting. */
+static int validate_config(const struct kvs_backend_config *cfg, const struct kvs_log *log,
+			   int depth)
+{
+	const uint32_t known_flags = KVS_BACKEND_F_IO_DIRECT | KVS_BACKEND_F_NO_FSYNC;
+
+	if (cfg->size != sizeof(*cfg))
+		BAD(log, "backend: size %u, expected %zu (call kvs_backend_config_init)",
+		    cfg->size, sizeof(*cfg));
+	if (cfg->kind > KVS_BACKEND_USER)
+		BAD(log, "backend: kind %u is not a backend kind", cfg->kind);
+	if (cfg->flags & ~known_flags)
+		BAD(log, "backend: flags 0x%x has unknown bits 0x%x", cfg->flags,
+		    cfg->flags & ~known_flags);
+	if (cfg->io_engine > KVS_IO_ENGINE_POOL)
+		BAD(log, "backend: io_engine %u is not auto, uring or pool", cfg->io_engine);
+	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
+		if (cfg->reserved[i])
+			BAD(log, "backend: reserved[%zu] is not zero", i);
+	if (cfg->fault_pad)
+		BAD(log, "backend: fault_pad is not zero");
+	if (cfg->shard_bytes == 0 || cfg->shard_bytes > (UINT64_C(1) << 40))
+		BAD(log, "backend: shard_bytes %llu out of range 1..2^40",
+		    (unsigned long long)cfg->shard_bytes);
+	if (cfg->shards_per_block == 0 || cfg->shards_per_block > 65536)
+		BAD(log, "backend: shards_per_block %u out of range 1..65536",
+		    cfg->shards_per_block);
+	if (cfg->queue_depth == 0 || cfg->queue_depth > 4096)
+		BAD(log, "backend: queue_depth %u out of range 1..4096", cfg->queue_depth);
+	if (cfg->pool_threads == 0 || cfg->pool_threads > 64)
+		BAD(log, "backend: pool_threads %u out of range 1..64", cfg->pool_threads);
+	if (cfg->fault_error_ppm > 1000000)
+		BAD(log, "backend: fault_error_ppm %u exceeds 1000000", cfg->fault_error_ppm);
+	if (cfg->fault_short_ppm > 1000000)
+		BAD(log, "backend: fault_short_ppm %u exceeds 1000000", cfg->fault_short_ppm);
+	if (cfg->latency_ns > 3600 * UINT64_C(1000000000))
+		BAD(log, "backend: latency_ns %llu exceeds an hour",
+		    (unsigned long long)cfg->latency_ns);
+	if (cfg->fault_delay_ns > 3600 * UINT64_C(1000000000))
+		BAD(log, "backend: fault_delay_ns %llu exceeds an hour",
+		    (unsigned long long)cfg->fault_delay_ns);
+
+	switch (cfg->kind) {
+	case KVS_BACKEND_POSIX:
+		if (cfg->nroots == 0 || cfg->nroots > KVS_BACKEND_MAX_ROOTS)
+			BAD(log, "backend: nroots %u out of range 1..%d", cfg->nroots,
+			    KVS_BACKEND_MAX_ROOTS);
+		for (uint32_t i = 0; i < cfg->nroots; i++)
+			if (!cfg->roots[i] || !cfg->roots[i][0])
+				BAD(log, "backend: roots[%u] is empty", i);
+		if (!KVS_KERNEL && cfg->io_engine == KVS_IO_ENGINE_URING) {
+			kvs_log_error(log, "backend: io_engine=uring is not available in the "
+					   "plain build");
+			return -EOPNOTSUPP;
+		}
+		break;
+	case KVS_BACKEND_FAULT:
+		if (!cfg->fault_inner)
+			BAD(log, "backend: fault_inner is NULL for kind=fault");
+		if (depth > 4)
+			BAD(log, "backend: fault_inner nests more than 4 fault backends");
+		if (cfg->fault_inner->size == sizeof(*cfg) &&
+		    (cfg->fault_inner->shard_bytes != cfg->shard_bytes ||
+		     cfg->fault_inner->shards_per_block != cfg->shards_per_block))
+			BAD(log, "backend: fault_inner.shard_bytes/shards_per_block differ "
+				 "from the fault backend's");
+		return validate_config(cfg->fault_inner, log, depth + 1);
+	case KVS_BACKEND_USER:
+		return validate_ops(cfg->user_ops, log);
+	default:
+		break;
+	}
+	return 0;
+}
+
+static const struct kvs_backend_ops *ops_of(const struct kvs_backend_config *cfg)
+{
+	switch (cfg->kind) {
+	case KVS_BACKEND_POSIX:
+		return &kvs_io_posix_ops;
+	case KVS_BACKEND_NONE:
+		return &kvs_io_none_ops;
+	case KVS_BACKEND_LATENCY:
+		return &kvs_io_latency_ops;
+	case KVS_BACKEND_FAULT:
+		return &kvs_io_fault_ops;
+	default:
+		return cfg->user_ops;
+	}
+}
+
+KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_backend **out)
+{
+	struct kvs_backend *b;
+	struct kvs_log log;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!cfg)
+		return -EINVAL;
+	log.fn = cfg->log_fn;
+	log.arg = cfg->log_arg;
+	rc = validate_config(cfg, &log, 0);
+	if (rc < 0)
+		return rc;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->ops = ops_of(cfg);
+	b->kind = cfg->kind;
+	b->shard_bytes = cfg->shard_bytes;
+	b->shards_per_block = cfg->shards_per_block;
+	b->has_register = OPS_HAS(b->ops, register_buffers);
+	b->has_info = OPS_HAS(b->ops, info);
+	b->log = log;
+	rc = b->ops->open(cfg, &b->state);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+KVS_API void kvs_backend_close(struct kvs_backend *b)
+{
+	if (!b)
+		return;
+	b->ops->close(b->state);
+	free(b);
+}
+
+KVS_API int kvs_backend_lookup(struct kvs_backend *b, const struct kvs_block_id *block)
+{
+	if (!b || !block)
+		return -EINVAL;
+	return b->ops->lookup(b->state, block);
+}
+
+static int validate_io(const struct kvs_backend *b, const struct kvs_backend_io *io,
+		       bool write)
+{
+	if (!io || !io->buf)
+		return -EINVAL;
+	if (io->flags) {
+		kvs_log_error(&b->log, "backend: io.flags 0x%x must be 0", io->flags);
+		return -EINVAL;
+	}
+	if (io->shard >= b->shards_per_block) {
+		kvs_log_error(&b->log, "backend: io.shard %u >= shards_per_block %u", io->shard,
+			      b->shards_per_block);
+		return -EINVAL;
+	}
+	if (write ? io->offset != 0 || io->len != b->shard_bytes
+		  : io->len == 0 || io->offset >= b->shard_bytes ||
+			    io->len > b->shard_bytes - io->offset) {
+		kvs_log_error(&b->log, "backend: io %s offset %llu len %llu outside shard of %llu "
+				       "bytes%s",
+			      write ? "write" : "read", (unsigned long long)io->offset,
+			      (unsigned long long)io->len, (unsigned long long)b->shard_bytes,
+			      write ? " (writes cover whole shards)" : "");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_backend_io *io)
+{
+	int rc;
+
+	if (!b)
+		return -EINVAL;
+	rc = validate_io(b, io, false);
+	return rc < 0 ? rc : b->ops->submit_read(b->state, io);
+}
+
+KVS_API int kvs_backend_submit_write(struct kvs_backend *b, const struct kvs_backend_io *io)
+{
+	int rc;
+
+	if (!b)
+		return -EINVAL;
+	rc = validate_io(b, io, true);
+	return rc < 0 ? rc : b->ops->submit_write(b->state, io);
+}
+
+KVS_API int kvs_backend_poll(struct kvs_backend *b, struct kvs_backend_completion *out,
+			     uint32_t max, uint64_t timeout_ns)
+{
+	if (!b || !out || max == 0)
+		return -EINVAL;
+	return b->ops->poll(b->state, out, max, timeout_ns);
+}
+
+KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,
+					 const struct kvs_backend_buffer *bufs, uint32_t n)
+{
+	if (!b || (n && !bufs))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!bufs[i].base || !bufs[i].len)
+			return -EINVAL;
+	return b->has_register ? b->ops->register_buffers(b->state, bufs, n) : 0;
+}
+
+KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *info)
+{
+	if (!b || !info)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	if (b->has_info)
+		b->ops->info(b->state, info);
+	info->kind = b->kind;
+	return 0;
+}

@@ -1,0 +1,243 @@
+/*
+ * io/fault.c — the `fault` backend: wraps another backend and injects faults.
+ *
+ * For every transfer, a seeded generator (splitmix64 from fault_seed, so a run
+ * is reproducible) decides, in this order:
+ *   error  (fault_error_ppm)  the transfer completes with -EIO without reaching
+ *          the inner backend (a write so failed leaves the inner dump of its
+ *          block incomplete: the block never appears, as after a real failure);
+ *   short  (fault_short_ppm, reads)  the inner backend is asked for len - 1
+ *          bytes (len / 2 for long reads) and the read completes with -EIO:
+ *          a store that returned fewer bytes than asked, which every built-in
+ *          backend reports as -EIO rather than a partial count;
+ *   else   passed through.
+ * Every completion (injected or inner) is held fault_delay_ns more.  Inner
+ * completions are mapped back to the caller's token through a record table
+ * (the inner token is the record index).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "common/clock.h"
+#include "fifo.h"
+#include "internal.h"
+
+struct record {
+	uint64_t token;
+	bool in_use;
+	bool short_read;
+};
+
+struct fault {
+	struct kvs_backend *inner;
+	uint64_t rng;
+	uint32_t error_ppm;
+	uint32_t short_ppm;
+	uint64_t delay_ns;
+	struct record *recs;
+	uint32_t nrecs;
+	uint32_t free_hint;
+	struct kvs_io_fifo q; /* completions waiting out the delay */
+};
+
+static uint32_t draw_ppm(struct fault *f)
+{
+	f->rng += 0x9e3779b97f4a7c15ull;
+	return (uint32_t)(kvs_io_mix64(f->rng) % 1000000u);
+}
+
+static int fault_open(const struct kvs_backend_config *cfg, void **state)
+{
+	struct fault *f = calloc(1, sizeof(*f));
+	int rc;
+
+	if (!f)
+		return -ENOMEM;
+	f->rng = cfg->fault_seed;
+	f->error_ppm = cfg->fault_error_ppm;
+	f->short_ppm = cfg->fault_short_ppm;
+	f->delay_ns = cfg->fault_delay_ns;
+	rc = kvs_backend_open(cfg->fault_inner, &f->inner);
+	if (rc < 0) {
+		free(f);
+		return rc;
+	}
+	*state = f;
+	return 0;
+}
+
+static int fault_lookup(void *state, const struct kvs_block_id *block)
+{
+	struct fault *f = state;
+
+	return kvs_backend_lookup(f->inner, block);
+}
+
+static int record_get(struct fault *f, uint32_t *idx)
+{
+	for (uint32_t n = 0; n < f->nrecs; n++) {
+		uint32_t i = (f->free_hint + n) % f->nrecs;
+
+		if (!f->recs[i].in_use) {
+			f->free_hint = i + 1;
+			*idx = i;
+			return 0;
+		}
+	}
+	uint32_t cap = f->nrecs ? 2 * f->nrecs : 64;
+	struct record *v = realloc(f->recs, cap * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t i = f->nrecs; i < cap; i++)
+		v[i].in_use = false;
+	*idx = f->nrecs;
+	f->recs = v;
+	f->nrecs = cap;
+	return 0;
+}
+
+static int fault_submit(struct fault *f, const struct kvs_backend_io *io, bool read)
+{
+	struct kvs_backend_io inner = *io;
+	bool short_read = false;
+	uint32_t idx;
+	int rc;
+
+	if (draw_ppm(f) < f->error_ppm) {
+		struct kvs_io_fifo_entry e = {
+			.due_ns = kvs_now_ns() + f->delay_ns,
+			.token = io->token,
+			.result = -EIO,
+		};
+		return kvs_io_fifo_push(&f->q, &e);
+	}
+	if (read && draw_ppm(f) < f->short_ppm && io->len > 1) {
+		short_read = true;
+		inner.len = io->len > 4096 ? io->len / 2 : io->len - 1;
+	}
+	rc = record_get(f, &idx);
+	if (rc < 0)
+		return rc;
+	inner.token = idx;
+	rc = read ? kvs_backend_submit_read(f->inner, &inner)
+		  : kvs_backend_submit_write(f->inner, &inner);
+	if (rc < 0)
+		return rc;
+	f->recs[idx] = (struct record){ .token = io->token, .in_use = true,
+					.short_read = short_read };
+	return 0;
+}
+
+static int fault_submit_read(void *state, const struct kvs_backend_io *io)
+{
+	return fault_submit(state, io, true);
+}
+
+static int fault_submit_write(void *state, const struct kvs_backend_io *io)
+{
+	return fault_submit(state, io, false);
+}
+
+/* Move inner completions into the delay queue; waits up to timeout_ns. */
+static int pull_inner(struct fault *f, uint64_t timeout_ns)
+{
+	struct kvs_backend_completion c[32];
+	int got = kvs_backend_poll(f->inner, c, 32, timeout_ns);
+
+	for (int i = 0; i < got; i++) {
+		struct record *r = &f->recs[c[i].token];
+		struct kvs_io_fifo_entry e = {
+			.due_ns = kvs_now_ns() + f->delay_ns,
+			.token = r->token,
+			.result = r->short_read && c[i].result >= 0 ? -EIO : c[i].result,
+		};
+		int rc = kvs_io_fifo_push(&f->q, &e);
+
+		r->in_use = false;
+		if (rc < 0)
+			return rc;
+	}
+	return got;
+}
+
+static int fault_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+		      uint64_t timeout_ns)
+{
+	struct fault *f = state;
+	uint64_t deadline = kvs_deadline_after(timeout_ns);
+	uint32_t k = 0;
+
+	for (;;) {
+		const struct kvs_io_fifo_entry *e;
+		int rc = pull_inner(f, 0);
+		uint64_t now = kvs_now_ns();
+
+		if (rc < 0)
+			return k ? (int)k : rc;
+		while (k < max && (e = kvs_io_fifo_head(&f->q)) && e->due_ns <= now) {
+			out[k].token = e->token;
+			out[k].result = e->result;
+			k++;
+			kvs_io_fifo_pop(&f->q);
+		}
+		if (k > 0 || now >= deadline)
+			return (int)k;
+		/* Wait for the inner backend, but not past the head's due time. */
+		e = kvs_io_fifo_head(&f->q);
+		uint64_t until = e && e->due_ns < deadline ? e->due_ns : deadline;
+		rc = pull_inner(f, until - now);
+		if (rc < 0)
+			return rc;
+		if (rc == 0 && !e) {
+			/* Nothing in flight below and nothing queued: do not spin. */
+			bool busy = false;
+
+			for (uint32_t i = 0; i < f->nrecs && !busy; i++)
+				busy = f->recs[i].in_use;
+			if (!busy)
+				return 0;
+		}
+	}
+}
+
+static void fault_close(void *state)
+{
+	struct fault *f = state;
+
+	if (!f)
+		return;
+	kvs_backend_close(f->inner);
+	kvs_io_fifo_fini(&f->q);
+	free(f->recs);
+	free(f);
+}
+
+static int fault_register_buffers(void *state, const struct kvs_backend_buffer *bufs, uint32_t n)
+{
+	struct fault *f = state;
+
+	return kvs_backend_register_buffers(f->inner, bufs, n);
+}
+
+static void fault_info(void *state, struct kvs_backend_info *info)
+{
+	struct fault *f = state;
+	struct kvs_backend_info in;
+
+	kvs_backend_info(f->inner, &in);
+	*info = in; /* the engine and flags of what is underneath */
+}
+
+const struct kvs_backend_ops kvs_io_fault_ops = {
+	.abi = KVS_BACKEND_OPS_ABI,
+	.size = sizeof(struct kvs_backend_ops),
+	.open = fault_open,
+	.lookup = fault_lookup,
+	.submit_read = fault_submit_read,
+	.submit_write = fault_submit_write,
+	.poll = fault_poll,
+	.close = fault_close,
+	.register_buffers = fault_register_buffers,
+	.info = fault_info,
+};

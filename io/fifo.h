@@ -1,0 +1,38 @@
+/*
+ * io/fifo.h — due-ordered completion queue of the synthetic backends (fifo.c).
+ */
+#ifndef KVS_IO_FIFO_H
+#define KVS_IO_FIFO_H
+
+#include <stdint.h>
+
+#include "kvshare.h"
+
+struct kvs_io_fifo_entry {
+	uint64_t due_ns;   /* CLOCK_MONOTONIC time it may be reaped */
+	uint64_t token;
+	int64_t result;
+	/* latency reads: what to fill when it completes */
+	void *buf;
+	struct kvs_block_id block;
+	uint32_t shard;
+	uint64_t offset;
+	uint64_t len;
+};
+
+struct kvs_io_fifo {
+	struct kvs_io_fifo_entry *v;
+	uint32_t cap;
+	uint32_t head;
+	uint32_t count;
+};
+
+/* Append (growing the ring); 0 or -ENOMEM. */
+int kvs_io_fifo_push(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e);
+/* The oldest entry, or NULL. */
+const struct kvs_io_fifo_entry *kvs_io_fifo_head(const struct kvs_io_fifo *q);
+/* Drop the oldest entry (the queue must not be empty). */
+void kvs_io_fifo_pop(struct kvs_io_fifo *q);
+void kvs_io_fifo_fini(struct kvs_io_fifo *q);
+
+#endif

@@ -1,0 +1,151 @@
+/*
+ * io/latency.c — the `latency` backend: a synthetic remote store for benchmarks.
+ *
+ * Every transfer completes latency_ns after its submit; at most
+ * latency_queue_depth are in flight per handle (0 = unbounded; submit returns
+ * -EAGAIN when full), modelling a per-rank connection limit.  A read's buffer is
+ * filled when it completes, with kvs_backend_latency_fill() content — a
+ * deterministic function of (block, shard, byte offset) — so a reader can verify
+ * every byte it got.  Writes are accepted and dropped; lookup says present (the
+ * store "has" every block).  Completions wait in a due-ordered FIFO (fifo.c) that
+ * poll reaps, sleeping until the head is due: no thread per transfer.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "fifo.h"
+#include "internal.h"
+
+struct latency {
+	uint64_t latency_ns;
+	uint32_t qd; /* 0 = unbounded */
+	struct kvs_io_fifo q;
+};
+
+KVS_API void kvs_backend_latency_fill(const struct kvs_block_id *block, uint32_t shard,
+				      uint64_t offset, void *buf, uint64_t len)
+{
+	uint64_t lo, hi, seed;
+	unsigned char *p = buf;
+	uint64_t pos = offset, end = offset + len;
+
+	if (!block || !buf)
+		return;
+	memcpy(&lo, block->bytes, 8);
+	memcpy(&hi, block->bytes + 8, 8);
+	seed = kvs_io_mix64(lo ^ kvs_io_mix64(hi ^ ((uint64_t)shard << 32 | shard)));
+	/* Byte at position pos is byte (pos % 8) of mix64(seed ^ pos / 8). */
+	while (pos < end && pos % 8) {
+		*p++ = (unsigned char)(kvs_io_mix64(seed ^ (pos / 8)) >> (8 * (pos % 8)));
+		pos++;
+	}
+	for (; end - pos >= 8; pos += 8, p += 8) {
+		uint64_t w = kvs_io_mix64(seed ^ (pos / 8));
+		unsigned char b[8];
+
+		for (int i = 0; i < 8; i++)
+			b[i] = (unsigned char)(w >> (8 * i));
+		memcpy(p, b, 8);
+	}
+	for (; pos < end; pos++)
+		*p++ = (unsigned char)(kvs_io_mix64(seed ^ (pos / 8)) >> (8 * (pos % 8)));
+}
+
+static int latency_open(const struct kvs_backend_config *cfg, void **state)
+{
+	struct latency *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return -ENOMEM;
+	l->latency_ns = cfg->latency_ns;
+	l->qd = cfg->latency_queue_depth;
+	*state = l;
+	return 0;
+}
+
+static int latency_lookup(void *state, const struct kvs_block_id *block)
+{
+	(void)state;
+	(void)block;
+	return 1;
+}
+
+static int latency_submit(struct latency *l, const struct kvs_backend_io *io, bool read)
+{
+	struct kvs_io_fifo_entry e = {
+		.due_ns = kvs_now_ns() + l->latency_ns,
+		.token = io->token,
+		.result = (int64_t)io->len,
+		.buf = read ? io->buf : NULL,
+		.block = io->block,
+		.shard = io->shard,
+		.offset = io->offset,
+		.len = io->len,
+	};
+
+	if (l->qd && l->q.count >= l->qd)
+		return -EAGAIN;
+	return kvs_io_fifo_push(&l->q, &e);
+}
+
+static int latency_submit_read(void *state, const struct kvs_backend_io *io)
+{
+	return latency_submit(state, io, true);
+}
+
+static int latency_submit_write(void *state, const struct kvs_backend_io *io)
+{
+	return latency_submit(state, io, false);
+}
+
+static int latency_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+			uint64_t timeout_ns)
+{
+	struct latency *l = state;
+	uint64_t deadline = kvs_deadline_after(timeout_ns);
+	uint32_t k = 0;
+
+	for (;;) {
+		const struct kvs_io_fifo_entry *e;
+		uint64_t now = kvs_now_ns();
+
+		while (k < max && (e = kvs_io_fifo_head(&l->q)) && e->due_ns <= now) {
+			if (e->buf)
+				kvs_backend_latency_fill(&e->block, e->shard, e->offset, e->buf,
+							 e->len);
+			out[k].token = e->token;
+			out[k].result = e->result;
+			k++;
+			kvs_io_fifo_pop(&l->q);
+		}
+		e = kvs_io_fifo_head(&l->q);
+		if (k > 0 || !e || now >= deadline)
+			return (int)k;
+		struct timespec ts = kvs_ns_to_timespec(e->due_ns < deadline ? e->due_ns : deadline);
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
+}
+
+static void latency_close(void *state)
+{
+	struct latency *l = state;
+
+	if (!l)
+		return;
+	kvs_io_fifo_fini(&l->q);
+	free(l);
+}
+
+const struct kvs_backend_ops kvs_io_latency_ops = {
+	.abi = KVS_BACKEND_OPS_ABI,
+	.size = sizeof(struct kvs_backend_ops),
+	.open = latency_open,
+	.lookup = latency_lookup,
+	.submit_read = latency_submit_read,
+	.submit_write = latency_submit_write,
+	.poll = latency_poll,
+	.close = latency_close,
+};

@@ -1,0 +1,841 @@
+/*
+ * io/posix.c — the posix backend: one file per block under one or more roots.
+ *
+ * Naming.  Block id (16 bytes) -> 32 hex characters; the file is
+ * <root>/<hex[0:2]>/<hex[2:4]>/<hex> (fan-out keeps directories small on any
+ * filesystem), the root chosen by the id's first 8 bytes modulo nroots (ids are
+ * content hashes, so that spreads evenly).  Shard i lives at i * shard_bytes.
+ * The layout works unchanged on a shared mount (NFS, CephFS, Lustre, 3FS).
+ *
+ * Reads.  The block file is opened (O_RDONLY, O_DIRECT if configured) through a
+ * bounded fd cache (CLOCK over qd + 16 entries, an entry pinned while a transfer
+ * uses it); with io_uring each cache entry is also a slot of the ring's sparse
+ * registered-file table.  A missing file refuses the submit with -ENOENT.
+ *
+ * Dumps.  The first write of a block creates <hex>.tmp.<pid>.<random> next to the
+ * final name (mode 0600: KV contents are users' prompts); a bitmap counts the
+ * shards written.  When the last shard lands, the temp file is fdatasync'ed
+ * (through the engine, unless KVS_BACKEND_F_NO_FSYNC) and renamed over the final
+ * name, and only then does that last write complete: a reader never sees a
+ * partial block.  A failed write discards the dump (temp file removed once its
+ * transfers end).  The directory itself is not fsync'ed: after a power cut the
+ * rename may be lost, leaving an absent block (a miss), never a partial one.
+ *
+ * Crash cleanup.  A writer killed mid-dump leaves only its temp file.  At open,
+ * every temp file whose writer pid (in its name) has no /proc entry or is a
+ * zombie, or that is older than 24 hours (pid reuse, other pid namespaces), is
+ * removed.  Temp files of live writers are kept: kill(pid, 0) is not used
+ * because zombies look alive to it.
+ *
+ * O_DIRECT.  At open, a probe file in each root is opened O_DIRECT (refused:
+ * -EOPNOTSUPP) and asked for its alignment with statx(STATX_DIOALIGN) (4096
+ * when the kernel does not say); shard_bytes must be a multiple of the offset
+ * alignment (-EINVAL at open, with a log line); buffers and read ranges are
+ * checked at submit.
+ *
+ * Single issuer: submit/poll/register_buffers from one thread (the engine's
+ * ring); lookup from any thread (it only reads immutable state).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "internal.h"
+#include "io.h"
+
+#define FD_CACHE_SLACK 16
+#define STALE_TEMP_AGE_S (24 * 3600)
+#define CLOSE_DRAIN_NS (30 * KVS_NSEC_PER_SEC)
+#define DIO_DEFAULT_ALIGN 4096
+#define REAP_BATCH 64
+
+struct fd_entry {
+	struct kvs_block_id id;
+	int fd;          /* -1: empty */
+	uint32_t refs;   /* transfers in flight on fd */
+	bool ref_bit;    /* CLOCK: used since the hand last passed */
+	bool stale;      /* block renamed over: drop when refs reach 0 */
+};
+
+/* A block being dumped. */
+struct pending {
+	struct kvs_block_id id;
+	uint32_t root;
+	int fd;
+	int err;            /* first failed write: the dump is discarded */
+	bool finishing;     /* last shard written, fsync/rename under way */
+	uint32_t inflight;  /* transfers on fd */
+	uint32_t written;   /* shards with their bit set */
+	char tmp[96];       /* relative to the root: aa/bb/<hex>.tmp.<pid>.<rand> */
+	struct pending *next;
+	uint64_t bits[];    /* shards written */
+};
+
+struct preq {
+	struct kvs_io_req req;
+	uint64_t token;
+	uint64_t len;          /* the caller's length (a write's, kept across its fsync) */
+	struct fd_entry *fe;   /* reads */
+	struct pending *pb;    /* writes and fsyncs */
+	struct preq *next_free;
+};
+
+struct posix {
+	struct kvs_log log;
+	uint64_t shard_bytes;
+	uint32_t spb;
+	uint32_t qd;
+	uint32_t flags;
+	uint32_t nroots;
+	int root_fd[KVS_BACKEND_MAX_ROOTS];
+	struct kvs_io_eng *eng;
+	int fallback_err;
+	uint32_t dio_mem;
+	uint32_t dio_off;
+	struct preq *reqs;
+	struct preq *free_reqs;
+	uint32_t active; /* preqs handed to the engine */
+	struct fd_entry *fds;
+	uint32_t nfds;
+	uint32_t hand;
+	struct pending *pending;
+	uint64_t rand_state;
+};
+
+/* ---------------------------------------------------------------- naming */
+
+static uint32_t root_of(const struct posix *p, const struct kvs_block_id *id)
+{
+	uint64_t h;
+
+	memcpy(&h, id->bytes, sizeof(h));
+	return (uint32_t)(h % p->nroots);
+}
+
+/* "aa/bb/<hex>" into path (>= 40 bytes). */
+static void rel_path(const struct kvs_block_id *id, char *path, size_t len)
+{
+	char hex[33];
+
+	kvs_io_block_hex(id, hex);
+	snprintf(path, len, "%.2s/%.2s/%s", hex, hex + 2, hex);
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* ------------------------------------------------------- stale temp files */
+
+/* True when pid has a /proc entry that is not a zombie (or dead) task. */
+static bool pid_alive(long pid)
+{
+	char path[64], buf[512];
+	ssize_t n;
+	char *rp;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno != ENOENT && errno != ESRCH; /* unsure: keep the file */
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	rp = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+	if (!rp || rp[1] != ' ')
+		return true;
+	return rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* Whether name is a temp file of ours that is stale; see the top comment. */
+static bool temp_is_stale(int dirfd, const char *name)
+{
+	struct stat st;
+	char *end;
+	long pid;
+
+	if (strlen(name) < 32 + 5 + 2 || !is_hex(name, 32) || strncmp(name + 32, ".tmp.", 5))
+		return false;
+	pid = strtol(name + 37, &end, 10);
+	if (end == name + 37 || *end != '.' || pid <= 0)
+		return false;
+	if (!pid_alive(pid))
+		return true;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return false;
+	return time(NULL) - st.st_mtime > STALE_TEMP_AGE_S;
+}
+
+static int open_subdir(int dirfd, const char *name)
+{
+	return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/* Walk <root>/??/??/ and remove stale temp files; returns how many. */
+static unsigned clean_root(struct posix *p, int rootfd, const char *root)
+{
+	unsigned removed = 0;
+	int fd1 = dup(rootfd);
+	DIR *d1 = fd1 >= 0 ? fdopendir(fd1) : NULL;
+	struct dirent *e1;
+
+	if (!d1) {
+		if (fd1 >= 0)
+			close(fd1);
+		return 0;
+	}
+	while ((e1 = readdir(d1))) {
+		int fd2;
+		DIR *d2;
+		struct dirent *e2;
+
+		if (strlen(e1->d_name) != 2 || !is_hex(e1->d_name, 2))
+			continue;
+		fd2 = open_subdir(dirfd(d1), e1->d_name);
+		d2 = fd2 >= 0 ? fdopendir(fd2) : NULL;
+		if (!d2) {
+			if (fd2 >= 0)
+				close(fd2);
+			continue;
+		}
+		while ((e2 = readdir(d2))) {
+			int fd3;
+			DIR *d3;
+			struct dirent *e3;
+
+			if (strlen(e2->d_name) != 2 || !is_hex(e2->d_name, 2))
+				continue;
+			fd3 = open_subdir(dirfd(d2), e2->d_name);
+			d3 = fd3 >= 0 ? fdopendir(fd3) : NULL;
+			if (!d3) {
+				if (fd3 >= 0)
+					close(fd3);
+				continue;
+			}
+			while ((e3 = readdir(d3)))
+				if (temp_is_stale(dirfd(d3), e3->d_name) &&
+				    unlinkat(dirfd(d3), e3->d_name, 0) == 0) {
+					removed++;
+					kvs_log_info(&p->log, "backend: removed stale temp file "
+							      "%s/%s/%s/%s", root, e1->d_name,
+						     e2->d_name, e3->d_name);
+				}
+			closedir(d3);
+		}
+		closedir(d2);
+	}
+	closedir(d1);
+	return removed;
+}
+
+/* --------------------------------------------------------------- O_DIRECT */
+
+static uint64_t next_rand(struct posix *p)
+{
+	p->rand_state = kvs_io_mix64(p->rand_state);
+	return p->rand_state;
+}
+
+/* Probe root i for O_DIRECT and its alignment. */
+static int probe_dio(struct posix *p, uint32_t i, const char *root)
+{
+	char name[64];
+	uint32_t mem = DIO_DEFAULT_ALIGN, off = DIO_DEFAULT_ALIGN;
+	int fd;
+
+	snprintf(name, sizeof(name), ".kvs-dio-probe.%d.%016llx", (int)getpid(),
+		 (unsigned long long)next_rand(p));
+	fd = openat(p->root_fd[i], name, O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EINVAL) {
+		kvs_log_error(&p->log, "backend: io_direct: the filesystem of root %s does not "
+				       "support O_DIRECT (tmpfs before Linux 6.6, some FUSE/overlay)",
+			      root);
+		return -EOPNOTSUPP;
+	}
+	if (fd < 0) {
+		int rc = -errno;
+
+		kvs_log_error(&p->log, "backend: io_direct: probe file in %s: %s", root,
+			      strerror(-rc));
+		return rc;
+	}
+#ifdef STATX_DIOALIGN
+	struct statx stx;
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+	    (stx.stx_mask & STATX_DIOALIGN)) {
+		if (stx.stx_dio_mem_align == 0 || stx.stx_dio_offset_align == 0) {
+			close(fd);
+			unlinkat(p->root_fd[i], name, 0);
+			kvs_log_error(&p->log, "backend: io_direct: root %s reports no O_DIRECT "
+					       "support (statx STATX_DIOALIGN)", root);
+			return -EOPNOTSUPP;
+		}
+		mem = stx.stx_dio_mem_align;
+		off = stx.stx_dio_offset_align;
+	}
+#endif
+	close(fd);
+	unlinkat(p->root_fd[i], name, 0);
+	if (mem > p->dio_mem)
+		p->dio_mem = mem;
+	if (off > p->dio_off)
+		p->dio_off = off;
+	if (p->shard_bytes % off) {
+		kvs_log_error(&p->log, "backend: io_direct: shard_bytes %llu is not a multiple of "
+				       "the O_DIRECT alignment %u of root %s",
+			      (unsigned long long)p->shard_bytes, off, root);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int check_dio(const struct posix *p, const struct kvs_backend_io *io)
+{
+	if (!(p->flags & KVS_BACKEND_F_IO_DIRECT))
+		return 0;
+	if ((uintptr_t)io->buf % p->dio_mem || io->offset % p->dio_off || io->len % p->dio_off) {
+		kvs_log_error(&p->log, "backend: io_direct: buffer %p offset %llu len %llu not "
+				       "aligned to %u (memory) / %u (offset, length)",
+			      io->buf, (unsigned long long)io->offset,
+			      (unsigned long long)io->len, p->dio_mem, p->dio_off);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* --------------------------------------------------------------- fd cache */
+
+static void fd_drop(struct posix *p, struct fd_entry *fe)
+{
+	if (fe->fd < 0)
+		return;
+	if (p->eng->ops->set_file)
+		p->eng->ops->set_file(p->eng, (int)(fe - p->fds), -1);
+	close(fe->fd);
+	fe->fd = -1;
+	fe->stale = false;
+}
+
+static void fd_put(struct posix *p, struct fd_entry *fe)
+{
+	if (--fe->refs == 0 && fe->stale)
+		fd_drop(p, fe);
+}
+
+/* The block was renamed over: later reads must open the new file. */
+static void fd_invalidate(struct posix *p, const struct kvs_block_id *id)
+{
+	for (uint32_t i = 0; i < p->nfds; i++) {
+		struct fd_entry *fe = &p->fds[i];
+
+		if (fe->fd >= 0 && !memcmp(&fe->id, id, sizeof(*id))) {
+			if (fe->refs)
+				fe->stale = true;
+			else
+				fd_drop(p, fe);
+		}
+	}
+}
+
+/* A pinned cache entry for block's file (open it if needed). */
+static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entry **out)
+{
+	char path[48];
+	struct fd_entry *victim = NULL;
+	int fd, rc;
+
+	for (uint32_t i = 0; i < p->nfds; i++) {
+		struct fd_entry *fe = &p->fds[i];
+
+		if (fe->fd >= 0 && !fe->stale && !memcmp(&fe->id, id, sizeof(*id))) {
+			fe->refs++;
+			fe->ref_bit = true;
+			*out = fe;
+			return 0;
+		}
+	}
+	/* CLOCK: two sweeps at most; an unpinned entry always exists (nfds > qd). */
+	for (uint32_t n = 0; n < 2 * p->nfds && !victim; n++) {
+		struct fd_entry *fe = &p->fds[p->hand];
+
+		p->hand = (p->hand + 1) % p->nfds;
+		if (fe->fd < 0 || (fe->refs == 0 && !fe->ref_bit))
+			victim = fe;
+		else if (fe->refs == 0)
+			fe->ref_bit = false;
+	}
+	if (!victim)
+		return -EAGAIN;
+	rel_path(id, path, sizeof(path));
+	fd = openat(p->root_fd[root_of(p, id)], path,
+		    O_RDONLY | O_CLOEXEC | ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0));
+	if (fd < 0)
+		return -errno;
+	fd_drop(p, victim);
+	if (p->eng->ops->set_file) {
+		rc = p->eng->ops->set_file(p->eng, (int)(victim - p->fds), fd);
+		if (rc < 0) {
+			kvs_log_error(&p->log, "backend: registering a file: %s", strerror(-rc));
+			close(fd);
+			return rc;
+		}
+	}
+	victim->id = *id;
+	victim->fd = fd;
+	victim->refs = 1;
+	victim->ref_bit = true;
+	*out = victim;
+	return 0;
+}
+
+/* ----------------------------------------------------------------- dumps */
+
+static void pending_unlink(struct posix *p, struct pending *pb)
+{
+	for (struct pending **pp = &p->pending; *pp; pp = &(*pp)->next)
+		if (*pp == pb) {
+			*pp = pb->next;
+			break;
+		}
+}
+
+/* Drop a failed (or abandoned) dump: close and remove its temp file. */
+static void pending_discard(struct posix *p, struct pending *pb)
+{
+	pending_unlink(p, pb);
+	if (pb->fd >= 0)
+		close(pb->fd);
+	unlinkat(p->root_fd[pb->root], pb->tmp, 0);
+	free(pb);
+}
+
+/* Every shard written (and synced): rename into place.  Returns 0 or -errno. */
+static int pending_finish(struct posix *p, struct pending *pb)
+{
+	char path[48];
+	int rc = 0;
+
+	rel_path(&pb->id, path, sizeof(path));
+	close(pb->fd);
+	pb->fd = -1;
+	if (renameat(p->root_fd[pb->root], pb->tmp, p->root_fd[pb->root], path) < 0) {
+		rc = -errno;
+		kvs_log_error(&p->log, "backend: rename of dumped block %s: %s", path,
+			      strerror(-rc));
+		pending_discard(p, pb);
+		return rc;
+	}
+	fd_invalidate(p, &pb->id);
+	pending_unlink(p, pb);
+	free(pb);
+	return 0;
+}
+
+static int mkdir_fanout(int rootfd, const char *rel)
+{
+	char dir[8];
+
+	snprintf(dir, sizeof(dir), "%.2s", rel);
+	if (mkdirat(rootfd, dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(dir, sizeof(dir), "%.5s", rel);
+	if (mkdirat(rootfd, dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* The live dump of id, or a new one with its temp file created. */
+static int pending_get(struct posix *p, const struct kvs_block_id *id, struct pending **out)
+{
+	size_t words = (p->spb + 63) / 64;
+	struct pending *pb;
+	char path[48];
+	int rc;
+
+	for (pb = p->pending; pb; pb = pb->next)
+		if (!pb->err && !pb->finishing && !memcmp(&pb->id, id, sizeof(*id))) {
+			*out = pb;
+			return 0;
+		}
+	pb = calloc(1, sizeof(*pb) + words * sizeof(uint64_t));
+	if (!pb)
+		return -ENOMEM;
+	pb->id = *id;
+	pb->root = root_of(p, id);
+	rel_path(id, path, sizeof(path));
+	snprintf(pb->tmp, sizeof(pb->tmp), "%s.tmp.%d.%016llx", path, (int)getpid(),
+		 (unsigned long long)next_rand(p));
+	rc = mkdir_fanout(p->root_fd[pb->root], path);
+	if (rc == 0) {
+		pb->fd = openat(p->root_fd[pb->root], pb->tmp,
+				O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC |
+					((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0),
+				0600);
+		if (pb->fd < 0)
+			rc = -errno;
+	}
+	if (rc < 0) {
+		kvs_log_error(&p->log, "backend: creating temp file %s: %s", pb->tmp,
+			      strerror(-rc));
+		free(pb);
+		return rc;
+	}
+	pb->next = p->pending;
+	p->pending = pb;
+	*out = pb;
+	return 0;
+}
+
+/* --------------------------------------------------------------- requests */
+
+static struct preq *preq_get(struct posix *p)
+{
+	struct preq *r = p->free_reqs;
+
+	if (r) {
+		p->free_reqs = r->next_free;
+		memset(r, 0, sizeof(*r));
+	}
+	return r;
+}
+
+static void preq_put(struct posix *p, struct preq *r)
+{
+	r->next_free = p->free_reqs;
+	p->free_reqs = r;
+}
+
+static int engine_submit(struct posix *p, struct preq *r)
+{
+	int rc = p->eng->ops->submit(p->eng, &r->req);
+
+	if (rc == 0)
+		p->active++;
+	return rc;
+}
+
+static int posix_submit_read(void *state, const struct kvs_backend_io *io)
+{
+	struct posix *p = state;
+	struct preq *r;
+	int rc = check_dio(p, io);
+
+	if (rc < 0)
+		return rc;
+	r = preq_get(p);
+	if (!r)
+		return -EAGAIN;
+	rc = fd_get(p, &io->block, &r->fe);
+	if (rc < 0) {
+		preq_put(p, r);
+		return rc;
+	}
+	r->token = io->token;
+	r->len = io->len;
+	r->req.op = KVS_IO_OP_READ;
+	r->req.fd = r->fe->fd;
+	r->req.file_idx = p->eng->ops->set_file ? (int)(r->fe - p->fds) : -1;
+	r->req.buf = io->buf;
+	r->req.len = io->len;
+	r->req.off = io->shard * p->shard_bytes + io->offset;
+	r->req.ctx = r;
+	rc = engine_submit(p, r);
+	if (rc < 0) {
+		fd_put(p, r->fe);
+		preq_put(p, r);
+	}
+	return rc;
+}
+
+static int posix_submit_write(void *state, const struct kvs_backend_io *io)
+{
+	struct posix *p = state;
+	struct preq *r;
+	int rc = check_dio(p, io);
+
+	if (rc < 0)
+		return rc;
+	r = preq_get(p);
+	if (!r)
+		return -EAGAIN;
+	rc = pending_get(p, &io->block, &r->pb);
+	if (rc < 0) {
+		preq_put(p, r);
+		return rc;
+	}
+	r->token = io->token;
+	r->len = io->len;
+	r->req.op = KVS_IO_OP_WRITE;
+	r->req.fd = r->pb->fd;
+	r->req.file_idx = -1;
+	r->req.buf = io->buf;
+	r->req.len = io->len;
+	r->req.off = io->shard * p->shard_bytes;
+	r->req.ctx = r;
+	rc = engine_submit(p, r);
+	if (rc < 0) {
+		if (r->pb->inflight == 0 && r->pb->written == 0)
+			pending_discard(p, r->pb);
+		preq_put(p, r);
+		return rc;
+	}
+	r->pb->inflight++;
+	return 0;
+}
+
+/*
+ * A write (or its block's fsync) ended.  Returns true when r's completion is to
+ * be delivered now with *res; false when r went on as the block's fsync.
+ */
+static bool write_done(struct posix *p, struct preq *r, int64_t *res)
+{
+	struct pending *pb = r->pb;
+	uint32_t shard = (uint32_t)(r->req.off / p->shard_bytes);
+
+	pb->inflight--;
+	*res = r->req.res;
+	if (*res < 0) {
+		if (!pb->err)
+			pb->err = (int)*res;
+	} else if (r->req.op == KVS_IO_OP_FSYNC) {
+		*res = pending_finish(p, pb);
+		return true;
+	} else {
+		if (!(pb->bits[shard / 64] & (UINT64_C(1) << (shard % 64)))) {
+			pb->bits[shard / 64] |= UINT64_C(1) << (shard % 64);
+			pb->written++;
+		}
+		*res = (int64_t)r->len;
+		if (pb->written == p->spb && !pb->err && pb->inflight == 0) {
+			pb->finishing = true;
+			if (p->flags & KVS_BACKEND_F_NO_FSYNC) {
+				int rc = pending_finish(p, pb);
+
+				*res = rc < 0 ? rc : (int64_t)r->len;
+				return true;
+			}
+			memset(&r->req, 0, sizeof(r->req));
+			r->req.op = KVS_IO_OP_FSYNC;
+			r->req.fd = pb->fd;
+			r->req.file_idx = -1;
+			r->req.ctx = r;
+			if (engine_submit(p, r) == 0) {
+				pb->inflight++;
+				return false;
+			}
+			*res = kvs_io_transfer_sync(&r->req); /* engine full: sync here */
+			if (*res == 0) {
+				int rc = pending_finish(p, pb);
+
+				*res = rc < 0 ? rc : (int64_t)r->len;
+				return true;
+			}
+			pb->err = (int)*res;
+		}
+	}
+	if (pb->err && pb->inflight == 0)
+		pending_discard(p, pb);
+	return true;
+}
+
+static int posix_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+		      uint64_t timeout_ns)
+{
+	struct posix *p = state;
+	uint64_t deadline = kvs_deadline_after(timeout_ns);
+	uint32_t n = 0;
+
+	while (n < max) {
+		struct kvs_io_req *done[REAP_BATCH];
+		uint32_t want = max - n < REAP_BATCH ? max - n : REAP_BATCH;
+		int got = p->eng->ops->reap(p->eng, done, want, n ? 0 : deadline);
+
+		if (got < 0)
+			return n ? (int)n : got;
+		if (got == 0)
+			break;
+		for (int i = 0; i < got; i++) {
+			struct preq *r = done[i]->ctx;
+			int64_t res = r->req.res;
+
+			p->active--;
+			if (r->req.op == KVS_IO_OP_READ) {
+				fd_put(p, r->fe);
+			} else if (!write_done(p, r, &res)) {
+				continue; /* became the block's fsync; completes later */
+			}
+			out[n].token = r->token;
+			out[n].result = res;
+			n++;
+			preq_put(p, r);
+		}
+	}
+	return (int)n;
+}
+
+static int posix_lookup(void *state, const struct kvs_block_id *id)
+{
+	struct posix *p = state;
+	char path[48];
+	struct stat st;
+
+	rel_path(id, path, sizeof(path));
+	if (fstatat(p->root_fd[root_of(p, id)], path, &st, 0) == 0)
+		return S_ISREG(st.st_mode) ? 1 : 0;
+	return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+}
+
+static int posix_register_buffers(void *state, const struct kvs_backend_buffer *bufs, uint32_t n)
+{
+	struct posix *p = state;
+
+	return p->eng->ops->register_buffers ? p->eng->ops->register_buffers(p->eng, bufs, n) : 0;
+}
+
+static void posix_info(void *state, struct kvs_backend_info *info)
+{
+	struct posix *p = state;
+
+	info->io_engine = p->eng->kind;
+	info->flags = p->eng->info_flags | (p->fallback_err ? KVS_BACKEND_INFO_FALLBACK : 0) |
+		      ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? KVS_BACKEND_INFO_IO_DIRECT : 0);
+	info->fallback_err = p->fallback_err;
+	info->dio_mem_align = p->dio_mem;
+	info->dio_offset_align = p->dio_off;
+}
+
+static void posix_close(void *state)
+{
+	struct posix *p = state;
+
+	if (!p)
+		return;
+	if (p->eng) {
+		uint64_t deadline = kvs_deadline_after(CLOSE_DRAIN_NS);
+		struct kvs_backend_completion scratch[REAP_BATCH];
+
+		uint64_t now;
+
+		while (p->active && (now = kvs_now_ns()) < deadline)
+			if (posix_poll(p, scratch, REAP_BATCH, deadline - now) < 0)
+				break;
+		if (p->active)
+			kvs_log_error(&p->log, "backend: close: %u transfers still in flight",
+				      p->active);
+	}
+	while (p->pending)
+		pending_discard(p, p->pending);
+	for (uint32_t i = 0; p->fds && i < p->nfds; i++)
+		if (p->fds[i].fd >= 0)
+			close(p->fds[i].fd);
+	if (p->eng)
+		p->eng->ops->close(p->eng);
+	for (uint32_t i = 0; i < p->nroots; i++)
+		if (p->root_fd[i] >= 0)
+			close(p->root_fd[i]);
+	free(p->fds);
+	free(p->reqs);
+	free(p);
+}
+
+static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
+{
+	int rc;
+
+	if (KVS_KERNEL && cfg->io_engine != KVS_IO_ENGINE_POOL) {
+		rc = kvs_io_uring_open(p->qd, p->nfds, &p->log, &p->eng);
+		if (rc == 0)
+			return 0;
+		if ((rc != -EPERM && rc != -ENOSYS && rc != -EACCES) ||
+		    cfg->io_engine == KVS_IO_ENGINE_URING) {
+			kvs_log_error(&p->log, "backend: io_engine=%s: io_uring setup: %s",
+				      kvs_io_engine_name(cfg->io_engine), strerror(-rc));
+			return rc;
+		}
+		p->fallback_err = rc;
+		kvs_log_warn(&p->log, "backend: io_uring refused (%s: seccomp or "
+				      "kernel.io_uring_disabled?); using the thread pool",
+			     strerror(-rc));
+	}
+	return kvs_io_pool_open(p->qd, cfg->pool_threads, &p->log, &p->eng);
+}
+
+static int posix_open(const struct kvs_backend_config *cfg, void **state)
+{
+	struct posix *p = calloc(1, sizeof(*p));
+	int rc = 0;
+
+	if (!p)
+		return -ENOMEM;
+	p->log.fn = cfg->log_fn;
+	p->log.arg = cfg->log_arg;
+	p->shard_bytes = cfg->shard_bytes;
+	p->spb = cfg->shards_per_block;
+	p->qd = cfg->queue_depth;
+	p->flags = cfg->flags;
+	p->nfds = cfg->queue_depth + FD_CACHE_SLACK;
+	p->rand_state = kvs_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)p;
+	for (uint32_t i = 0; i < KVS_BACKEND_MAX_ROOTS; i++)
+		p->root_fd[i] = -1;
+	for (uint32_t i = 0; i < cfg->nroots && rc == 0; i++) {
+		p->root_fd[i] = open(cfg->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		p->nroots = i + 1;
+		if (p->root_fd[i] < 0) {
+			rc = -errno;
+			kvs_log_error(&p->log, "backend: roots[%u] '%s': %s", i, cfg->roots[i],
+				      strerror(-rc));
+		} else if (p->flags & KVS_BACKEND_F_IO_DIRECT) {
+			rc = probe_dio(p, i, cfg->roots[i]);
+		}
+	}
+	p->reqs = calloc(p->qd, sizeof(*p->reqs));
+	p->fds = calloc(p->nfds, sizeof(*p->fds));
+	if (rc == 0 && (!p->reqs || !p->fds))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		for (uint32_t i = 0; i < p->nfds; i++)
+			p->fds[i].fd = -1;
+		for (uint32_t i = p->qd; i-- > 0;)
+			preq_put(p, &p->reqs[i]);
+		for (uint32_t i = 0; i < p->nroots; i++)
+			clean_root(p, p->root_fd[i], cfg->roots[i]);
+		rc = open_engine(p, cfg);
+	}
+	if (rc < 0) {
+		posix_close(p);
+		return rc;
+	}
+	kvs_log_info(&p->log, "backend: posix, %u root(s), engine %s%s%s", p->nroots,
+		     kvs_io_engine_name(p->eng->kind), p->fallback_err ? " (fallback)" : "",
+		     (p->flags & KVS_BACKEND_F_IO_DIRECT) ? ", O_DIRECT" : "");
+	*state = p;
+	return 0;
+}
+
+const struct kvs_backend_ops kvs_io_posix_ops = {
+	.abi = KVS_BACKEND_OPS_ABI,
+	.size = sizeof(struct kvs_backend_ops),
+	.open = posix_open,
+	.lookup = posix_lookup,
+	.submit_read = posix_submit_read,
+	.submit_write = posix_submit_write,
+	.poll = posix_poll,
+	.close = posix_close,
+	.register_buffers = posix_register_buffers,
+	.info = posix_info,
+};
