@@ -613,7 +613,9 @@ static bool write_done(struct posix *p, struct preq *r, int64_t *res)
 		if (!pb->err)
 			pb->err = (int)*res;
 	} else if (r->req.op == KVS_IO_OP_FSYNC) {
-		*res = pending_finish(p, pb);
+		int rc = pending_finish(p, pb);
+
+		*res = rc < 0 ? rc : (int64_t)r->len;
 		return true;
 	} else {
 		if (!(pb->bits[shard / 64] & (UINT64_C(1) << (shard % 64)))) {

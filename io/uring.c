@@ -23,6 +23,8 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "internal.h"
@@ -52,9 +54,12 @@ static int enable(struct uring *u)
 
 	if (!u->disabled)
 		return 0;
-	rc = io_uring_enable_rings(&u->ring); /* the caller becomes the single issuer */
+	/* The caller becomes the single issuer.  Raw syscall: liburing 2.3 declares
+	 * io_uring_enable_rings() but does not export it (fixed in 2.4's map). */
+	rc = (int)syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
+			  NULL, 0);
 	if (rc < 0)
-		return rc;
+		return -errno;
 	u->disabled = false;
 	return 0;
 }

@@ -1,0 +1,3 @@
+# Tests of the backend stores (io/backend.c, posix.c, uring.c, pool.c, none.c,
+# latency.c, fault.c).  The copy engines' tests are in tests/copy.cmake.
+kvs_test(io_posix SOURCES io_posix.c LIBS kvs_io LABELS "unit;fault;uring" TIMEOUT 60)

@@ -1,0 +1,675 @@
+/*
+ * tests/io_posix.c — the posix backend through both engines: dumps and reads
+ * round-trip with every byte checked, sub-shard reads, lookup only after the last
+ * shard, O_DIRECT (and its alignment errors at open and submit), a missing block
+ * (-ENOENT), a truncated block file and fault-injected EIO/short reads (-EIO,
+ * never a partial count), the in-flight limit (-EAGAIN), config validation with a
+ * log line naming the field, and kill -9 of an exec'd writer in the middle of a
+ * dump (the block stays absent; the next open removes the temp file; temp files
+ * of live writers are kept).
+ *
+ * Kernel variant: every case runs with the io_uring and the pool engine; plain
+ * variant: the pool (io_engine=uring must be -EOPNOTSUPP there).  Roots are fresh
+ * directories under /tmp (O_DIRECT is skipped with the reason where /tmp's
+ * filesystem cannot do it).  Seeds are fixed and printed.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+
+#define SHARD (64 * 1024)
+#define SPB 4
+#define SEED 0x5eed1234u
+
+static char g_root[256];
+static char g_log[4096]; /* last error lines, for "the log names the field" */
+
+static void log_cb(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level <= KVS_LOG_WARN) {
+		size_t n = strlen(g_log);
+		snprintf(g_log + n, sizeof(g_log) - n, "%s\n", msg);
+	}
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void root_fini(void)
+{
+	if (g_root[0])
+		nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	g_root[0] = '\0';
+}
+
+static int root_init(const char *tag)
+{
+	char id[128];
+
+	root_fini();
+	snprintf(g_root, sizeof(g_root), "/tmp/kvs-%s", kvs_test_unique_id(id, sizeof(id), tag));
+	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return mkdir(g_root, 0700) == 0 ? 0 : -errno;
+}
+
+static void cfg_posix(struct kvs_backend_config *cfg, uint32_t engine)
+{
+	kvs_backend_config_init(cfg);
+	cfg->kind = KVS_BACKEND_POSIX;
+	cfg->io_engine = engine;
+	cfg->shard_bytes = SHARD;
+	cfg->shards_per_block = SPB;
+	cfg->queue_depth = 16;
+	cfg->nroots = 1;
+	cfg->roots[0] = g_root;
+	cfg->log_fn = log_cb;
+	g_log[0] = '\0';
+}
+
+static struct kvs_block_id block_of(uint32_t n)
+{
+	struct kvs_block_id id;
+
+	for (int i = 0; i < 16; i++)
+		id.bytes[i] = (uint8_t)(n * 131u + (uint32_t)i * 7u + SEED);
+	return id;
+}
+
+static unsigned char pattern(uint32_t blk, uint32_t shard, uint64_t off)
+{
+	return (unsigned char)((blk * 97u + shard * 31u + off * 13u + (off >> 9) + SEED) & 0xff);
+}
+
+static void fill_pattern(unsigned char *p, uint32_t blk, uint32_t shard, uint64_t off, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		p[i] = pattern(blk, shard, off + i);
+}
+
+/* Reap exactly one completion (deadline 10 s). */
+static int wait_one(struct kvs_backend *b, struct kvs_backend_completion *c)
+{
+	uint64_t deadline = kvs_deadline_after(10 * KVS_NSEC_PER_SEC);
+
+	while (kvs_now_ns() < deadline) {
+		int n = kvs_backend_poll(b, c, 1, 100 * 1000000ull);
+		if (n != 0)
+			return n;
+	}
+	return -ETIMEDOUT;
+}
+
+/* Dump block blk (all shards) from an aligned buffer; every completion == SHARD. */
+static int dump_block(struct kvs_backend *b, uint32_t blk, unsigned char *buf, uint32_t nshards)
+{
+	for (uint32_t s = 0; s < nshards; s++) {
+		struct kvs_backend_io io = { .block = block_of(blk), .shard = s,
+					     .buf = buf + (size_t)s * SHARD, .len = SHARD,
+					     .token = 100 + s };
+		fill_pattern(io.buf, blk, s, 0, SHARD);
+		int rc = kvs_backend_submit_write(b, &io);
+		if (rc < 0)
+			return rc;
+	}
+	for (uint32_t s = 0; s < nshards; s++) {
+		struct kvs_backend_completion c;
+		int rc = wait_one(b, &c);
+		if (rc < 0)
+			return rc;
+		if (c.result != SHARD || c.token < 100 || c.token >= 100 + nshards)
+			return c.result < 0 ? (int)c.result : -EIO;
+	}
+	return 0;
+}
+
+static void *alloc_aligned(size_t len)
+{
+	void *p = NULL;
+
+	return posix_memalign(&p, 4096, len) == 0 ? p : NULL;
+}
+
+static bool have_uring_engine(void)
+{
+	return strcmp(KVS_TEST_VARIANT, "kernel") == 0;
+}
+
+/* The whole round trip with one engine (and optionally O_DIRECT). */
+static int roundtrip(uint32_t engine, uint32_t flags)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_backend_info info;
+	unsigned char *wbuf = alloc_aligned((size_t)SPB * SHARD);
+	unsigned char *rbuf = alloc_aligned((size_t)SPB * SHARD);
+	int rc;
+
+	KVS_CHECK(wbuf && rbuf);
+	KVS_CHECK_OK(root_init("rt"));
+	cfg_posix(&cfg, engine);
+	cfg.flags = flags;
+	rc = kvs_backend_open(&cfg, &b);
+	if (rc == -EOPNOTSUPP && (flags & KVS_BACKEND_F_IO_DIRECT)) {
+		free(wbuf);
+		free(rbuf);
+		root_fini();
+		KVS_SKIP("O_DIRECT not supported under /tmp: %s", g_log);
+	}
+	KVS_CHECK_OK(rc);
+	KVS_CHECK_OK(kvs_backend_info(b, &info));
+	printf("engine=%u flags=0x%x dio=%u/%u seed=0x%x\n", info.io_engine, info.flags,
+	       info.dio_mem_align, info.dio_offset_align, SEED);
+	KVS_CHECK_EQ(info.kind, KVS_BACKEND_POSIX);
+	if (engine != KVS_IO_ENGINE_AUTO)
+		KVS_CHECK_EQ(info.io_engine, engine);
+	KVS_CHECK_EQ(!!(info.flags & KVS_BACKEND_INFO_IO_DIRECT), !!(flags & KVS_BACKEND_F_IO_DIRECT));
+
+	/* The block appears only when its last shard is written. */
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &(struct kvs_block_id){ 0 }), 0);
+	KVS_CHECK_OK(dump_block(b, 1, wbuf, SPB - 1));
+	struct kvs_block_id id1 = block_of(1);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id1), 0);
+	{
+		struct kvs_backend_io io = { .block = id1, .shard = SPB - 1,
+					     .buf = wbuf + (size_t)(SPB - 1) * SHARD, .len = SHARD,
+					     .token = 7 };
+		struct kvs_backend_completion c;
+		fill_pattern(io.buf, 1, SPB - 1, 0, SHARD);
+		KVS_CHECK_OK(kvs_backend_submit_write(b, &io));
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		KVS_CHECK_EQ(c.token, 7);
+		KVS_CHECK_EQ(c.result, SHARD);
+	}
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id1), 1);
+	KVS_CHECK_OK(dump_block(b, 2, wbuf, SPB));
+
+	/* Read every shard of both blocks back, all in flight at once. */
+	memset(rbuf, 0, (size_t)SPB * SHARD);
+	for (uint32_t blk = 1; blk <= 2; blk++) {
+		for (uint32_t s = 0; s < SPB; s++) {
+			struct kvs_backend_io io = { .block = block_of(blk), .shard = s,
+						     .buf = rbuf + (size_t)s * SHARD, .len = SHARD,
+						     .token = s };
+			KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+		}
+		for (uint32_t s = 0; s < SPB; s++) {
+			struct kvs_backend_completion c;
+			KVS_CHECK_EQ(wait_one(b, &c), 1);
+			KVS_CHECK_EQ(c.result, SHARD);
+		}
+		for (uint32_t s = 0; s < SPB; s++)
+			for (uint64_t i = 0; i < SHARD; i++)
+				if (rbuf[(size_t)s * SHARD + i] != pattern(blk, s, i))
+					KVS_FAILF("block %u shard %u byte %llu wrong", blk, s,
+						  (unsigned long long)i);
+	}
+
+	/* A sub-shard read (aligned for O_DIRECT). */
+	{
+		uint64_t off = 8192, len = 3 * 4096;
+		struct kvs_backend_io io = { .block = block_of(2), .shard = 2, .buf = rbuf,
+					     .offset = off, .len = len, .token = 42 };
+		struct kvs_backend_completion c;
+		KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		KVS_CHECK_EQ(c.token, 42);
+		KVS_CHECK_EQ(c.result, len);
+		for (uint64_t i = 0; i < len; i++)
+			KVS_CHECK_EQ(rbuf[i], pattern(2, 2, off + i));
+	}
+
+	/* Missing block: refused at submit, no completion. */
+	{
+		struct kvs_backend_io io = { .block = block_of(99), .shard = 0, .buf = rbuf,
+					     .len = SHARD };
+		struct kvs_backend_completion c;
+		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -ENOENT);
+		KVS_CHECK_EQ(kvs_backend_poll(b, &c, 1, 0), 0);
+	}
+
+	/* O_DIRECT: a misaligned buffer is -EINVAL at submit, with a log line. */
+	if (flags & KVS_BACKEND_F_IO_DIRECT) {
+		struct kvs_backend_io io = { .block = block_of(1), .shard = 0, .buf = rbuf + 1,
+					     .len = 4096 };
+		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -EINVAL);
+		KVS_CHECK(strstr(g_log, "io_direct") != NULL);
+	}
+	kvs_backend_close(b);
+	free(wbuf);
+	free(rbuf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static int test_roundtrip_pool(void)
+{
+	return roundtrip(KVS_IO_ENGINE_POOL, 0);
+}
+
+static int test_roundtrip_uring(void)
+{
+	if (!have_uring_engine())
+		KVS_SKIP("plain build: no io_uring engine");
+	return roundtrip(KVS_IO_ENGINE_URING, 0);
+}
+
+static int test_direct_pool(void)
+{
+	return roundtrip(KVS_IO_ENGINE_POOL, KVS_BACKEND_F_IO_DIRECT);
+}
+
+static int test_direct_uring(void)
+{
+	if (!have_uring_engine())
+		KVS_SKIP("plain build: no io_uring engine");
+	return roundtrip(KVS_IO_ENGINE_URING, KVS_BACKEND_F_IO_DIRECT);
+}
+
+static int test_fixed_buffers(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_backend_info info;
+	size_t len = (size_t)SPB * SHARD;
+	unsigned char *buf = alloc_aligned(len);
+	struct kvs_backend_buffer reg = { .base = buf, .len = len };
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("fixed"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(kvs_backend_register_buffers(b, &reg, 1));
+	KVS_CHECK_OK(kvs_backend_info(b, &info));
+	if (have_uring_engine() && info.io_engine == KVS_IO_ENGINE_URING)
+		KVS_CHECK(info.flags & KVS_BACKEND_INFO_FIXED_BUFFERS);
+	KVS_CHECK_OK(dump_block(b, 3, buf, SPB)); /* WRITE_FIXED */
+	memset(buf, 0, len);
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_io io = { .block = block_of(3), .shard = s,
+					     .buf = buf + (size_t)s * SHARD, .len = SHARD };
+		struct kvs_backend_completion c;
+		KVS_CHECK_OK(kvs_backend_submit_read(b, &io)); /* READ_FIXED */
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		KVS_CHECK_EQ(c.result, SHARD);
+		for (uint64_t i = 0; i < SHARD; i++)
+			KVS_CHECK_EQ(buf[(size_t)s * SHARD + i], pattern(3, s, i));
+	}
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* A block file cut in the middle of shard 1: shard 0 reads, shard 1..3 -EIO. */
+static int truncated(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	char hex[33], path[400];
+	struct kvs_block_id id = block_of(4);
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("trunc"));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(dump_block(b, 4, buf, SPB));
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", id.bytes[i]);
+	snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s", g_root, hex, hex + 2, hex);
+	KVS_CHECK_OK(truncate(path, SHARD + SHARD / 2));
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_io io = { .block = id, .shard = s, .buf = buf, .len = SHARD,
+					     .token = s };
+		struct kvs_backend_completion c;
+		memset(buf, 0, SHARD);
+		KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		if (s == 0) {
+			KVS_CHECK_EQ(c.result, SHARD);
+			KVS_CHECK_EQ(buf[SHARD - 1], pattern(4, 0, SHARD - 1));
+		} else {
+			KVS_CHECK_ERR(c.result, -EIO);
+		}
+	}
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static int test_truncated_pool(void)
+{
+	return truncated(KVS_IO_ENGINE_POOL);
+}
+
+static int test_truncated_uring(void)
+{
+	if (!have_uring_engine())
+		KVS_SKIP("plain build: no io_uring engine");
+	return truncated(KVS_IO_ENGINE_URING);
+}
+
+/* Fault wrapper over posix: every read -EIO (error), then every read short (-EIO). */
+static int test_fault_eio_short(void)
+{
+	struct kvs_backend_config inner, cfg;
+	struct kvs_backend *b = NULL, *w = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("fault"));
+	cfg_posix(&inner, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&inner, &w));
+	KVS_CHECK_OK(dump_block(w, 5, buf, SPB));
+	kvs_backend_close(w);
+	for (int mode = 0; mode < 2; mode++) {
+		kvs_backend_config_init(&cfg);
+		cfg.kind = KVS_BACKEND_FAULT;
+		cfg.shard_bytes = SHARD;
+		cfg.shards_per_block = SPB;
+		cfg.fault_inner = &inner;
+		cfg.fault_seed = SEED;
+		cfg.fault_error_ppm = mode == 0 ? 1000000 : 0;
+		cfg.fault_short_ppm = mode == 1 ? 1000000 : 0;
+		KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+		KVS_CHECK_EQ(kvs_backend_lookup(b, &(struct kvs_block_id){ 0 }), 0);
+		for (uint32_t s = 0; s < SPB; s++) {
+			struct kvs_backend_io io = { .block = block_of(5), .shard = s, .buf = buf,
+						     .len = SHARD, .token = s };
+			struct kvs_backend_completion c;
+			KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+			KVS_CHECK_EQ(wait_one(b, &c), 1);
+			KVS_CHECK_EQ(c.token, s);
+			KVS_CHECK_ERR(c.result, -EIO);
+		}
+		kvs_backend_close(b);
+	}
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* queue_depth transfers in flight: the next submit is -EAGAIN until a poll. */
+static int test_queue_full(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	struct kvs_backend_completion c[4];
+	int got = 0;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("qd"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(dump_block(b, 6, buf, SPB));
+	kvs_backend_close(b);
+	cfg.queue_depth = 2;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	for (uint32_t s = 0; s < 3; s++) {
+		struct kvs_backend_io io = { .block = block_of(6), .shard = s,
+					     .buf = buf + (size_t)s * SHARD, .len = SHARD };
+		int rc = kvs_backend_submit_read(b, &io);
+		if (s < 2)
+			KVS_CHECK_OK(rc);
+		else
+			KVS_CHECK_ERR(rc, -EAGAIN);
+	}
+	while (got < 2) {
+		int n = wait_one(b, &c[got]);
+		KVS_CHECK_EQ(n, 1);
+		got++;
+	}
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static int test_bad_config(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = (struct kvs_backend *)&cfg;
+
+	KVS_CHECK_OK(root_init("cfg"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.reserved[3] = 1;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(b == NULL);
+	KVS_CHECK(strstr(g_log, "reserved[3]") != NULL);
+
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.queue_depth = 0;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "queue_depth") != NULL);
+
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.nroots = 0;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "nroots") != NULL);
+
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.flags = 1u << 20;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "flags") != NULL);
+
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.shard_bytes = 0;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "shard_bytes") != NULL);
+
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.roots[0] = "/nonexistent/kvs-io-test";
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -ENOENT);
+	KVS_CHECK(strstr(g_log, "roots[0]") != NULL);
+
+	/* O_DIRECT with a shard size off the filesystem's alignment: at open. */
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.flags = KVS_BACKEND_F_IO_DIRECT;
+	cfg.shard_bytes = 4096 + 512 + 1;
+	int rc = kvs_backend_open(&cfg, &b);
+	if (rc != -EOPNOTSUPP) {
+		KVS_CHECK_ERR(rc, -EINVAL);
+		KVS_CHECK(strstr(g_log, "shard_bytes") != NULL);
+	}
+
+	cfg_posix(&cfg, KVS_IO_ENGINE_URING);
+	rc = kvs_backend_open(&cfg, &b);
+	if (have_uring_engine()) {
+		KVS_CHECK_OK(rc);
+		kvs_backend_close(b);
+	} else {
+		KVS_CHECK_ERR(rc, -EOPNOTSUPP);
+	}
+
+	/* Writes cover whole shards; reads stay inside the shard. */
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	{
+		char small[16];
+		struct kvs_backend_io io = { .block = block_of(1), .shard = 0, .buf = small,
+					     .len = sizeof(small) };
+		KVS_CHECK_ERR(kvs_backend_submit_write(b, &io), -EINVAL);
+		io.shard = SPB;
+		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -EINVAL);
+		io.shard = 0;
+		io.offset = SHARD - 8;
+		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -EINVAL);
+	}
+	kvs_backend_close(b);
+	kvs_backend_close(NULL);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* ------------------------------------------------------------ crash cleanup */
+
+static int count_temps(const char *root, int *finals)
+{
+	int temps = 0;
+	DIR *d1 = opendir(root);
+	struct dirent *e1;
+
+	*finals = 0;
+	while (d1 && (e1 = readdir(d1))) {
+		char p1[512];
+		DIR *d2;
+		struct dirent *e2;
+
+		if (e1->d_name[0] == '.')
+			continue;
+		snprintf(p1, sizeof(p1), "%s/%s", root, e1->d_name);
+		d2 = opendir(p1);
+		while (d2 && (e2 = readdir(d2))) {
+			char p2[800];
+			DIR *d3;
+			struct dirent *e3;
+
+			if (e2->d_name[0] == '.')
+				continue;
+			snprintf(p2, sizeof(p2), "%s/%s", p1, e2->d_name);
+			d3 = opendir(p2);
+			while (d3 && (e3 = readdir(d3))) {
+				if (e3->d_name[0] == '.')
+					continue;
+				if (strstr(e3->d_name, ".tmp."))
+					temps++;
+				else
+					(*finals)++;
+			}
+			if (d3)
+				closedir(d3);
+		}
+		if (d2)
+			closedir(d2);
+	}
+	if (d1)
+		closedir(d1);
+	return temps;
+}
+
+/* Exec'd writer: dump SPB - 1 shards of block 7, report on fd argv[1], hang. */
+static int child_writer(int argc, char **argv)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	int fd;
+
+	if (argc < 2 || !buf)
+		return 2;
+	fd = atoi(argv[0]);
+	snprintf(g_root, sizeof(g_root), "%s", argv[1]);
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	if (kvs_backend_open(&cfg, &b) < 0 || dump_block(b, 7, buf, SPB - 1) < 0)
+		return 3;
+	if (write(fd, "w", 1) != 1)
+		return 4;
+	/* Wait to be killed; bounded so a lost parent cannot leave us forever. */
+	for (int i = 0; i < 300; i++)
+		poll(NULL, 0, 100);
+	return 5;
+}
+
+static int test_kill9_mid_dump(void)
+{
+	int pfd[2];
+	char fdarg[16], c;
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id id = block_of(7);
+	int finals;
+
+	KVS_CHECK_OK(root_init("kill9"));
+	KVS_CHECK_OK(pipe(pfd));
+	snprintf(fdarg, sizeof(fdarg), "%d", pfd[1]);
+	const char *args[] = { fdarg, g_root, NULL };
+	pid_t pid = kvs_test_spawn("writer", args);
+	KVS_CHECK(pid > 0);
+	close(pfd[1]);
+	struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+	KVS_CHECK_EQ(poll(&p, 1, 20000), 1);
+	KVS_CHECK_EQ(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+
+	/* While the writer lives, another open keeps its temp file. */
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 1);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
+	kvs_backend_close(b);
+
+	KVS_CHECK_EQ(kill(pid, SIGKILL), 0);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 128 + SIGKILL);
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 1);
+	KVS_CHECK_EQ(finals, 0);
+
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
+	{
+		char buf[64];
+		struct kvs_backend_io io = { .block = id, .shard = 0, .buf = buf, .len = 64 };
+		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -ENOENT);
+	}
+	kvs_backend_close(b);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* Closing with a half-written dump discards it (temp file removed, block absent). */
+static int test_close_discards_partial(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	struct kvs_block_id id = block_of(8);
+	int finals;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("partial"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(dump_block(b, 8, buf, 2));
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 1);
+	kvs_backend_close(b);
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "roundtrip_pool", test_roundtrip_pool },
+	{ "roundtrip_uring", test_roundtrip_uring },
+	{ "direct_pool", test_direct_pool },
+	{ "direct_uring", test_direct_uring },
+	{ "fixed_buffers", test_fixed_buffers },
+	{ "truncated_pool", test_truncated_pool },
+	{ "truncated_uring", test_truncated_uring },
+	{ "fault_eio_short", test_fault_eio_short },
+	{ "queue_full", test_queue_full },
+	{ "bad_config", test_bad_config },
+	{ "kill9_mid_dump", test_kill9_mid_dump },
+	{ "close_discards_partial", test_close_discards_partial },
+};
+
+static const struct kvs_test_child children[] = {
+	{ "writer", child_writer },
+};
+
+KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
