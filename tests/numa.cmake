@@ -1,2 +1,3 @@
 # Tests of numa/ (kvs_test(), cmake/kvs.cmake).
 kvs_test(numa_segment SOURCES numa_segment.c LIBS kvs_numa LABELS "unit;mp")
+kvs_test(numa_hugetlb SOURCES numa_hugetlb.c LIBS kvs_numa LABELS "hugetlb;numa;mp" RUN_SERIAL)
