@@ -144,7 +144,235 @@ enum kvs_wait_mode {
 /* ------------------------------------------------------------------------ */
 /* Cache: the shared index and slots (core/)                                 */
 
-/* [core/ section: declarations of DESIGN.md §8 "cache" land here.] */
+/*
+ * A cache is a set of fixed-size slots in shared memory, keyed by (block, shard).
+ * kvs_cache_get() pins the slot of a key and says whether the caller is its owner
+ * (it must fill the slot and publish READY or FAILED) or a waiter (it waits for
+ * the owner's publish).  Pins are dropped with kvs_slot_release(); only unpinned
+ * slots are evicted (CLOCK, per data segment).
+ */
+
+/* Most tensors one shard is split into (kvs_cache_config.tensor_bytes). */
+#define KVS_MAX_TENSORS 256
+/* Longest unique_id (without NUL); characters [A-Za-z0-9_.-]. */
+#define KVS_UNIQUE_ID_MAX 64
+
+/* kvs_cache_config.flags */
+#define KVS_CACHE_PERSIST (1u << 0) /* keep the segments after the last clean detach */
+#define KVS_CACHE_ATTACH  (1u << 1) /* never create: attach to an existing cache and take
+				     * its geometry from the segment (slot_bytes etc. ignored) */
+
+struct kvs_cache_config {
+	char unique_id[72];        /* cache name, [A-Za-z0-9_.-]{1,64}; required */
+	int32_t device_id;         /* >= 0: a rank (maps the data plane); -1: a watcher */
+	uint32_t local_rank_size;  /* ranks per node sharing the cache (default 8) */
+	uint64_t slot_bytes;       /* bytes of one shard (required, > 0) */
+	uint64_t slot_count;       /* slots in the cache (required, 1 .. 2^31) */
+	uint32_t shards_per_block; /* shards of one block (default 1) */
+	uint32_t tensor_count;     /* 0: one tensor of slot_bytes; else entries of tensor_bytes */
+	uint64_t tensor_bytes[KVS_MAX_TENSORS]; /* per-tensor sizes, summing to slot_bytes */
+	uint32_t reserved_slots;   /* slots only KVS_GET_ALLOW_RESERVED may take (default 0) */
+	uint32_t hugetlb;          /* enum kvs_hugetlb_mode (default AUTO) */
+	uint64_t hugepage_bytes;   /* huge page size wanted; 0 = 2 MiB */
+	uint32_t numa;             /* enum kvs_numa_mode (default AUTO) */
+	int32_t numa_node;         /* this rank's node; -1 = from pci_bus_id, else unbound */
+	char pci_bus_id[32];       /* the rank's GPU ("0000:3b:00.0"), "" = unknown */
+	uint32_t wait;             /* enum kvs_wait_mode (default AUTO) */
+	uint32_t spin_ns;          /* waiter spin budget before sleeping (default 10000) */
+	uint32_t file_mode;        /* 0600 (default) or 0660 with gid */
+	uint32_t flags;            /* KVS_CACHE_* */
+	int64_t gid;               /* group of 0660 files; -1 = none (default) */
+	uint64_t attach_timeout_ns; /* longest wait for a creator / the lifecycle lock (30 s) */
+	uint64_t lock_timeout_ns;  /* longest wait for one bucket lock (10 s) */
+	kvs_log_fn log;            /* optional log callback */
+	void *log_arg;
+	uint64_t reserved[8];      /* must be zero */
+};
+
+/* Fill cfg with defaults (unique_id empty, slot_bytes and slot_count 0: the
+ * caller sets them).  Never fails; cfg may be any memory. */
+KVS_API void kvs_cache_config_init(struct kvs_cache_config *cfg);
+
+struct kvs_cache;
+
+/*
+ * Open (create or attach to) the cache cfg->unique_id.  The first process creates
+ * the control and data segments (O_CREAT|O_EXCL decides); the others validate them
+ * against their build and cfg.  A segment left by dead processes only (stale) with
+ * the same configuration is adopted: READY slots keep their bytes, everything else
+ * is reset.  cfg is copied; the log callback must outlive the cache.
+ * Returns 0 and *cache; -EINVAL (bad config field, logged by name), -EACCES
+ * (segment of another uid), -ENOENT (KVS_CACHE_ATTACH and no cache), -EBUSY (no
+ * free rank entry), -ETIMEDOUT (creator or lifecycle lock not ready within
+ * attach_timeout_ns), -KVS_ELAYOUT, -KVS_ECONFIG (field and both values logged),
+ * -KVS_ECORRUPT (truncated or bad segment), -KVS_ENOHUGE, -EOPNOTSUPP, -errno.
+ * Blocks: up to attach_timeout_ns; the creator also for the data segments'
+ * pre-fault.  Ownership: *cache until kvs_cache_close(); NULL on failure.
+ */
+KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache **cache);
+
+/*
+ * Detach: releases every slot this handle still pins (an unpublished owned slot
+ * is published FAILED(-ECANCELED)), frees the rank entry and, if it was the last
+ * attached process and the cache is not persistent, removes the segments.
+ * NULL is a no-op.  Blocks: up to attach_timeout_ns for the lifecycle lock.
+ * Ownership: cache is freed; no slot of it may be used afterwards.
+ */
+KVS_API void kvs_cache_close(struct kvs_cache *cache);
+
+/*
+ * Remove the segments of a cache nobody is attached to (`kvshare clean`).
+ * Only cfg->unique_id, attach_timeout_ns and log are used.
+ * Returns 0; -ENOENT (no such cache); -EBUSY (a live process is attached: never
+ * removed); -EACCES; -EINVAL (bad unique_id).  Blocks: up to attach_timeout_ns.
+ */
+KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg);
+
+/* Slot states (kvs_slot.state, kvs_slot_state). */
+enum kvs_slot_state {
+	KVS_SLOT_EMPTY = 0,
+	KVS_SLOT_LOADING = 1, /* the owner is filling it */
+	KVS_SLOT_READY = 2,   /* bytes valid */
+	KVS_SLOT_FAILED = 3,  /* the owner failed; kvs_slot.error holds its code */
+};
+
+/* kvs_slot.flags */
+#define KVS_SLOT_OWNER (1u << 0) /* this handle must fill the slot and publish */
+
+/* A pinned slot: the caller's handle, filled by kvs_cache_get().  Plain data
+ * owned by the caller; valid until kvs_slot_release(). */
+struct kvs_slot {
+	uint32_t index;       /* slot index in the cache */
+	uint32_t generation;  /* residency of that slot (bumped at every re-key) */
+	uint32_t flags;       /* KVS_SLOT_* */
+	uint32_t state;       /* enum kvs_slot_state seen by the last call */
+	int32_t error;        /* FAILED: the owner's negative code */
+	uint32_t pin;         /* internal: pin-table entry */
+	uint64_t reserved[2];
+};
+
+/* kvs_cache_get() flags */
+#define KVS_GET_BYPASS_HIT     (1u << 0) /* READY and unpinned: reload (become owner) */
+#define KVS_GET_ALLOW_RESERVED (1u << 1) /* may take a slot of the reserved pool */
+
+/*
+ * Pin the slot of (block, shard), per the table of DESIGN.md §4:
+ *   absent                      -> a CLOCK victim is keyed, LOADING, caller is OWNER
+ *   READY                       -> hit (BYPASS_HIT and unpinned: LOADING, OWNER)
+ *   LOADING, pinned             -> waiter (kvs_slot_wait)
+ *   LOADING or FAILED, unpinned -> LOADING, OWNER (retry)
+ *   FAILED, pinned              -> state FAILED and error set at once
+ * Returns 0 and *slot (state, flags, error); -EINVAL (shard >= shards_per_block,
+ * bad flags); -EOPNOTSUPP (watcher); -ENOSPC (every candidate slot pinned, or this
+ * process's pin table full); -ETIMEDOUT (bucket lock not had within
+ * lock_timeout_ns: a stopped peer).  Blocks: only on the bucket lock.
+ * Ownership: the pin is the caller's until kvs_slot_release().
+ */
+KVS_API int kvs_cache_get(struct kvs_cache *cache, const struct kvs_block_id *block,
+			  uint32_t shard, uint32_t flags, struct kvs_slot *slot);
+
+/* Current state of a pinned slot (enum kvs_slot_state; acquire); also updates
+ * slot->state and slot->error.  Never blocks. */
+KVS_API int kvs_slot_state(struct kvs_cache *cache, struct kvs_slot *slot);
+
+/* kvs_slot_wait() positive result: the filler died; the caller is now the owner. */
+#define KVS_SLOT_WAIT_OWNER 1
+
+/*
+ * Wait until a pinned slot leaves LOADING.  Returns 0 (READY); the owner's
+ * negative error (FAILED); KVS_SLOT_WAIT_OWNER (the filler died and this caller
+ * took the slot over: fill it and publish); -ETIMEDOUT; -EDEADLK (the caller is
+ * the owner of the unpublished slot).  Blocks: up to timeout_ns (spin, then futex
+ * or yield per cfg->wait), checking the filler's liveness every 10 ms.
+ */
+KVS_API int kvs_slot_wait(struct kvs_cache *cache, struct kvs_slot *slot, uint64_t timeout_ns);
+
+/* Address of a pinned slot's slot_bytes bytes in this process.  Returns 0 and
+ * *ptr; -EOPNOTSUPP for a watcher.  Ownership: valid until release. */
+KVS_API int kvs_slot_data(struct kvs_cache *cache, const struct kvs_slot *slot, void **ptr);
+
+/* Owner: the bytes are in; publish READY and wake the waiters.  Returns 0;
+ * -EPERM (not the owner, or already published).  Never blocks. */
+KVS_API int kvs_slot_publish_ready(struct kvs_cache *cache, struct kvs_slot *slot);
+
+/* Owner: publish FAILED with err (< 0, e.g. -EIO); every waiter returns err at
+ * once.  Returns 0; -EINVAL (err >= 0); -EPERM.  Never blocks. */
+KVS_API int kvs_slot_publish_failed(struct kvs_cache *cache, struct kvs_slot *slot, int err);
+
+/* Drop the pin.  An owner that never published publishes FAILED(-ECANCELED).
+ * Returns 0; -EINVAL (slot not pinned by this cache); -ETIMEDOUT (bucket lock).
+ * Blocks: only on the bucket lock.  slot is cleared. */
+KVS_API int kvs_slot_release(struct kvs_cache *cache, struct kvs_slot *slot);
+
+/* Is (block, shard) READY?  Returns 1, 0, -EINVAL, -ETIMEDOUT.  Blocks: bucket lock. */
+KVS_API int kvs_cache_exists(struct kvs_cache *cache, const struct kvs_block_id *block,
+			     uint32_t shard);
+
+/* kvs_cache_lookup() shard value: every shard of the block must be READY. */
+#define KVS_ALL_SHARDS UINT32_MAX
+
+/* For each of n blocks, hits[i] = whether shard (or every shard) is READY.
+ * Returns the number of hits; -EINVAL; -ETIMEDOUT.  Blocks: bucket locks. */
+KVS_API int kvs_cache_lookup(struct kvs_cache *cache, const struct kvs_block_id *blocks,
+			     size_t n, uint32_t shard, bool *hits);
+
+/* Length of the longest prefix of blocks whose shard (or every shard) is READY.
+ * Returns 0..n; -EINVAL; -ETIMEDOUT.  Blocks: bucket locks. */
+KVS_API int kvs_cache_lookup_prefix(struct kvs_cache *cache, const struct kvs_block_id *blocks,
+				    size_t n, uint32_t shard);
+
+/* Allocate (block, shard) from the reserved pool too, then release it, so the
+ * next get is a cheap owner hit.  Returns 1 if a slot was prepared, 0 if the key
+ * was already resident, or kvs_cache_get's errors.  Blocks: bucket lock. */
+KVS_API int kvs_cache_prealloc(struct kvs_cache *cache, const struct kvs_block_id *block,
+			       uint32_t shard);
+
+/* Set the CLOCK reference bit of every resident shard of n blocks.  Returns the
+ * number of shards touched; -EINVAL; -ETIMEDOUT.  Blocks: bucket locks. */
+KVS_API int kvs_cache_touch(struct kvs_cache *cache, const struct kvs_block_id *blocks, size_t n);
+
+/* kvs_cache_stats() rank value for the whole node (every rank, departed ones too). */
+#define KVS_STATS_NODE (-1)
+
+/* kvs_cache_stats.fallbacks bits */
+#define KVS_FALLBACK_HUGETLB (1u << 0) /* data plane on /dev/shm instead of hugetlbfs */
+#define KVS_FALLBACK_NUMA    (1u << 1) /* no NUMA binding */
+
+struct kvs_cache_stats {
+	uint64_t hits, misses, owner_fills, waits, wait_ns, failures, evictions;
+	uint64_t clock_sweeps;   /* complete CLOCK passes over a pool */
+	uint64_t takeovers;      /* dead fillers' slots taken over */
+	uint64_t lock_repairs;   /* bucket locks recovered from a dead holder */
+	uint64_t ranks_reaped;   /* dead ranks whose pins were dropped */
+	uint64_t enospc;         /* gets refused: every slot pinned */
+	uint64_t lrs_mismatch;   /* attaches beyond local_rank_size (node) */
+	uint32_t fallbacks;      /* KVS_FALLBACK_* */
+	uint32_t ranks_attached; /* live entries now (ranks and watchers) */
+	uint32_t gpu_ranks_attached;
+	uint32_t adoptions;      /* times this segment was adopted after its users died */
+	uint64_t slot_count, slot_bytes;
+	uint64_t slots_ready, slots_loading, slots_failed, slots_pinned;
+	uint64_t reserved[8];
+};
+
+/*
+ * Counters of one rank-table entry (rank = entry index, see kvs_cache_rank) or
+ * KVS_STATS_NODE, plus the slot census.  Readable by watchers.  Returns 0;
+ * -EINVAL (rank out of range).  Never blocks (counters read racily).
+ */
+KVS_API int kvs_cache_stats(struct kvs_cache *cache, int rank, struct kvs_cache_stats *stats);
+
+/* This handle's rank-table entry index (>= 0). */
+KVS_API int kvs_cache_rank(const struct kvs_cache *cache);
+
+/*
+ * Verify every shared invariant: chains match bucket_idx, keys hash to their
+ * bucket, no duplicate keys, states valid, refcounts equal the pin tables, free
+ * rank entries hold no pins.  Takes every bucket lock (in order) for a
+ * consistent snapshot.  Returns 0; -KVS_ECORRUPT (each broken invariant logged);
+ * -ETIMEDOUT.  Blocks: all bucket locks.
+ */
+KVS_API int kvs_cache_check(struct kvs_cache *cache);
 
 /* ------------------------------------------------------------------------ */
 /* Backend stores (io/)                                                      */

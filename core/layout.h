@@ -1,0 +1,207 @@
+/*
+ * core/layout.h — every struct that lives in shared memory, and nothing else.
+ *
+ * The control segment (POSIX shm /kvshare.<unique_id>.ctl) is one flat file laid
+ * out as below.  Offsets are recorded in the header and recomputed by every
+ * attacher from the fingerprint (kvs_core_layout_compute); a mismatch is
+ * -KVS_ECORRUPT.  No pointers anywhere: slot, bucket and rank *indices* only, so
+ * processes may map the segment at different addresses.
+ *
+ *  region   offset          size                      align  writer                  sync protocol
+ *  -------  --------------  ------------------------  -----  ----------------------  ------------------------------------
+ *  header   0               8192                      4096   creator (init, adopt);  state INIT->READY published last
+ *                                                            hands: any rank         (release; attachers acquire).  CLOCK
+ *                                                                                    hands: fetch_add, relaxed.  Node
+ *                                                                                    stats: relaxed counters.
+ *  ranks    ranks_off       KVS_MAX_RANKS * 16576     64     the rank itself; its    entry state/epoch changed only under
+ *                                                            reaper                  the lifecycle OFD lock; pins written
+ *                                                                                    under the pinned slot's bucket lock;
+ *                                                                                    stats relaxed, owner-written.
+ *  buckets  buckets_off     bucket_count * 64         64     any rank                robust process-shared mutex guards the
+ *                                                                                    chain head and its slots' links, refs,
+ *                                                                                    keys, generation and filler.
+ *  slots    slots_off       slot_count * 64           64     any rank, under the     as buckets; bucket_idx also read
+ *                                                            slot's bucket lock(s)   racily (relaxed) by CLOCK, rechecked
+ *                                                                                    under the lock.
+ *  states   states_off      slot_count * 4            64     owner / reaper / get    32-bit state word (wait/wait.h):
+ *                                                                                    publish = one exchange (release),
+ *                                                                                    waiters acquire.  Off the slot line.
+ *  refbits  refbits_off     slot_count * 1            64     any rank                CLOCK reference bits: relaxed (a
+ *                                                                                    heuristic; a lost bit costs one
+ *                                                                                    eviction, never correctness).
+ *  end      ctl_bytes       rounded up to 4096
+ *
+ * Data segments (numa/): segment s holds slots [first_slot, first_slot +
+ * slot_count) contiguously, slot_bytes apart; its backing, page size and node
+ * are recorded in the header's segment table.  They hold only KV bytes.
+ *
+ * Crash consistency.  Every bucket chain is a cache of the slots' bucket_idx
+ * fields, and every refcount is a cache of the rank pin tables: whoever gets
+ * EOWNERDEAD on a bucket lock rebuilds that bucket's chain from bucket_idx and
+ * recounts its slots' refs from the pin tables (index.c), so a holder killed at
+ * any instruction leaves nothing that cannot be repaired.  A slot being re-keyed
+ * is EMPTY while its key is written.
+ *
+ * Any change to a struct here, to the offsets or to the protocol bumps
+ * KVS_LAYOUT_VERSION in the same commit.
+ */
+#ifndef KVS_CORE_LAYOUT_H
+#define KVS_CORE_LAYOUT_H
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvshare.h"
+
+#define KVS_LAYOUT_VERSION 1u
+#define KVS_SHM_MAGIC UINT64_C(0x4b56534852435431) /* "KVSHRCT1" */
+#define KVS_CACHE_LINE 64u
+#define KVS_SHM_PAGE 4096u
+#define KVS_SHM_HEADER_BYTES 8192u /* header region: two pages */
+
+#define KVS_MAX_RANKS 64u     /* attached processes (ranks and watchers) */
+#define KVS_RANK_PINS 4096u   /* slots one process may hold pinned at once */
+#define KVS_MAX_SEGS 16u      /* data segments (NUMA nodes in use) */
+
+#define KVS_IDX_NONE UINT32_MAX /* empty chain link */
+
+/* Header state word. */
+enum kvs_shm_state {
+	KVS_SHM_INIT = 0,  /* creator still initialising (or died doing so) */
+	KVS_SHM_READY = 1, /* usable */
+};
+
+/* Slot state values (low bits of the state word; bit 31 is KVS_WAIT_WAITERS).
+ * The public KVS_SLOT_* values of kvshare.h are the same numbers. */
+enum kvs_shm_slot_state {
+	KVS_SHM_SLOT_EMPTY = 0,   /* no key: free for CLOCK */
+	KVS_SHM_SLOT_LOADING = 1, /* keyed; the owner is filling it */
+	KVS_SHM_SLOT_READY = 2,   /* keyed; bytes valid */
+	KVS_SHM_SLOT_FAILED = 3,  /* keyed; error holds the owner's code */
+};
+
+/* Rank entry state (changed only under the lifecycle OFD lock). */
+enum kvs_shm_rank_state {
+	KVS_SHM_RANK_FREE = 0,
+	KVS_SHM_RANK_ATTACHED = 1,
+};
+
+/* Counters of one rank (or the node's departed ranks).  Relaxed fetch_add by the
+ * rank that counts; readers sum racily: statistics, not synchronisation. */
+struct kvs_shm_stats {
+	_Atomic uint64_t hits;
+	_Atomic uint64_t misses;
+	_Atomic uint64_t owner_fills;
+	_Atomic uint64_t waits;
+	_Atomic uint64_t wait_ns;
+	_Atomic uint64_t failures;
+	_Atomic uint64_t evictions;
+	_Atomic uint64_t clock_sweeps;
+	_Atomic uint64_t takeovers;
+	_Atomic uint64_t lock_repairs;
+	_Atomic uint64_t ranks_reaped;
+	_Atomic uint64_t enospc;
+	_Atomic uint64_t reserved[4];
+};
+
+/* One data segment: where it is and which slots it holds. */
+struct kvs_shm_seg {
+	int32_t node;           /* node passed to kvs_numa_seg_create (-1 = unbound) */
+	int32_t bound_node;     /* node numa/ reported (-1 = none) */
+	uint32_t backing;       /* enum kvs_numa_backing */
+	uint32_t pad;
+	uint64_t page_bytes;
+	uint64_t bytes;         /* mapped size */
+	uint64_t first_slot;
+	uint64_t slot_count;    /* including the reserved ones at the end */
+	uint64_t reserved_count;
+	uint64_t pad2;
+	alignas(KVS_CACHE_LINE) _Atomic uint64_t hand;          /* CLOCK hand, main pool */
+	alignas(KVS_CACHE_LINE) _Atomic uint64_t reserved_hand; /* CLOCK hand, reserved pool */
+};
+
+/* Config fingerprint: what every attacher must agree on. */
+struct kvs_shm_fingerprint {
+	uint64_t slot_bytes;
+	uint64_t slot_count;
+	uint64_t bucket_count;
+	uint32_t shards_per_block;
+	uint32_t tensor_count;
+	uint32_t local_rank_size;
+	uint32_t seg_count;
+	uint32_t reserved_slots;
+	uint32_t pad;
+	uint64_t tensor_hash;   /* hash of tensor_bytes[0..tensor_count) */
+};
+
+struct kvs_shm_header {
+	uint64_t magic;
+	uint32_t layout_version;
+	_Atomic uint32_t state;         /* enum kvs_shm_state; READY published last (release) */
+	uint64_t format;                /* kvs_core_format(): struct sizes, cache line */
+	uint64_t ctl_bytes;
+	struct kvs_shm_fingerprint fp;
+	uint64_t ranks_off, buckets_off, slots_off, states_off, refbits_off;
+	uint32_t flags;                 /* KVS_CACHE_PERSIST as created */
+	uint32_t fallbacks;             /* KVS_FALLBACK_* bits (numa/ decisions) */
+	uint32_t creator_uid;
+	_Atomic uint32_t adopt_count;   /* times a stale segment was adopted */
+	uint64_t tensor_bytes[KVS_MAX_TENSORS];
+	struct kvs_shm_seg segs[KVS_MAX_SEGS];
+	alignas(KVS_CACHE_LINE) struct kvs_shm_stats departed; /* folded in at detach / reap */
+	_Atomic uint64_t lrs_mismatch;  /* attaches beyond local_rank_size */
+};
+
+struct kvs_shm_rank {
+	_Atomic uint32_t state;   /* enum kvs_shm_rank_state; lifecycle lock */
+	_Atomic uint32_t epoch;   /* bumped at every attach of this entry */
+	int32_t pid;              /* informational only (never used for liveness) */
+	int32_t device_id;        /* -1 = watcher */
+	uint64_t pad[6];
+	struct kvs_shm_stats stats;
+	/* slot index + 1 per pinned slot, 0 = free entry.  Written under the
+	 * slot's bucket lock (before ref++ / after ref--); read by repair and the
+	 * reaper under that same lock. */
+	_Atomic uint32_t pins[KVS_RANK_PINS];
+};
+
+struct kvs_shm_bucket {
+	alignas(KVS_CACHE_LINE) pthread_mutex_t lock;     /* robust, process-shared */
+	uint32_t head;            /* first slot of the chain, KVS_IDX_NONE if empty */
+	_Atomic uint32_t holder;  /* rank index + 1 of the holder (diagnostics) */
+};
+
+struct kvs_shm_slot {
+	struct kvs_block_id block;       /* key; valid unless the state is EMPTY */
+	uint32_t shard;
+	_Atomic uint32_t ref;            /* == pin entries naming this slot */
+	_Atomic uint32_t bucket_idx;     /* the chain this slot is on: the truth */
+	uint32_t next;                   /* chain link (cache of bucket_idx) */
+	_Atomic uint32_t generation;     /* bumped at every re-key */
+	_Atomic int32_t error;           /* FAILED code; stored before the publish */
+	_Atomic uint64_t filler;         /* rank index << 32 | rank epoch of the owner */
+	uint64_t pad[2];
+};
+
+/* The layout table, checked. */
+_Static_assert(sizeof(struct kvs_shm_header) <= KVS_SHM_HEADER_BYTES, "header fits its region");
+_Static_assert(offsetof(struct kvs_shm_header, magic) == 0, "magic first");
+_Static_assert(offsetof(struct kvs_shm_header, layout_version) == 8, "version at 8");
+_Static_assert(sizeof(struct kvs_shm_rank) == 16576, "rank entry size (table row)");
+_Static_assert(sizeof(struct kvs_shm_rank) % KVS_CACHE_LINE == 0, "rank entries line-aligned");
+_Static_assert(offsetof(struct kvs_shm_rank, pins) % KVS_CACHE_LINE == 0, "pins line-aligned");
+_Static_assert(sizeof(struct kvs_shm_bucket) == KVS_CACHE_LINE, "bucket is one line");
+_Static_assert(sizeof(struct kvs_shm_slot) == KVS_CACHE_LINE, "slot meta is one line");
+_Static_assert(sizeof(struct kvs_shm_seg) % KVS_CACHE_LINE == 0, "segment hands line-aligned");
+_Static_assert(sizeof(_Atomic uint32_t) == 4, "state word is 32 bits (futex)");
+_Static_assert(sizeof(_Atomic uint8_t) == 1, "refbits are bytes");
+_Static_assert(KVS_MAX_RANKS < KVS_SHM_PAGE, "rank lock bytes below the lifecycle byte");
+
+/* OFD lock bytes of the control file: byte i = rank entry i's liveness; the
+ * lifecycle byte serialises create/attach/detach/adopt/reap/remove. */
+#define KVS_LOCK_LIFECYCLE_BYTE ((off_t)KVS_SHM_PAGE - 1)
+
+#endif

@@ -1,0 +1,454 @@
+/*
+ * core/slot.c — the slot protocol of DESIGN.md §4: get, wait, publish, release,
+ * and the read-only questions (exists, lookup, lookup_prefix) plus prealloc and
+ * touch.
+ *
+ * A pin is two writes under the slot's bucket lock: an entry in this process's
+ * pin table (slot index + 1) and ref++.  Release undoes both under the same
+ * lock.  So whoever repairs a bucket can recount refs from the pin tables, and
+ * whoever reaps a dead rank knows exactly which refs were its.
+ *
+ * The state word lives in its own array (layout.h), away from the slot line
+ * that get and release write.  The owner publishes READY or FAILED with one
+ * exchange (kvs_wait_publish: release order, wakes sleepers if WAITERS was set);
+ * waiters read it with acquire order through kvs_wait_while.  The error code is
+ * stored before the FAILED publish, so the release orders it for the waiters.
+ *
+ * A waiter whose filler died (its rank entry unlocked, or reused with another
+ * epoch) learns it from the per-slice check hook; it reaps the dead rank and
+ * takes the slot over under the bucket lock: it becomes the owner
+ * (KVS_SLOT_WAIT_OWNER) and re-reads.  It never waits out a timeout that cannot
+ * end well.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "core/core.h"
+#include "wait/wait.h"
+
+static inline uint32_t state_value(struct kvs_cache *c, uint32_t i, memory_order mo)
+{
+	return atomic_load_explicit(&c->states[i], mo) & KVS_WAIT_VALUE_MASK;
+}
+
+int kvs_core_pin_add(struct kvs_cache *c, uint32_t i, uint32_t *pin)
+{
+	/* relaxed: only a starting point for the scan */
+	uint32_t start = atomic_load_explicit(&c->pin_hint, memory_order_relaxed);
+
+	for (uint32_t n = 0; n < KVS_RANK_PINS; n++) {
+		uint32_t p = (start + n) % KVS_RANK_PINS;
+		uint32_t zero = 0;
+
+		/* relaxed: the entry is ordered for readers by the bucket lock we
+		 * hold (repair, reaper, check all read under it); the CAS only
+		 * arbitrates between this process's threads */
+		if (atomic_compare_exchange_strong_explicit(&c->me->pins[p], &zero, i + 1,
+							    memory_order_relaxed,
+							    memory_order_relaxed)) {
+			atomic_store_explicit(&c->pin_hint, p + 1, memory_order_relaxed);
+			*pin = p;
+			return 0;
+		}
+	}
+	kvs_log_warn(&c->log, "pin table full (%u slots pinned by this process)", KVS_RANK_PINS);
+	return -ENOSPC;
+}
+
+void kvs_core_pin_del(struct kvs_cache *c, uint32_t pin)
+{
+	/* relaxed: under the slot's bucket lock, like kvs_core_pin_add */
+	atomic_store_explicit(&c->me->pins[pin], 0, memory_order_relaxed);
+	atomic_store_explicit(&c->pin_hint, pin, memory_order_relaxed);
+}
+
+static void set_refbit(struct kvs_cache *c, uint32_t i)
+{
+	/* relaxed: CLOCK heuristic; skip the store when already set (keeps the
+	 * line shared on the hit path) */
+	if (!atomic_load_explicit(&c->refbits[i], memory_order_relaxed))
+		atomic_store_explicit(&c->refbits[i], 1, memory_order_relaxed);
+}
+
+static void fill_slot(struct kvs_cache *c, struct kvs_slot *slot, uint32_t i, uint32_t pin,
+		      uint32_t flags, uint32_t state)
+{
+	memset(slot, 0, sizeof(*slot));
+	slot->index = i;
+	/* relaxed: under the bucket lock */
+	slot->generation = atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed);
+	slot->flags = flags;
+	slot->state = state;
+	slot->pin = pin;
+	if (state == KVS_SHM_SLOT_FAILED)
+		slot->error = atomic_load_explicit(&c->slots[i].error, memory_order_relaxed);
+}
+
+/* Become the owner of slot i (locked): LOADING, filler = us. */
+static void make_owner(struct kvs_cache *c, uint32_t i)
+{
+	/* relaxed: the filler is read by waiters' liveness checks only as a hint,
+	 * rechecked under the lock before any takeover */
+	atomic_store_explicit(&c->slots[i].filler, kvs_core_filler((uint32_t)c->rank_idx, c->rank_epoch),
+			      memory_order_relaxed);
+	atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);
+	/* No waiter sleeps on an unpinned slot, so no wake is needed; the
+	 * exchange keeps one publisher code path. */
+	kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
+}
+
+KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			  uint32_t flags, struct kvs_slot *slot)
+{
+	uint32_t b, i, pin, st, out_flags = 0;
+	int rc;
+
+	if (!c || !block || !slot || shard >= c->hdr->fp.shards_per_block ||
+	    (flags & ~(KVS_GET_BYPASS_HIT | KVS_GET_ALLOW_RESERVED)))
+		return -EINVAL;
+	if (c->cfg.device_id < 0)
+		return -EOPNOTSUPP;
+	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
+	rc = kvs_core_bucket_lock(c, b);
+	if (rc)
+		return rc;
+	i = kvs_core_find(c, b, block, shard);
+	if (i == KVS_IDX_NONE) {
+		rc = kvs_core_clock_victim(c, b, flags & KVS_GET_ALLOW_RESERVED, &i);
+		if (rc == 0)
+			rc = kvs_core_pin_add(c, i, &pin);
+		if (rc)
+			goto out;
+		/* i is EMPTY on our chain: key it (EMPTY while the key is
+		 * written, so a death here leaves nothing half-keyed). */
+		c->slots[i].block = *block;
+		c->slots[i].shard = shard;
+		atomic_fetch_add_explicit(&c->slots[i].generation, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&c->slots[i].ref, 1, memory_order_relaxed);
+		make_owner(c, i);
+		set_refbit(c, i);
+		KVS_COUNT(c, misses, 1);
+		fill_slot(c, slot, i, pin, KVS_SLOT_OWNER, KVS_SHM_SLOT_LOADING);
+		goto out;
+	}
+	rc = kvs_core_pin_add(c, i, &pin);
+	if (rc)
+		goto out;
+	/* relaxed: ref and state are stable under the bucket lock except for
+	 * the owner's publish, which only moves LOADING to READY/FAILED */
+	uint32_t ref = atomic_fetch_add_explicit(&c->slots[i].ref, 1, memory_order_relaxed);
+	st = state_value(c, i, memory_order_acquire); /* acquire: pairs with the publish */
+	set_refbit(c, i);
+	if (ref == 0 && (st != KVS_SHM_SLOT_READY || (flags & KVS_GET_BYPASS_HIT))) {
+		/* LOADING or FAILED unpinned (retry), or a forced reload */
+		make_owner(c, i);
+		out_flags = KVS_SLOT_OWNER;
+		st = KVS_SHM_SLOT_LOADING;
+		KVS_COUNT(c, misses, 1);
+	} else if (st == KVS_SHM_SLOT_READY) {
+		KVS_COUNT(c, hits, 1);
+	}
+	fill_slot(c, slot, i, pin, out_flags, st);
+out:
+	kvs_core_bucket_unlock(c, b);
+	return rc;
+}
+
+static bool slot_valid(struct kvs_cache *c, const struct kvs_slot *slot)
+{
+	return slot && slot->index < c->slot_count && slot->pin < KVS_RANK_PINS &&
+	       atomic_load_explicit(&c->me->pins[slot->pin], memory_order_relaxed) == slot->index + 1;
+}
+
+KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	if (!c || !slot_valid(c, slot))
+		return -EINVAL;
+	/* acquire: pairs with the owner's publish (the bytes and error code) */
+	slot->state = state_value(c, slot->index, memory_order_acquire);
+	if (slot->state == KVS_SHM_SLOT_FAILED)
+		slot->error = atomic_load_explicit(&c->slots[slot->index].error, memory_order_relaxed);
+	return (int)slot->state;
+}
+
+struct takeover {
+	struct kvs_cache *c;
+	struct kvs_slot *slot;
+	bool owner; /* set when this waiter took the slot over */
+};
+
+/* Wait check hook, once per slice: is the filler alive?  If not, reap it and
+ * take its slot over. */
+static int filler_check(void *arg)
+{
+	struct takeover *t = arg;
+	struct kvs_cache *c = t->c;
+	uint32_t i = t->slot->index, b;
+	/* relaxed: a hint, rechecked under the lock */
+	uint64_t f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
+	int rc;
+
+	if (kvs_core_rank_alive(c, (uint32_t)(f >> 32), (uint32_t)f))
+		return 0;
+	kvs_core_reap_dead(c);
+	rc = kvs_core_slot_lock(c, i, &b);
+	if (rc)
+		return 0; /* try again next slice; the deadline still bounds us */
+	if (state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_LOADING &&
+	    atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) == f) {
+		make_owner(c, i);
+		t->owner = true;
+		KVS_COUNT(c, takeovers, 1);
+		kvs_log_info(&c->log, "slot %u: filler rank %u died; taken over", i, (uint32_t)(f >> 32));
+	}
+	kvs_core_bucket_unlock(c, b);
+	return t->owner ? -KVS_EOWNERDEAD : 0;
+}
+
+KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint64_t timeout_ns)
+{
+	struct takeover t = { .c = c, .slot = slot, .owner = false };
+	struct kvs_wait_spin spin;
+	struct kvs_wait_opts o;
+	uint64_t t0;
+	int rc;
+
+	if (!c || !slot_valid(c, slot))
+		return -EINVAL;
+	rc = kvs_slot_state(c, slot);
+	if (rc == KVS_SHM_SLOT_READY)
+		return 0;
+	if (rc == KVS_SHM_SLOT_FAILED)
+		return slot->error;
+	if (slot->flags & KVS_SLOT_OWNER)
+		return -EDEADLK;
+	kvs_wait_spin_init(&spin, c->cfg.spin_ns);
+	/* relaxed: adaptive-spin history, a heuristic shared by this handle's threads */
+	spin.recent_ns = atomic_load_explicit(&c->spin_recent_ns, memory_order_relaxed);
+	memset(&o, 0, sizeof(o));
+	o.deadline_ns = kvs_deadline_after(timeout_ns);
+	o.check = filler_check;
+	o.check_arg = &t;
+	o.spin = &spin;
+	o.mode = c->cfg.wait;
+	t0 = kvs_now_ns();
+	rc = kvs_wait_while(&c->states[slot->index], KVS_SHM_SLOT_LOADING, &o);
+	atomic_store_explicit(&c->spin_recent_ns, spin.recent_ns, memory_order_relaxed);
+	KVS_COUNT(c, waits, 1);
+	KVS_COUNT(c, wait_ns, kvs_now_ns() - t0);
+	if (t.owner) {
+		slot->flags |= KVS_SLOT_OWNER;
+		slot->state = KVS_SHM_SLOT_LOADING;
+		return KVS_SLOT_WAIT_OWNER;
+	}
+	if (rc < 0)
+		return rc;
+	slot->state = (uint32_t)rc;
+	if (rc == KVS_SHM_SLOT_READY)
+		return 0;
+	if (rc == KVS_SHM_SLOT_FAILED) {
+		slot->error = atomic_load_explicit(&c->slots[slot->index].error, memory_order_relaxed);
+		return slot->error;
+	}
+	/* LOADING -> EMPTY cannot happen while we pin it */
+	kvs_log_error(&c->log, "slot %u: pinned slot left LOADING for state %d", slot->index, rc);
+	return -KVS_ECORRUPT;
+}
+
+KVS_API int kvs_slot_data(struct kvs_cache *c, const struct kvs_slot *slot, void **ptr)
+{
+	if (ptr)
+		*ptr = NULL;
+	if (!c || !ptr || !slot || slot->index >= c->slot_count)
+		return -EINVAL;
+	if (c->cfg.device_id < 0)
+		return -EOPNOTSUPP;
+	for (uint32_t s = 0; s < c->seg_count; s++) {
+		const struct kvs_shm_seg *sg = &c->hdr->segs[s];
+		uint64_t rel = slot->index - sg->first_slot;
+
+		if (slot->index < sg->first_slot || rel >= sg->slot_count)
+			continue;
+		rel = c->slot_shift >= 0 ? rel << c->slot_shift : rel * c->slot_bytes;
+		*ptr = (char *)c->segs[s].base + rel;
+		return 0;
+	}
+	return -KVS_ECORRUPT;
+}
+
+static int publish(struct kvs_cache *c, struct kvs_slot *slot, uint32_t state, int err)
+{
+	uint32_t i;
+
+	if (!c || !slot_valid(c, slot))
+		return -EINVAL;
+	i = slot->index;
+	if (!(slot->flags & KVS_SLOT_OWNER) ||
+	    state_value(c, i, memory_order_relaxed) != KVS_SHM_SLOT_LOADING)
+		return -EPERM;
+	if (state == KVS_SHM_SLOT_FAILED) {
+		/* relaxed: the publish below (release) orders it for the waiters */
+		atomic_store_explicit(&c->slots[i].error, err, memory_order_relaxed);
+		KVS_COUNT(c, failures, 1);
+	} else {
+		KVS_COUNT(c, owner_fills, 1);
+	}
+	kvs_wait_publish(&c->states[i], state);
+	slot->state = state;
+	slot->error = err;
+	slot->flags &= ~KVS_SLOT_OWNER;
+	return 0;
+}
+
+KVS_API int kvs_slot_publish_ready(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	return publish(c, slot, KVS_SHM_SLOT_READY, 0);
+}
+
+KVS_API int kvs_slot_publish_failed(struct kvs_cache *c, struct kvs_slot *slot, int err)
+{
+	if (err >= 0)
+		return -EINVAL;
+	return publish(c, slot, KVS_SHM_SLOT_FAILED, err);
+}
+
+KVS_API int kvs_slot_release(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	uint32_t b;
+	int rc;
+
+	if (!c || !slot_valid(c, slot))
+		return -EINVAL;
+	if (slot->flags & KVS_SLOT_OWNER)
+		publish(c, slot, KVS_SHM_SLOT_FAILED, -ECANCELED);
+	rc = kvs_core_slot_lock(c, slot->index, &b);
+	if (rc)
+		return rc;
+	atomic_fetch_sub_explicit(&c->slots[slot->index].ref, 1, memory_order_relaxed); /* under lock */
+	kvs_core_pin_del(c, slot->pin);
+	kvs_core_bucket_unlock(c, b);
+	memset(slot, 0, sizeof(*slot));
+	slot->pin = UINT32_MAX;
+	return 0;
+}
+
+/* Is (block, shard) READY (or every shard, KVS_ALL_SHARDS)?  1, 0 or -errno. */
+static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		    bool touch)
+{
+	uint32_t lo = shard, hi = shard + 1;
+	int found = 0;
+
+	if (shard == KVS_ALL_SHARDS) {
+		lo = 0;
+		hi = c->hdr->fp.shards_per_block;
+	} else if (shard >= c->hdr->fp.shards_per_block) {
+		return -EINVAL;
+	}
+	for (uint32_t s = lo; s < hi; s++) {
+		uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, s)), i;
+		int rc = kvs_core_bucket_lock(c, b);
+
+		if (rc)
+			return rc;
+		i = kvs_core_find(c, b, block, s);
+		if (i != KVS_IDX_NONE && touch) {
+			set_refbit(c, i);
+			found++;
+		} else if (i != KVS_IDX_NONE &&
+			   state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_READY) {
+			found++;
+		}
+		kvs_core_bucket_unlock(c, b);
+		if (!touch && found != (int)(s - lo + 1))
+			return 0;
+	}
+	return touch ? found : 1;
+}
+
+KVS_API int kvs_cache_exists(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard)
+{
+	if (!c || !block || shard == KVS_ALL_SHARDS)
+		return -EINVAL;
+	return resident(c, block, shard, false);
+}
+
+KVS_API int kvs_cache_lookup(struct kvs_cache *c, const struct kvs_block_id *blocks, size_t n,
+			     uint32_t shard, bool *hits)
+{
+	int count = 0;
+
+	if (!c || (n && (!blocks || !hits)) || n > INT32_MAX)
+		return -EINVAL;
+	for (size_t k = 0; k < n; k++) {
+		int rc = resident(c, &blocks[k], shard, false);
+
+		if (rc < 0)
+			return rc;
+		hits[k] = rc == 1;
+		count += rc;
+	}
+	return count;
+}
+
+KVS_API int kvs_cache_lookup_prefix(struct kvs_cache *c, const struct kvs_block_id *blocks,
+				    size_t n, uint32_t shard)
+{
+	if (!c || (n && !blocks) || n > INT32_MAX)
+		return -EINVAL;
+	for (size_t k = 0; k < n; k++) {
+		int rc = resident(c, &blocks[k], shard, false);
+
+		if (rc <= 0)
+			return rc < 0 ? rc : (int)k;
+	}
+	return (int)n;
+}
+
+KVS_API int kvs_cache_touch(struct kvs_cache *c, const struct kvs_block_id *blocks, size_t n)
+{
+	int count = 0;
+
+	if (!c || (n && !blocks) || n > INT32_MAX)
+		return -EINVAL;
+	for (size_t k = 0; k < n; k++) {
+		int rc = resident(c, &blocks[k], KVS_ALL_SHARDS, true);
+
+		if (rc < 0)
+			return rc;
+		count += rc;
+	}
+	return count;
+}
+
+KVS_API int kvs_cache_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard)
+{
+	struct kvs_slot slot;
+	bool made;
+	int rc;
+
+	if (!c || !block || shard >= c->hdr->fp.shards_per_block)
+		return -EINVAL;
+	{
+		uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, shard)), i;
+
+		rc = kvs_core_bucket_lock(c, b);
+		if (rc)
+			return rc;
+		i = kvs_core_find(c, b, block, shard);
+		kvs_core_bucket_unlock(c, b);
+		if (i != KVS_IDX_NONE)
+			return 0; /* resident in any state: nothing to prepare */
+	}
+	rc = kvs_cache_get(c, block, shard, KVS_GET_ALLOW_RESERVED, &slot);
+	if (rc)
+		return rc;
+	made = slot.flags & KVS_SLOT_OWNER;
+	/* Leave it LOADING and unpinned: the next get becomes its owner (row
+	 * "LOADING, ref 0") without a CLOCK search.  Release would publish
+	 * FAILED for an owner, so drop the pin directly. */
+	slot.flags &= ~KVS_SLOT_OWNER;
+	rc = kvs_slot_release(c, &slot);
+	return rc < 0 ? rc : made;
+}

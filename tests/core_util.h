@@ -1,0 +1,69 @@
+/*
+ * tests/core_util.h — helpers shared by the core_* tests: a small cache config,
+ * block ids from integers, a log callback that keeps the last line (tests check
+ * that an error names its field), and the slot-content pattern owners write.
+ */
+#ifndef KVS_TESTS_CORE_UTIL_H
+#define KVS_TESTS_CORE_UTIL_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvshare.h"
+
+static char core_last_log[512];
+static int core_log_quiet;
+
+static inline void core_log(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	snprintf(core_last_log, sizeof(core_last_log), "%s", msg);
+	if (!core_log_quiet && level <= KVS_LOG_WARN)
+		fprintf(stderr, "  [log %d] %s\n", level, msg);
+}
+
+/* A cache of slots x slot_bytes with shards shards per block, named tag. */
+static inline void core_cfg(struct kvs_cache_config *cfg, const char *tag, uint64_t slots,
+			    uint64_t slot_bytes, uint32_t shards)
+{
+	kvs_cache_config_init(cfg);
+	kvs_test_unique_id(cfg->unique_id, sizeof(cfg->unique_id), tag);
+	cfg->slot_count = slots;
+	cfg->slot_bytes = slot_bytes;
+	cfg->shards_per_block = shards;
+	cfg->hugetlb = KVS_HUGETLB_OFF; /* keep the machine's pool for the hugetlb tests */
+	cfg->attach_timeout_ns = 10ull * 1000000000ull;
+	cfg->log = core_log;
+}
+
+static inline struct kvs_block_id core_block(uint64_t n)
+{
+	struct kvs_block_id b;
+
+	memset(&b, 0, sizeof(b));
+	memcpy(b.bytes, &n, sizeof(n));
+	b.bytes[15] = 0xb1;
+	return b;
+}
+
+/* The bytes an owner writes into (block n, shard s). */
+static inline void core_fill(void *p, uint64_t bytes, uint64_t n, uint32_t s)
+{
+	uint64_t *w = p;
+
+	for (uint64_t k = 0; k < bytes / 8; k++)
+		w[k] = n * 1000003u + s * 7919u + k;
+}
+
+static inline int core_verify(const void *p, uint64_t bytes, uint64_t n, uint32_t s)
+{
+	const uint64_t *w = p;
+
+	for (uint64_t k = 0; k < bytes / 8; k++)
+		if (w[k] != n * 1000003u + s * 7919u + k)
+			return 0;
+	return 1;
+}
+
+#endif
