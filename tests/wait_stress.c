@@ -1,0 +1,197 @@
+/*
+ * tests/wait_stress.c — publishers and waiters racing on many words, across two
+ * processes, in every mode; built so that a lost wakeup cannot hide.
+ *
+ * A ring of RELAYS words, one relay thread per word, split between a parent and a
+ * forked child.  Relay k waits on word k (its own reader) and forwards what
+ * arrived to word k+1 (its own writer), one publish per token: the word's value
+ * counts tokens, a wake may see several.  TOKENS tokens start spread over the ring and travel until every relay
+ * has received TOKENS x LAPS of them, so the run ends by itself and every wait
+ * must end by a wake — there is no timeout in the protocol, and each wait has a
+ * 10 s deadline, so a lost wakeup fails the run.  Several tokens in flight keep
+ * several relays publishing and arming at once.  Odd relays wait with
+ * kvs_wait_any on their word plus decoys that never change (futex_waitv in the
+ * kernel build).  Observer threads in both processes pile onto random words with
+ * kvs_wait_any(word, done), so words have several waiters of mixed modes; they
+ * leave when the parent publishes done.  Modes and spin budgets come from a fixed
+ * seed (printed).
+ */
+#include "wait_util.h"
+
+#define RELAYS 8
+#define TOKENS 3u
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define LAPS 4000u
+#else
+#define LAPS 20000u
+#endif
+#define OBSERVERS 4
+#define DECOYS 5
+#define STRIDE 16
+#define SEED 20261129u
+#define TIMEOUT_NS (10 * KVS_NSEC_PER_SEC)
+
+struct region {
+	_Atomic uint32_t word[RELAYS][STRIDE];
+	_Atomic uint32_t decoy[DECOYS];
+	_Atomic uint32_t done;            /* parent -> observers: the relays finished */
+	_Atomic uint32_t child_relays;    /* child -> parent: its relays finished */
+	_Atomic uint32_t observed;        /* total observer wakes (statistics) */
+	_Atomic uint32_t relayed;         /* total relay wakes (statistics) */
+	_Atomic uint32_t failed;
+};
+
+static struct region *rg;
+
+static uint32_t rng_next(uint32_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+/* Tokens on word j at the start: one on every (RELAYS / TOKENS)-th word. */
+static uint32_t initial_tokens(int j)
+{
+	return j % (RELAYS / TOKENS) == 0 && j / (RELAYS / TOKENS) < (int)TOKENS;
+}
+
+static const uint32_t budgets[] = { 0, 1000, KVS_WAIT_SPIN_DEFAULT_NS, 50000 };
+
+static void *relay_main(void *arg)
+{
+	int k = (int)(intptr_t)arg;
+	uint32_t rng = SEED ^ (uint32_t)(k * 7919 + 1);
+	uint32_t mode = wt_modes[rng_next(&rng) % WT_NMODES];
+	struct kvs_wait_spin spin;
+	_Atomic uint32_t *words[1 + DECOYS] = { &rg->word[k][0] };
+	uint32_t busy[1 + DECOYS];
+	_Atomic uint32_t *out = &rg->word[(k + 1) % RELAYS][0];
+	uint32_t last = 0, next = initial_tokens((k + 1) % RELAYS), received = 0;
+	unsigned n = k % 2 ? 1 + DECOYS : 1;
+
+	kvs_wait_spin_init(&spin, budgets[rng_next(&rng) % KVS_ARRAY_LEN(budgets)]);
+	for (int d = 0; d < DECOYS; d++) {
+		words[1 + d] = &rg->decoy[d];
+		busy[1 + d] = 0;
+	}
+	while (received < TOKENS * LAPS) {
+		struct kvs_wait_opts o = wt_opts(mode, TIMEOUT_NS);
+		uint32_t v;
+		int rc;
+
+		o.spin = &spin;
+		busy[0] = last;
+		rc = kvs_wait_any(words, busy, n, &o);
+		if (rc != 0) {
+			fprintf(stderr, "relay %d (%s, budget %u): after %u tokens: %d (%s)\n", k,
+				wt_mode_name(mode), spin.budget_ns, received, rc, kvs_strerror(rc));
+			atomic_store(&rg->failed, 1);
+			return NULL;
+		}
+		v = atomic_load_explicit(words[0], memory_order_acquire) & KVS_WAIT_VALUE_MASK;
+		received += v - last;
+		/* One publish per token: the next relay wakes on the first and re-arms
+		 * while the later ones are published — the lost-wakeup window. */
+		for (; last != v; last++)
+			kvs_wait_publish(out, ++next);
+		atomic_fetch_add_explicit(&rg->relayed, 1, memory_order_relaxed); /* statistics */
+	}
+	return NULL;
+}
+
+static void *observer_main(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint32_t rng = SEED ^ (uint32_t)(id * 104729 + 17);
+
+	for (;;) {
+		int j = (int)(rng_next(&rng) % RELAYS);
+		_Atomic uint32_t *words[2] = { &rg->word[j][0], &rg->done };
+		uint32_t busy[2] = {
+			atomic_load(words[0]) & KVS_WAIT_VALUE_MASK,
+			0,
+		};
+		struct kvs_wait_opts o = wt_opts(wt_modes[rng_next(&rng) % WT_NMODES], TIMEOUT_NS);
+		int rc = kvs_wait_any(words, busy, 2, &o);
+
+		if (rc == 1)
+			return NULL;
+		if (rc != 0) {
+			fprintf(stderr, "observer %d on word %d: %d (%s)\n", id, j, rc, kvs_strerror(rc));
+			atomic_store(&rg->failed, 1);
+			return NULL;
+		}
+		atomic_fetch_add_explicit(&rg->observed, 1, memory_order_relaxed); /* statistics */
+	}
+}
+
+/* Run relays [r0, r0 + nr) and observers [o0, o0 + no) of one process; after the
+ * relays, run between(), then join the observers. */
+static int run_side(int r0, int o0, void (*between)(void))
+{
+	pthread_t relays[RELAYS / 2], obs[OBSERVERS / 2];
+
+	for (int i = 0; i < OBSERVERS / 2; i++)
+		if (pthread_create(&obs[i], NULL, observer_main, (void *)(intptr_t)(o0 + i)))
+			return 2;
+	for (int i = 0; i < RELAYS / 2; i++)
+		if (pthread_create(&relays[i], NULL, relay_main, (void *)(intptr_t)(r0 + i)))
+			return 2;
+	for (int i = 0; i < RELAYS / 2; i++)
+		pthread_join(relays[i], NULL);
+	between();
+	for (int i = 0; i < OBSERVERS / 2; i++)
+		pthread_join(obs[i], NULL);
+	return atomic_load(&rg->failed) ? 1 : 0;
+}
+
+static void child_between(void)
+{
+	kvs_wait_publish(&rg->child_relays, 1);
+}
+
+static void parent_between(void)
+{
+	struct kvs_wait_opts o = wt_opts(KVS_WAIT_AUTO, 3 * TIMEOUT_NS);
+
+	if (kvs_wait_while(&rg->child_relays, 0, &o) != 1)
+		atomic_store(&rg->failed, 1);
+	kvs_wait_publish(&rg->done, 1);
+}
+
+static int child_side(void *arg)
+{
+	(void)arg;
+	return run_side(RELAYS / 2, OBSERVERS / 2, child_between);
+}
+
+static int test_relay_ring(void)
+{
+	pid_t child;
+	int rc, crc;
+
+	rg = wt_shared(sizeof(*rg));
+	KVS_CHECK(rg != NULL);
+	printf("seed %u: %d relays over 2 processes, %u tokens x %u laps, %d observers\n", SEED,
+	       RELAYS, TOKENS, LAPS, OBSERVERS);
+	for (int j = 0; j < RELAYS; j++)
+		atomic_store(&rg->word[j][0], initial_tokens(j));
+	child = kvs_test_fork(child_side, NULL);
+	KVS_CHECK(child > 0);
+	rc = run_side(0, 0, parent_between);
+	crc = kvs_test_reap(child, 60000);
+	printf("relay wakes: %u, observer wakes: %u\n", atomic_load(&rg->relayed),
+	       atomic_load(&rg->observed));
+	munmap(rg, sizeof(*rg));
+	KVS_CHECK_EQ(crc, 0);
+	KVS_CHECK_EQ(rc, 0);
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "relay_ring", test_relay_ring },
+};
+
+KVS_TEST_MAIN(cases)
