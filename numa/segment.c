@@ -270,8 +270,10 @@ fail:
 	if (base != MAP_FAILED)
 		munmap(base, bytes);
 	/* Truncate first: frees the pages and the hugetlb reservation even if the
-	 * file is still open elsewhere. */
-	(void)ftruncate(fd, 0);
+	 * file is still open elsewhere (if it fails, the unlink and close below
+	 * free them once the last descriptor goes). */
+	if (ftruncate(fd, 0) != 0)
+		kvs_log_debug(o->log, "numa: truncate %s: %s", path, strerror(errno));
 	unlink(path);
 	close(fd);
 	return rc;

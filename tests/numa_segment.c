@@ -304,6 +304,30 @@ static int test_query_shm(void)
 	return KVS_TEST_PASS;
 }
 
+/* The pre-fault splits the pages over any number of threads, evenly or not. */
+static int test_prefault_threads(void)
+{
+	static const uint32_t threads[] = { 1, 3, 7, 64, 0 };
+	struct kvs_numa_seg_opts o = shm_opts();
+	struct kvs_numa_seg seg;
+	struct kvs_numa_seg_info info;
+	char id[64];
+
+	kvs_test_unique_id(id, sizeof(id), "threads");
+	for (size_t i = 0; i < KVS_ARRAY_LEN(threads); i++) {
+		o.prefault_threads = threads[i];
+		KVS_CHECK_OK(kvs_numa_seg_create(id, 0, 3u << 20, &o, &seg));
+		int rc = kvs_numa_seg_query(&seg, &info);
+		uint64_t bytes = seg.bytes;
+		kvs_numa_seg_detach(&seg);
+		KVS_CHECK_OK(kvs_numa_seg_unlink(id, 0, KVS_NUMA_BACKING_SHM, 0, NULL));
+		KVS_CHECK_OK(rc);
+		KVS_CHECK_EQ(info.mapped_bytes, bytes);
+		KVS_CHECK_EQ(info.resident_bytes, bytes);
+	}
+	return KVS_TEST_PASS;
+}
+
 /* numa=required needs a node to bind to; the plain build never binds. */
 static int test_numa_required(void)
 {
@@ -336,6 +360,7 @@ static const struct kvs_test_case cases[] = {
 	{ "truncated", test_truncated },
 	{ "bad_args", test_bad_args },
 	{ "query_shm", test_query_shm },
+	{ "prefault_threads", test_prefault_threads },
 	{ "numa_required", test_numa_required },
 };
 
