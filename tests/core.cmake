@@ -1,3 +1,4 @@
 # Tests of core/ (kvs_test(), cmake/kvs.cmake).
 kvs_test(core_error SOURCES core_error.c LIBS kvs_core LABELS unit)
 kvs_test(core_slot SOURCES core_slot.c LIBS kvs_core LABELS unit)
+kvs_test(core_mp SOURCES core_mp.c LIBS kvs_core LABELS mp)

@@ -1,0 +1,284 @@
+/*
+ * tests/core_mp.c — the slot protocol across real processes: 8 processes (half
+ * forked, half exec'd so the segments sit at other addresses) hammer the same
+ * keys; every key has exactly one owner per residency and every waiter sees the
+ * owner's bytes; an owner's FAILED reaches every waiting process with its code,
+ * and a later get retries.
+ */
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "core_util.h"
+
+#define MS 1000000ull
+#define NPROC 8
+#define BLOCKS 24
+#define SHARDS 4
+#define ROUNDS 30
+#define SEED 12345u
+#define GO_BLOCK 999999u
+
+/* The same config in every process: the unique_id comes from the parent. */
+static void mp_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slots)
+{
+	core_cfg(cfg, "mp", slots, 2048, SHARDS);
+	cfg->local_rank_size = NPROC + 1;
+	snprintf(cfg->unique_id, sizeof(cfg->unique_id), "%s", uid);
+}
+
+/* One process's share of the hammering: every key, ROUNDS times, in a
+ * seeded per-process order.  Exit 0, or 1 with the reason on stderr. */
+static int hammer(const char *uid, uint64_t slots, unsigned id)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	unsigned seed = SEED + id;
+	int rc;
+
+	struct kvs_block_id go = core_block(GO_BLOCK);
+	struct kvs_slot gs;
+
+	mp_cfg(&cfg, uid, slots);
+	rc = kvs_cache_open(&cfg, &c);
+	if (rc)
+		KVS_FAILF("proc %u: open: %s", id, kvs_strerror(rc));
+	/* Start line: the parent owns the "go" slot and publishes it once every
+	 * process waits on it. */
+	rc = kvs_cache_get(c, &go, 0, 0, &gs);
+	if (rc || (gs.flags & KVS_SLOT_OWNER))
+		KVS_FAILF("proc %u: go get %d", id, rc);
+	rc = kvs_slot_wait(c, &gs, 30000 * MS);
+	kvs_slot_release(c, &gs);
+	if (rc)
+		KVS_FAILF("proc %u: go wait %s", id, kvs_strerror(rc));
+	for (int r = 0; r < ROUNDS; r++) {
+		int order[BLOCKS * SHARDS];
+
+		/* fresh keys every round (every round races for owners), each
+		 * process in its own seeded order (Fisher-Yates) */
+		for (int k = 0; k < BLOCKS * SHARDS; k++)
+			order[k] = k;
+		for (int k = BLOCKS * SHARDS - 1; k > 0; k--) {
+			int j = (int)(rand_r(&seed) % (unsigned)(k + 1)), t = order[k];
+			order[k] = order[j];
+			order[j] = t;
+		}
+		for (int k = 0; k < BLOCKS * SHARDS; k++) {
+			int key = r * BLOCKS * SHARDS + order[k];
+			struct kvs_block_id b = core_block((uint64_t)key / SHARDS);
+			uint32_t sh = (uint32_t)key % SHARDS;
+			struct kvs_slot s;
+			void *p;
+
+			rc = kvs_cache_get(c, &b, sh, 0, &s);
+			if (rc == -ENOSPC)
+				continue; /* every slot pinned by peers at this instant */
+			if (rc)
+				KVS_FAILF("proc %u: get: %s", id, kvs_strerror(rc));
+			if (kvs_slot_data(c, &s, &p))
+				KVS_FAILF("proc %u: data", id);
+			if (!(s.flags & KVS_SLOT_OWNER)) {
+				rc = kvs_slot_wait(c, &s, 10000 * MS);
+				if (rc == KVS_SLOT_WAIT_OWNER)
+					KVS_FAILF("proc %u: takeover with nobody dead", id);
+				if (rc)
+					KVS_FAILF("proc %u: wait: %s", id, kvs_strerror(rc));
+				if (!core_verify(p, cfg.slot_bytes, (uint64_t)key / SHARDS, sh))
+					KVS_FAILF("proc %u: key %d: waiter saw other bytes", id, key);
+			} else {
+				core_fill(p, cfg.slot_bytes, (uint64_t)key / SHARDS, sh);
+				if (kvs_slot_publish_ready(c, &s))
+					KVS_FAILF("proc %u: publish", id);
+			}
+			if (kvs_slot_release(c, &s))
+				KVS_FAILF("proc %u: release", id);
+		}
+	}
+	kvs_cache_close(c);
+	return 0;
+}
+
+struct hammer_arg {
+	const char *uid;
+	uint64_t slots;
+	unsigned id;
+};
+
+static int hammer_fork(void *arg)
+{
+	struct hammer_arg *h = arg;
+
+	return hammer(h->uid, h->slots, h->id);
+}
+
+/* exec'd: --child hammer <uid> <slots> <id> */
+static int hammer_exec(int argc, char **argv)
+{
+	if (argc != 3)
+		return 2;
+	return hammer(argv[0], strtoull(argv[1], NULL, 10), (unsigned)atoi(argv[2]));
+}
+
+static int run_hammer(uint64_t slots, bool expect_single_fill)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct hammer_arg args[NPROC];
+	char slots_s[32], ids[NPROC][16];
+	pid_t pids[NPROC];
+	struct kvs_cache_stats st;
+
+	core_cfg(&cfg, expect_single_fill ? "hammer" : "hammer_evict", slots, 2048, SHARDS);
+	cfg.local_rank_size = NPROC + 1;
+	printf("seed %u, %d processes, %d keys, %llu slots\n", SEED, NPROC, BLOCKS * SHARDS,
+	       (unsigned long long)slots);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	struct kvs_block_id go = core_block(GO_BLOCK);
+	struct kvs_slot gs;
+	KVS_CHECK_OK(kvs_cache_get(c, &go, 0, 0, &gs));
+	KVS_CHECK_EQ(gs.flags, KVS_SLOT_OWNER);
+	snprintf(slots_s, sizeof(slots_s), "%llu", (unsigned long long)slots);
+	for (unsigned i = 0; i < NPROC; i++) {
+		args[i] = (struct hammer_arg){ cfg.unique_id, slots, i };
+		snprintf(ids[i], sizeof(ids[i]), "%u", i);
+		if (i % 2) {
+			const char *av[] = { cfg.unique_id, slots_s, ids[i], NULL };
+			pids[i] = kvs_test_spawn("hammer", av);
+		} else {
+			pids[i] = kvs_test_fork(hammer_fork, &args[i]);
+		}
+		KVS_CHECK(pids[i] > 0);
+	}
+	uint64_t deadline = kvs_deadline_after(30000 * MS);
+	while (atomic_load(&c->slots[gs.index].ref) < NPROC + 1 && kvs_now_ns() < deadline)
+		sched_yield();
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &gs));
+	KVS_CHECK_OK(kvs_slot_release(c, &gs));
+	int bad = 0;
+	for (unsigned i = 0; i < NPROC; i++) {
+		int rc = kvs_test_reap(pids[i], 60000);
+		if (rc != 0) {
+			fprintf(stderr, "process %u exited %d\n", i, rc);
+			bad++;
+		}
+	}
+	KVS_CHECK_EQ(bad, 0);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	printf("fills %llu hits %llu waits %llu evictions %llu\n", (unsigned long long)st.owner_fills,
+	       (unsigned long long)st.hits, (unsigned long long)st.waits,
+	       (unsigned long long)st.evictions);
+	/* One owner per residency: every fill was a miss, and without
+	 * eviction every key was filled exactly once. */
+	KVS_CHECK_EQ(st.owner_fills, st.misses);
+	st.owner_fills--; /* the go slot */
+	KVS_CHECK_EQ(st.failures, 0);
+	KVS_CHECK_EQ(st.takeovers, 0);
+	if (expect_single_fill) {
+		KVS_CHECK_EQ(st.owner_fills, ROUNDS * BLOCKS * SHARDS);
+		KVS_CHECK_EQ(st.evictions, 0);
+	} else {
+		KVS_CHECK_EQ(st.owner_fills + 1, st.evictions + st.slots_ready);
+	}
+	KVS_CHECK_EQ(st.slots_pinned, 0);
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_hammer(void)
+{
+	return run_hammer(ROUNDS * BLOCKS * SHARDS + 1, true);
+}
+
+static int test_hammer_eviction(void)
+{
+	return run_hammer(BLOCKS * SHARDS / 3, false);
+}
+
+/* A waiter process: pin (block 77, shard 0), which the parent owns, wait and
+ * expect err.  Exit 0 when it got exactly that. */
+static int failed_waiter(const char *uid, int want)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id b = core_block(77);
+	struct kvs_slot s;
+	int rc;
+
+	mp_cfg(&cfg, uid, 32);
+	if (kvs_cache_open(&cfg, &c))
+		return 1;
+	rc = kvs_cache_get(c, &b, 0, 0, &s);
+	if (rc || (s.flags & KVS_SLOT_OWNER))
+		KVS_FAILF("waiter: get %d flags %u", rc, s.flags);
+	rc = kvs_slot_wait(c, &s, 20000 * MS);
+	if (rc != want)
+		KVS_FAILF("waiter: wait %d (%s), want %d", rc, kvs_strerror(rc), want);
+	kvs_slot_release(c, &s);
+	kvs_cache_close(c);
+	return 0;
+}
+
+static const char *failed_uid;
+
+static int failed_fork(void *arg)
+{
+	(void)arg;
+	return failed_waiter(failed_uid, -EIO);
+}
+
+static int failed_exec(int argc, char **argv)
+{
+	return argc == 1 ? failed_waiter(argv[0], -EIO) : 2;
+}
+
+static int test_failed_reaches_every_waiter(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id b = core_block(77);
+	struct kvs_slot s;
+	pid_t pids[4];
+
+	mp_cfg(&cfg, "", 32);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "failed");
+	failed_uid = cfg.unique_id;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(kvs_cache_get(c, &b, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
+	for (int i = 0; i < 4; i++) {
+		const char *av[] = { cfg.unique_id, NULL };
+		pids[i] = i % 2 ? kvs_test_spawn("failed_waiter", av) : kvs_test_fork(failed_fork, NULL);
+		KVS_CHECK(pids[i] > 0);
+	}
+	/* Publish once all four pinned (white-box: the slot's refcount). */
+	uint64_t deadline = kvs_deadline_after(20000 * MS);
+	while (atomic_load(&c->slots[s.index].ref) < 5 && kvs_now_ns() < deadline)
+		sched_yield();
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 5);
+	KVS_CHECK_OK(kvs_slot_publish_failed(c, &s, -EIO));
+	for (int i = 0; i < 4; i++)
+		KVS_CHECK_EQ(kvs_test_reap(pids[i], 30000), 0);
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	/* A later get retries: owner again. */
+	KVS_CHECK_OK(kvs_cache_get(c, &b, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "hammer", test_hammer },
+	{ "hammer_eviction", test_hammer_eviction },
+	{ "failed_reaches_every_waiter", test_failed_reaches_every_waiter },
+};
+
+static const struct kvs_test_child children[] = {
+	{ "hammer", hammer_exec },
+	{ "failed_waiter", failed_exec },
+};
+
+KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
