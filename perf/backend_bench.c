@@ -1,0 +1,183 @@
+/*
+ * perf/backend_bench.c — posix backend read throughput and CPU per GiB.
+ *
+ *   backend_bench write <root> <nblocks> <block_mib>
+ *       dump nblocks blocks of block_mib MiB (1 MiB shards) through the posix
+ *       backend, so the files have the backend's names and layout;
+ *   backend_bench read <root> <nblocks> <block_mib> <uring|pool> <shard_kib> <qd> <direct>
+ *       read every shard of every block (block by block, shard by shard) with qd
+ *       transfers in flight into qd registered buffers, and print
+ *       backend engine=<e> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<v> direct=<d>
+ *
+ * gbps is 10^9 bytes per second of wall time over the read phase; CPU is this
+ * process's user + system time over the same phase (getrusage(RUSAGE_SELF): every
+ * thread, io_uring's io-wq workers and the pool's workers included).  The pool
+ * gets one worker per queue slot (up to 64) so both engines keep qd reads in
+ * flight.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "common/clock.h"
+#include "kvshare.h"
+
+#ifndef KVS_BENCH_VARIANT
+#define KVS_BENCH_VARIANT "unknown"
+#endif
+
+static struct kvs_block_id block_of(uint32_t n)
+{
+	struct kvs_block_id id;
+
+	memset(&id, 0, sizeof(id));
+	memcpy(id.bytes, "kvsbench", 8);
+	memcpy(id.bytes + 8, &n, sizeof(n));
+	return id;
+}
+
+static uint64_t cpu_ns(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * KVS_NSEC_PER_SEC +
+	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
+}
+
+static int fail(const char *what, int rc)
+{
+	fprintf(stderr, "backend_bench: %s: %s\n", what, kvs_strerror(rc));
+	return 1;
+}
+
+static void log_cb(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level <= KVS_LOG_WARN)
+		fprintf(stderr, "backend_bench: %s\n", msg);
+}
+
+/* Keep qd transfers in flight over nshards (shard i -> buffer i % qd). */
+static int run(struct kvs_backend *b, bool write, uint32_t nblocks, uint32_t spb,
+	       uint64_t shard_bytes, uint32_t qd, char *bufs)
+{
+	uint64_t total = (uint64_t)nblocks * spb, next = 0, done = 0;
+	struct kvs_backend_completion *c = calloc(qd, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	for (;;) {
+		while (next < total && next - done < qd) {
+			uint32_t slot = (uint32_t)(next % qd);
+			struct kvs_backend_io io = {
+				.block = block_of((uint32_t)(next / spb)),
+				.shard = (uint32_t)(next % spb),
+				.buf = bufs + (size_t)slot * shard_bytes,
+				.len = shard_bytes,
+				.token = next,
+			};
+			int rc;
+
+			if (write)
+				kvs_backend_latency_fill(&io.block, io.shard, 0, io.buf, shard_bytes);
+			rc = write ? kvs_backend_submit_write(b, &io) : kvs_backend_submit_read(b, &io);
+			if (rc == -EAGAIN)
+				break;
+			if (rc < 0) {
+				free(c);
+				return rc;
+			}
+			next++;
+		}
+		if (done == total)
+			break;
+		int n = kvs_backend_poll(b, c, qd, 10 * KVS_NSEC_PER_SEC);
+		if (n <= 0) {
+			free(c);
+			return n < 0 ? n : -ETIMEDOUT;
+		}
+		for (int i = 0; i < n; i++)
+			if (c[i].result != (int64_t)shard_bytes) {
+				free(c);
+				return c[i].result < 0 ? (int)c[i].result : -EIO;
+			}
+		done += (uint64_t)n;
+	}
+	free(c);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_backend_info info;
+	bool write;
+	uint32_t nblocks, qd, direct = 0;
+	uint64_t block_bytes, shard_bytes;
+	const char *engine = "pool";
+	char *bufs = NULL;
+	int rc;
+
+	if (argc < 5 || (strcmp(argv[1], "write") && strcmp(argv[1], "read")) ||
+	    (!strcmp(argv[1], "read") && argc < 9)) {
+		fprintf(stderr, "usage: %s write <root> <nblocks> <block_mib>\n"
+				"       %s read <root> <nblocks> <block_mib> <uring|pool> "
+				"<shard_kib> <qd> <direct 0|1>\n",
+			argv[0], argv[0]);
+		return 2;
+	}
+	write = !strcmp(argv[1], "write");
+	nblocks = (uint32_t)strtoul(argv[3], NULL, 0);
+	block_bytes = strtoull(argv[4], NULL, 0) << 20;
+	shard_bytes = write ? 1u << 20 : strtoull(argv[6], NULL, 0) << 10;
+	qd = write ? 32 : (uint32_t)strtoul(argv[7], NULL, 0);
+	if (!write) {
+		engine = argv[5];
+		direct = (uint32_t)strtoul(argv[8], NULL, 0);
+	}
+	if (!nblocks || !shard_bytes || !qd || block_bytes % shard_bytes)
+		return fail("arguments", -EINVAL);
+
+	kvs_backend_config_init(&cfg);
+	cfg.nroots = 1;
+	cfg.roots[0] = argv[2];
+	cfg.shard_bytes = shard_bytes;
+	cfg.shards_per_block = (uint32_t)(block_bytes / shard_bytes);
+	cfg.queue_depth = qd;
+	cfg.pool_threads = qd < 64 ? qd : 64;
+	cfg.io_engine = !strcmp(engine, "uring") ? KVS_IO_ENGINE_URING : KVS_IO_ENGINE_POOL;
+	cfg.flags = direct ? KVS_BACKEND_F_IO_DIRECT : 0;
+	cfg.log_fn = log_cb;
+	rc = kvs_backend_open(&cfg, &b);
+	if (rc < 0)
+		return fail("open", rc);
+	if (posix_memalign((void **)&bufs, 1u << 21, (size_t)qd * shard_bytes))
+		return fail("buffers", -ENOMEM);
+	memset(bufs, 0, (size_t)qd * shard_bytes);
+	struct kvs_backend_buffer reg = { .base = bufs, .len = (uint64_t)qd * shard_bytes };
+	rc = kvs_backend_register_buffers(b, &reg, 1);
+	if (rc < 0)
+		return fail("register_buffers", rc);
+	kvs_backend_info(b, &info);
+
+	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns();
+	rc = run(b, write, nblocks, cfg.shards_per_block, shard_bytes, qd, bufs);
+	uint64_t wall = kvs_now_ns() - t0, cpu = cpu_ns() - c0;
+	if (rc < 0)
+		return fail(write ? "write" : "read", rc);
+	kvs_backend_close(b);
+	free(bufs);
+	if (!write) {
+		double bytes = (double)nblocks * (double)block_bytes;
+		printf("backend engine=%s shard_kib=%llu qd=%u gbps=%.2f cpu_ms_per_gib=%.1f "
+		       "variant=%s direct=%u\n",
+		       info.io_engine == KVS_IO_ENGINE_URING ? "uring" : "pool",
+		       (unsigned long long)(shard_bytes >> 10), qd, bytes / (double)wall,
+		       (double)cpu / 1e6 / (bytes / (double)(1u << 30)), KVS_BENCH_VARIANT, direct);
+	}
+	return 0;
+}

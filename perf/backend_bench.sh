@@ -1,0 +1,90 @@
+#!/bin/bash
+# perf/backend_bench.sh [builddir] — posix backend reads vs fio on the same files.
+#
+# Creates 1 GiB of block files (64 blocks x 16 MiB, the backend's own names and
+# layout) under $KVS_BENCH_DIR (default /var/tmp: not tmpfs), then for shard sizes
+# 256 KiB and 1 MiB and queue depths 8 and 32, buffered and O_DIRECT, reads them
+# all with: the io_uring and pool engines of the kernel build, the pool of the
+# plain build, and fio (ioengine=io_uring, same files, bs = shard size, same
+# iodepth, files read one after another like the backend).  The page cache is
+# dropped before every run (echo 3 > /proc/sys/vm/drop_caches as root, else
+# POSIX_FADV_DONTNEED on the bench files; the output says which).  One line per run:
+#   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1>
+# CPU: the backend's process time (all threads) over the read phase; fio's
+# usr_cpu + sys_cpu of its job process over the job's runtime.
+set -euo pipefail
+
+build=${1:-build}
+kern=$build/kernel/perf/backend_bench
+plain=$build/plain/perf/backend_bench
+nblocks=64
+block_mib=16
+for b in "$kern" "$plain"; do
+	[ -x "$b" ] || { echo "backend_bench: $b not built (cmake --build $build)" >&2; exit 1; }
+done
+command -v fio >/dev/null || { echo "backend_bench: fio not installed" >&2; exit 1; }
+
+root=$(mktemp -d "${KVS_BENCH_DIR:-/var/tmp}/kvs-backend-bench.XXXXXX")
+trap 'rm -rf "$root"' EXIT
+fstype=$(stat -f -c %T "$root")
+if [ "$fstype" = tmpfs ]; then
+	echo "backend_bench: $root is on tmpfs; set KVS_BENCH_DIR to a disk" >&2
+	exit 1
+fi
+
+"$kern" write "$root" $nblocks $block_mib
+sync
+
+if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
+	drop_how="drop_caches"
+	drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+else
+	drop_how="fadvise_dontneed (drop_caches not allowed)"
+	drop() {
+		python3 - "$root" <<'PY'
+import os, sys
+for d, _, fs in os.walk(sys.argv[1]):
+    for f in fs:
+        fd = os.open(os.path.join(d, f), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+PY
+	}
+fi
+echo "# backend_bench: $((nblocks * block_mib)) MiB in $nblocks files on $fstype ($root); cache: $drop_how"
+
+direct_ok=1
+if ! "$kern" read "$root" 1 $block_mib pool 1024 1 1 >/dev/null 2>&1; then
+	direct_ok=0
+	echo "# backend_bench: O_DIRECT not supported on $fstype: buffered runs only"
+fi
+
+fio_line() { # shard_kib qd direct
+	local out
+	out=$(fio --name=kvs --opendir="$root" --rw=read --bs="${1}k" --iodepth="$2" \
+		--ioengine=io_uring --direct="$3" --registerfiles=1 --fixedbufs=1 \
+		--file_service_type=sequential --output-format=json 2>/dev/null)
+	python3 -c '
+import json, sys
+s = sys.stdin.read()  # fio prints "opendir added N files" before the JSON
+j = json.loads(s[s.index("{"):])["jobs"][0]
+r = j["read"]
+gib = r["io_bytes"] / 2**30
+ms = j["job_runtime"]
+cpu_ms = (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * ms
+print("backend engine=fio shard_kib=%s qd=%s gbps=%.2f cpu_ms_per_gib=%.1f variant=fio direct=%s"
+      % (sys.argv[1], sys.argv[2], r["io_bytes"] / (ms * 1e6), cpu_ms / gib, sys.argv[3]))
+' "$1" "$2" "$3" <<<"$out"
+}
+
+for direct in 0 1; do
+	[ $direct = 1 ] && [ $direct_ok = 0 ] && continue
+	for kib in 256 1024; do
+		for qd in 8 32; do
+			drop; "$kern" read "$root" $nblocks $block_mib uring $kib $qd $direct
+			drop; "$kern" read "$root" $nblocks $block_mib pool $kib $qd $direct
+			drop; "$plain" read "$root" $nblocks $block_mib pool $kib $qd $direct
+			drop; fio_line $kib $qd $direct
+		done
+	done
+done
