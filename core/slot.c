@@ -185,6 +185,7 @@ static int filler_check(void *arg)
 	struct takeover *t = arg;
 	struct kvs_cache *c = t->c;
 	uint32_t i = t->slot->index, b;
+	bool failed = false;
 	/* relaxed: a hint, rechecked under the lock */
 	uint64_t f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
 	int rc;
@@ -195,15 +196,23 @@ static int filler_check(void *arg)
 	rc = kvs_core_slot_lock(c, i, &b);
 	if (rc)
 		return 0; /* try again next slice; the deadline still bounds us */
-	if (state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_LOADING &&
-	    atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) == f) {
+	if (state_value(c, i, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
+	    atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) != f) {
+		/* published meanwhile, or already taken over by a peer */
+	} else if (t->slot->flags & KVS_SLOT_NO_TAKEOVER) {
+		/* relaxed: the publish (release) orders it */
+		atomic_store_explicit(&c->slots[i].error, -KVS_EOWNERDEAD, memory_order_relaxed);
+		kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_FAILED);
+		kvs_log_info(&c->log, "slot %u: filler rank %u died; failed", i, (uint32_t)(f >> 32));
+		failed = true;
+	} else {
 		make_owner(c, i);
 		t->owner = true;
 		KVS_COUNT(c, takeovers, 1);
 		kvs_log_info(&c->log, "slot %u: filler rank %u died; taken over", i, (uint32_t)(f >> 32));
 	}
 	kvs_core_bucket_unlock(c, b);
-	return t->owner ? -KVS_EOWNERDEAD : 0;
+	return t->owner || failed ? -KVS_EOWNERDEAD : 0;
 }
 
 KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint64_t timeout_ns)

@@ -238,6 +238,9 @@ enum kvs_slot_state {
 
 /* kvs_slot.flags */
 #define KVS_SLOT_OWNER (1u << 0) /* this handle must fill the slot and publish */
+#define KVS_SLOT_NO_TAKEOVER (1u << 1) /* set by the caller before kvs_slot_wait: if the
+					* filler dies, fail the slot with -KVS_EOWNERDEAD
+					* for every waiter instead of taking it over */
 
 /* A pinned slot: the caller's handle, filled by kvs_cache_get().  Plain data
  * owned by the caller; valid until kvs_slot_release(). */
@@ -281,8 +284,9 @@ KVS_API int kvs_slot_state(struct kvs_cache *cache, struct kvs_slot *slot);
 /*
  * Wait until a pinned slot leaves LOADING.  Returns 0 (READY); the owner's
  * negative error (FAILED); KVS_SLOT_WAIT_OWNER (the filler died and this caller
- * took the slot over: fill it and publish); -ETIMEDOUT; -EDEADLK (the caller is
- * the owner of the unpublished slot).  Blocks: up to timeout_ns (spin, then futex
+ * took the slot over: fill it and publish); -KVS_EOWNERDEAD (the filler died and
+ * slot->flags has KVS_SLOT_NO_TAKEOVER, or a peer failed it so); -ETIMEDOUT;
+ * -EDEADLK (the caller is the owner of the unpublished slot).  Blocks: up to timeout_ns (spin, then futex
  * or yield per cfg->wait), checking the filler's liveness every 10 ms.
  */
 KVS_API int kvs_slot_wait(struct kvs_cache *cache, struct kvs_slot *slot, uint64_t timeout_ns);

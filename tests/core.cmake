@@ -2,3 +2,4 @@
 kvs_test(core_error SOURCES core_error.c LIBS kvs_core LABELS unit)
 kvs_test(core_slot SOURCES core_slot.c LIBS kvs_core LABELS unit)
 kvs_test(core_mp SOURCES core_mp.c LIBS kvs_core LABELS mp)
+kvs_test(core_fault SOURCES core_fault.c LIBS kvs_core LABELS mp;fault)

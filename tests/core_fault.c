@@ -1,0 +1,394 @@
+/*
+ * tests/core_fault.c — peers die at bad moments (kill -9): an owner mid-fill
+ * (its waiters take over, or fail with -KVS_EOWNERDEAD when they ask to), a
+ * process holding a bucket lock in the middle of a chain edit (the next locker
+ * repairs), and a randomised loop killing one of several hammering processes at
+ * a random instant.  Nobody hangs, nothing is corrupt, pins are reclaimed.
+ */
+#include <poll.h>
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "core_util.h"
+
+#define MS 1000000ull
+#define KEY 4242u
+
+static void fault_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slots)
+{
+	core_cfg(cfg, "fault", slots, 4096, 2);
+	cfg->local_rank_size = 16;
+	snprintf(cfg->unique_id, sizeof(cfg->unique_id), "%s", uid);
+}
+
+/* Wait for one byte on fd (a child saying "I am where you want me"). */
+static int wait_byte(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char ch;
+
+	if (poll(&p, 1, 20000) != 1 || read(fd, &ch, 1) != 1)
+		return -1;
+	return 0;
+}
+
+/* exec'd: --child owner <uid> <fd>: own KEY, say so, never publish. */
+static int owner_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	void *p;
+
+	if (argc != 2)
+		return 2;
+	fault_cfg(&cfg, argv[0], 16);
+	if (kvs_cache_open(&cfg, &c) || kvs_cache_get(c, &k, 0, 0, &s) || !(s.flags & KVS_SLOT_OWNER))
+		return 1;
+	kvs_slot_data(c, &s, &p);
+	memset(p, 0xee, 100); /* half-written bytes */
+	if (write(atoi(argv[1]), "x", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+/* exec'd: --child holder <uid> <fd>: hold KEY's bucket lock mid-"edit": the
+ * chain head lost and a refcount off, as a death inside an edit leaves them. */
+static int holder_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	uint32_t b;
+
+	if (argc != 2)
+		return 2;
+	fault_cfg(&cfg, argv[0], 16);
+	if (kvs_cache_open(&cfg, &c) || kvs_core_test_hold_bucket(c, &k, 0))
+		return 1;
+	b = kvs_core_bucket_of(c, kvs_core_hash(&k, 0));
+	if (c->buckets[b].head != KVS_IDX_NONE)
+		atomic_fetch_add(&c->slots[c->buckets[b].head].ref, 1);
+	c->buckets[b].head = KVS_IDX_NONE;
+	if (write(atoi(argv[1]), "x", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+static const char *peer_uid;
+
+/* forked waiter on KEY: 0 = saw READY with the right bytes, 3 = took over and
+ * filled it, 1 = anything else. */
+static int peer_waiter(void *arg)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	void *p;
+	int rc, out = 1;
+
+	(void)arg;
+	fault_cfg(&cfg, peer_uid, 16);
+	if (kvs_cache_open(&cfg, &c) || kvs_cache_get(c, &k, 0, 0, &s) || (s.flags & KVS_SLOT_OWNER))
+		return 1;
+	kvs_slot_data(c, &s, &p);
+	rc = kvs_slot_wait(c, &s, 20000 * MS);
+	if (rc == 0 && core_verify(p, cfg.slot_bytes, KEY, 0))
+		out = 0;
+	if (rc == KVS_SLOT_WAIT_OWNER) {
+		core_fill(p, cfg.slot_bytes, KEY, 0);
+		out = kvs_slot_publish_ready(c, &s) == 0 ? 3 : 1;
+	}
+	kvs_slot_release(c, &s);
+	kvs_cache_close(c);
+	return out;
+}
+
+static pid_t spawn_with_pipe(const char *child, const char *uid, int *rfd)
+{
+	int fds[2];
+	char fdstr[16];
+	pid_t pid;
+
+	if (pipe(fds))
+		return -1;
+	snprintf(fdstr, sizeof(fdstr), "%d", fds[1]);
+	const char *av[] = { uid, fdstr, NULL };
+	pid = kvs_test_spawn(child, av);
+	close(fds[1]);
+	*rfd = fds[0];
+	return pid;
+}
+
+static int test_owner_killed_mid_fill(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	struct kvs_cache_stats st;
+	pid_t owner, peer;
+	int rfd, took = 0;
+	void *p;
+
+	fault_cfg(&cfg, "", 16);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "ownerdie");
+	peer_uid = cfg.unique_id;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
+	KVS_CHECK(owner > 0);
+	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	close(rfd);
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, 0);
+	peer = kvs_test_fork(peer_waiter, NULL);
+	uint64_t deadline = kvs_deadline_after(20000 * MS);
+	while (atomic_load(&c->slots[s.index].ref) < 3 && kvs_now_ns() < deadline)
+		sched_yield();
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 3);
+	kill(owner, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(owner, 10000), 128 + SIGKILL);
+	int rc = kvs_slot_wait(c, &s, 20000 * MS);
+	KVS_CHECK_OK(kvs_slot_data(c, &s, &p));
+	if (rc == KVS_SLOT_WAIT_OWNER) {
+		took = 1;
+		core_fill(p, cfg.slot_bytes, KEY, 0);
+		KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	} else {
+		KVS_CHECK_EQ(rc, 0);
+		KVS_CHECK(core_verify(p, cfg.slot_bytes, KEY, 0));
+	}
+	rc = kvs_test_reap(peer, 30000);
+	KVS_CHECK(rc == 0 || rc == 3);
+	KVS_CHECK_EQ(took + (rc == 3), 1); /* exactly one new owner */
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	KVS_CHECK_EQ(kvs_cache_exists(c, &k, 0), 1);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.takeovers, 1);
+	KVS_CHECK(st.ranks_reaped >= 1);
+	KVS_CHECK_EQ(st.slots_pinned, 0);
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_owner_killed_no_takeover(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL, *c2 = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	struct kvs_cache_stats st;
+	pid_t owner;
+	int rfd;
+
+	fault_cfg(&cfg, "", 16);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "notakeover");
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	/* 1: a waiter that refuses takeover gets -KVS_EOWNERDEAD */
+	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
+	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	close(rfd);
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	kill(owner, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(owner, 10000), 128 + SIGKILL);
+	s.flags |= KVS_SLOT_NO_TAKEOVER;
+	KVS_CHECK_ERR(kvs_slot_wait(c, &s, 20000 * MS), -KVS_EOWNERDEAD);
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	/* the next get retries */
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
+	KVS_CHECK_OK(kvs_slot_release(c, &s)); /* -> FAILED(-ECANCELED) */
+
+	/* 2: nobody waiting; the next attacher reaps the dead owner and the slot
+	 * is FAILED(-KVS_EOWNERDEAD), retried by the next get */
+	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
+	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	close(rfd);
+	kill(owner, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(owner, 10000), 128 + SIGKILL);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c2));
+	uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(&k, 0));
+	uint32_t i = kvs_core_find(c, b, &k, 0);
+	KVS_CHECK(i != KVS_IDX_NONE);
+	KVS_CHECK_EQ(atomic_load(&c->states[i]), KVS_SLOT_FAILED);
+	KVS_CHECK_EQ(atomic_load(&c->slots[i].error), -KVS_EOWNERDEAD);
+	KVS_CHECK_EQ(atomic_load(&c->slots[i].ref), 0);
+	KVS_CHECK_OK(kvs_cache_get(c2, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
+	KVS_CHECK_OK(kvs_slot_publish_ready(c2, &s));
+	KVS_CHECK_OK(kvs_slot_release(c2, &s));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.ranks_reaped, 2);
+	kvs_cache_close(c2);
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_lock_holder_killed(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	struct kvs_cache_stats st;
+	pid_t holder;
+	int rfd;
+
+	fault_cfg(&cfg, "", 16);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "lockdie");
+	cfg.lock_timeout_ns = 20000 * MS;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	holder = spawn_with_pipe("holder", cfg.unique_id, &rfd);
+	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	close(rfd);
+	kill(holder, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(holder, 10000), 128 + SIGKILL);
+	/* The next locker gets EOWNERDEAD, rebuilds the chain (the key is found
+	 * again) and recounts the ref from the pin tables. */
+	KVS_CHECK_EQ(kvs_cache_exists(c, &k, 0), 1);
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.lock_repairs, 1);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.state, KVS_SLOT_READY);
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 1);
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+/* A hammering worker for the random kill loop: handles takeovers. */
+static int worker(const char *uid, unsigned seed)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	int rc;
+
+	fault_cfg(&cfg, uid, 12);
+	rc = kvs_cache_open(&cfg, &c);
+	if (rc)
+		KVS_FAILF("worker: open %s", kvs_strerror(rc));
+	for (int n = 0; n < 20000; n++) {
+		uint64_t blk = rand_r(&seed) % 10;
+		uint32_t sh = rand_r(&seed) % 2;
+		struct kvs_block_id k = core_block(blk);
+		struct kvs_slot s;
+		void *p;
+
+		rc = kvs_cache_get(c, &k, sh, 0, &s);
+		if (rc == -ENOSPC)
+			continue;
+		if (rc)
+			KVS_FAILF("worker: get %s", kvs_strerror(rc));
+		kvs_slot_data(c, &s, &p);
+		if (!(s.flags & KVS_SLOT_OWNER)) {
+			rc = kvs_slot_wait(c, &s, 20000 * MS);
+			if (rc == 0 && !core_verify(p, cfg.slot_bytes, blk, sh))
+				KVS_FAILF("worker: bad bytes");
+			if (rc < 0 && rc != -ECANCELED)
+				KVS_FAILF("worker: wait %s", kvs_strerror(rc));
+		}
+		if (s.flags & KVS_SLOT_OWNER) {
+			core_fill(p, cfg.slot_bytes, blk, sh);
+			if (kvs_slot_publish_ready(c, &s))
+				KVS_FAILF("worker: publish");
+		}
+		if (kvs_slot_release(c, &s))
+			KVS_FAILF("worker: release");
+	}
+	kvs_cache_close(c);
+	return 0;
+}
+
+static unsigned worker_seed;
+
+static int worker_fork(void *arg)
+{
+	return worker((const char *)arg, worker_seed);
+}
+
+static int worker_exec(int argc, char **argv)
+{
+	return argc == 2 ? worker(argv[0], (unsigned)atoi(argv[1])) : 2;
+}
+
+static int test_kill_random(void)
+{
+	enum { ITER = 30, W = 3 };
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL, *c2 = NULL;
+	struct kvs_cache_stats st;
+	unsigned seed = 777;
+
+	fault_cfg(&cfg, "", 12);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "killrand");
+	printf("seed %u, %d iterations of %d workers, one killed\n", seed, ITER, W);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	for (int it = 0; it < ITER; it++) {
+		pid_t pids[W];
+		int victim = (int)(rand_r(&seed) % W);
+		char seeds[W][16];
+
+		for (int w = 0; w < W; w++) {
+			snprintf(seeds[w], sizeof(seeds[w]), "%u", seed + (unsigned)w);
+			if (w % 2) {
+				const char *av[] = { cfg.unique_id, seeds[w], NULL };
+				pids[w] = kvs_test_spawn("worker", av);
+			} else {
+				worker_seed = seed + (unsigned)w;
+				pids[w] = kvs_test_fork(worker_fork, cfg.unique_id);
+			}
+			KVS_CHECK(pids[w] > 0);
+		}
+		/* fault injection: kill at a random instant (not synchronisation) */
+		struct timespec ts = { 0, (long)(rand_r(&seed) % 10000) * 1000 };
+		nanosleep(&ts, NULL);
+		kill(pids[victim], SIGKILL);
+		for (int w = 0; w < W; w++) {
+			int rc = kvs_test_reap(pids[w], 30000);
+
+			if (w == victim)
+				KVS_CHECK(rc == 0 || rc == 128 + SIGKILL);
+			else if (rc != 0)
+				KVS_FAILF("iteration %d: worker %d exited %d", it, w, rc);
+		}
+		KVS_CHECK_OK(kvs_cache_check(c));
+	}
+	/* A fresh attacher reaps whatever the dead left pinned. */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c2));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	printf("reaped %llu, takeovers %llu, lock repairs %llu, fills %llu\n",
+	       (unsigned long long)st.ranks_reaped, (unsigned long long)st.takeovers,
+	       (unsigned long long)st.lock_repairs, (unsigned long long)st.owner_fills);
+	KVS_CHECK_EQ(st.slots_pinned, 0);
+	KVS_CHECK_EQ(st.ranks_attached, 2);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c2);
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "owner_killed_mid_fill", test_owner_killed_mid_fill },
+	{ "owner_killed_no_takeover", test_owner_killed_no_takeover },
+	{ "lock_holder_killed", test_lock_holder_killed },
+	{ "kill_random", test_kill_random },
+};
+
+static const struct kvs_test_child children[] = {
+	{ "owner", owner_child },
+	{ "holder", holder_child },
+	{ "worker", worker_exec },
+};
+
+KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
