@@ -173,8 +173,11 @@ int kvs_numa_hugetlb_check(uint64_t page_bytes, int32_t node, uint64_t need,
 	avail += all.overcommit_pages;
 	if (node >= 0) {
 		rc = kvs_numa_hugetlb_pool(page_bytes, node, &on_node);
-		if (rc < 0)
+		if (rc < 0) {
+			kvs_log_warn(log, "numa: cannot read the %" PRIu64 " kB hugepage pool of node %d: %s",
+				     page_bytes >> 10, (int)node, strerror(-rc));
 			return rc == -ENOENT ? -KVS_ENOHUGE : rc;
+		}
 		if (on_node.free_pages < avail)
 			avail = on_node.free_pages;
 	}
