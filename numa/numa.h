@@ -96,7 +96,8 @@ struct kvs_numa_seg {
 int kvs_numa_seg_create(const char *unique_id, int32_t node, uint64_t bytes,
 			const struct kvs_numa_seg_opts *opts, struct kvs_numa_seg *seg);
 
-/* Map an existing segment made by kvs_numa_seg_create with the recorded node,
+/* Map an existing segment made by kvs_numa_seg_create with the recorded node
+ * (the one passed to create, which names the file; not the creator's seg->node),
  * backing and page size; bytes must match the file (the creator's seg->bytes).
  * Never touches its pages.  opts: only log and gid are used (NULL = defaults): a
  * file owned by another uid is accepted only when gid >= 0 and the file's group
