@@ -78,14 +78,15 @@ endmacro()
 
 # Common properties of a module's static library (kvs_<module>_${KVS_V}): PIC,
 # hidden visibility (only KVS_API symbols leave libkvshare.so.1), the variant
-# define, the public header.  Module-internal headers stay private to the module;
-# other modules include "<module>/<module>.h" through the project root.
+# define, the public header.  Everything includes "<module>/<file>.h" through the
+# project root (a module's own directory is deliberately not on the include
+# path: numa/numa.h would shadow libnuma's <numa.h>); "<module>/<module>.h" is
+# what other modules may include, and link dependencies enforce the rest.
 function(kvs_module tgt)
   set_target_properties(${tgt} PROPERTIES POSITION_INDEPENDENT_CODE ON
                         C_VISIBILITY_PRESET hidden)
   target_compile_definitions(${tgt} PUBLIC KVS_KERNEL=${KVS_KERNEL})
-  target_include_directories(${tgt} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-                             PUBLIC ${PROJECT_SOURCE_DIR}/include
+  target_include_directories(${tgt} PUBLIC ${PROJECT_SOURCE_DIR}/include
                              INTERFACE ${PROJECT_SOURCE_DIR})
   target_link_libraries(${tgt} PUBLIC kvs_common)
 endfunction()
