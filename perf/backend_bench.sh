@@ -9,7 +9,10 @@
 # iodepth, files read one after another like the backend).  The page cache is
 # dropped before every run (echo 3 > /proc/sys/vm/drop_caches as root, else
 # POSIX_FADV_DONTNEED on the bench files; the output says which).  One line per run:
-#   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1>
+#   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1> mem=<..>
+# Buffers are huge pages on both sides (the backend: MAP_HUGETLB, else THP; fio:
+# --mem=mmaphuge, else malloc; mem= says which): the store reads into hugetlbfs
+# slots, and with 4 KiB pages a virtio disk splits each 1 MiB request.
 # CPU: the backend's process time (all threads) over the read phase; fio's
 # usr_cpu + sys_cpu of its job process over the job's runtime.
 set -euo pipefail
@@ -60,10 +63,15 @@ if ! "$kern" read "$root" 1 $block_mib pool 1024 1 1 >/dev/null 2>&1; then
 fi
 
 fio_line() { # shard_kib qd direct
-	local out
-	out=$(fio --name=kvs --opendir="$root" --rw=read --bs="${1}k" --iodepth="$2" \
-		--ioengine=io_uring --direct="$3" --registerfiles=1 --fixedbufs=1 \
-		--file_service_type=sequential --output-format=json 2>/dev/null)
+	local out mem=hugetlb
+	local args=(--name=kvs --opendir="$root" --rw=read --bs="${1}k" --iodepth="$2"
+		--ioengine=io_uring --direct="$3" --registerfiles=1 --fixedbufs=1
+		--file_service_type=sequential --output-format=json)
+	# Same buffer pages as the backend's (hugetlb); plain malloc if the pool is short.
+	if ! out=$(fio "${args[@]}" --mem=mmaphuge 2>/dev/null); then
+		mem=malloc
+		out=$(fio "${args[@]}" 2>/dev/null)
+	fi
 	python3 -c '
 import json, sys
 s = sys.stdin.read()  # fio prints "opendir added N files" before the JSON
@@ -72,9 +80,9 @@ r = j["read"]
 gib = r["io_bytes"] / 2**30
 ms = j["job_runtime"]
 cpu_ms = (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * ms
-print("backend engine=fio shard_kib=%s qd=%s gbps=%.2f cpu_ms_per_gib=%.1f variant=fio direct=%s"
-      % (sys.argv[1], sys.argv[2], r["io_bytes"] / (ms * 1e6), cpu_ms / gib, sys.argv[3]))
-' "$1" "$2" "$3" <<<"$out"
+print("backend engine=fio shard_kib=%s qd=%s gbps=%.2f cpu_ms_per_gib=%.1f variant=fio direct=%s mem=%s"
+      % (sys.argv[1], sys.argv[2], r["io_bytes"] / (ms * 1e6), cpu_ms / gib, sys.argv[3], sys.argv[4]))
+' "$1" "$2" "$3" "$mem" <<<"$out"
 }
 
 for direct in 0 1; do
