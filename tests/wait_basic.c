@@ -88,6 +88,22 @@ static int test_wake_each_mode(void)
 	return KVS_TEST_PASS;
 }
 
+/* KVS_DEADLINE_NONE (no deadline, no hook): the sleep has no finite end, and a
+ * publish still ends it. */
+static int test_no_deadline_wake(void)
+{
+	for (size_t m = 0; m < WT_NMODES; m++) {
+		_Atomic uint32_t w = 0;
+		struct wt_publisher p;
+		struct kvs_wait_opts o = { .deadline_ns = KVS_DEADLINE_NONE, .mode = wt_modes[m] };
+
+		KVS_CHECK_OK(wt_publisher_start(&p, &w, 3, wt_modes[m]));
+		KVS_CHECK_EQ(kvs_wait_while(&w, 0, &o), 3);
+		KVS_CHECK_OK(wt_publisher_join(&p));
+	}
+	return KVS_TEST_PASS;
+}
+
 static int test_deadline(void)
 {
 	const uint64_t timeout = 50 * MS, slack = 2000 * MS; /* a generous bound, not a timing */
@@ -361,6 +377,7 @@ static const struct kvs_test_case cases[] = {
 	{ "invalid_args", test_invalid_args },
 	{ "futex_mode_by_build", test_futex_mode_by_build },
 	{ "wake_each_mode", test_wake_each_mode },
+	{ "no_deadline_wake", test_no_deadline_wake },
 	{ "deadline", test_deadline },
 	{ "check_hook_stops", test_check_hook_stops },
 	{ "check_hook_period", test_check_hook_period },
