@@ -573,8 +573,9 @@ KVS_API void kvs_backend_config_init(struct kvs_backend_config *cfg);
 KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_backend **out);
 
 /*
- * Close a backend (NULL is a no-op).  Transfers in flight are finished first;
- * a partially dumped block is discarded (its temp file removed).
+ * Close a backend (NULL is a no-op).  Transfers in flight are finished first
+ * (call it from the issuing thread: the io_uring engine reaps them there); a
+ * partially dumped block is discarded (its temp file removed).
  * Blocks: until in-flight transfers end.  Ownership: frees the handle.
  */
 KVS_API void kvs_backend_close(struct kvs_backend *b);
@@ -618,7 +619,8 @@ KVS_API int kvs_backend_poll(struct kvs_backend *b, struct kvs_backend_completio
 /*
  * Register memory regions (e.g. the data segments) for zero-copy transfers: with
  * io_uring, registered as fixed buffers (regions over 1 GiB are split) and reads
- * into them use READ_FIXED.  Call before the first submit, from the issuing thread.
+ * into them use READ_FIXED.  Call before the first submit (from any thread) or
+ * from the issuing thread.
  * Transfers outside the regions still work.  A backend without the feature returns 0.
  * Returns 0 or a negative errno (-ENOMEM: RLIMIT_MEMLOCK too low).
  * Blocks: while the kernel pins the pages.  Ownership: the regions stay the
