@@ -8,7 +8,7 @@
  * bucket's slots change only under that bucket's lock.
  *
  * Locks are robust process-shared mutexes taken with a deadline
- * (pthread_mutex_clocklock on CLOCK_MONOTONIC).  EOWNERDEAD means the holder
+ * (pthread_mutex_timedlock).  EOWNERDEAD means the holder
  * died at some instruction of a chain edit, a re-key or a pin update; the new
  * holder rebuilds the chain from bucket_idx, recounts refs from the pin tables
  * (dead ranks' pins included: the reaper drops them later, one by one) and
@@ -25,6 +25,10 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
 
 #include "common/clock.h"
 #include "core/core.h"
@@ -131,9 +135,24 @@ int kvs_core_bucket_lock(struct kvs_cache *c, uint32_t b)
 	int rc = pthread_mutex_trylock(m);
 
 	if (rc == EBUSY) {
-		struct timespec ts = kvs_ns_to_timespec(kvs_deadline_after(c->cfg.lock_timeout_ns));
+		/* pthread_mutex_timedlock (CLOCK_REALTIME), not clocklock: the
+		 * sanitizers intercept only the former, and this deadline is a
+		 * safety bound (a stopped holder) that a clock step may stretch
+		 * or shorten without harm. */
+		struct timespec ts;
 
-		rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts = kvs_ns_to_timespec((uint64_t)ts.tv_sec * KVS_NSEC_PER_SEC + (uint64_t)ts.tv_nsec +
+					c->cfg.lock_timeout_ns);
+		rc = pthread_mutex_timedlock(m, &ts);
+#if defined(__SANITIZE_THREAD__)
+		/* TSan's timedlock interceptor records the lock only for rc 0 (its
+		 * trylock one handles EOWNERDEAD): tell it we hold the mutex. */
+		if (rc == EOWNERDEAD) {
+			__tsan_mutex_pre_lock(m, __tsan_mutex_try_lock);
+			__tsan_mutex_post_lock(m, __tsan_mutex_try_lock, 0);
+		}
+#endif
 	}
 	return bucket_acquired(c, b, rc);
 }

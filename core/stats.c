@@ -3,10 +3,10 @@
  * the node (kvs_cache_stats), and the invariant checker (kvs_cache_check).
  *
  * Counters are relaxed atomics written by the rank that counts and summed racily
- * here: they are statistics.  The checker instead wants a consistent snapshot:
- * it takes every bucket lock in index order (everyone else takes at most one
- * lock blocking, plus others only by trylock, so this cannot deadlock), verifies
- * each invariant of layout.h and logs every violation it finds.
+ * here: they are statistics.  The checker verifies each invariant of layout.h
+ * bucket by bucket under that bucket's lock (what a lock guards is exact there),
+ * using unlocked pre-pass counts only as hints that are recounted under the lock
+ * before anything is called broken; it logs every violation it finds.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -78,11 +78,95 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 		bad++;                                                                  \
 	} while (0)
 
-/* Every invariant, all bucket locks held. */
-static int check_locked(struct kvs_cache *c, uint32_t *pins, uint8_t *seen)
+/* Exact number of pin entries naming slot i (its bucket locked: stable). */
+static uint32_t pins_of(struct kvs_cache *c, uint32_t i)
 {
+	uint32_t n = 0;
+
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
+		for (uint32_t p = 0; p < KVS_RANK_PINS; p++)
+			n += atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed) == i + 1;
+	return n;
+}
+
+/* Exact number of slots whose bucket_idx is b (b locked: stable). */
+static uint32_t members_of(struct kvs_cache *c, uint32_t b)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < c->slot_count; i++)
+		n += atomic_load_explicit(&c->slots[i].bucket_idx, memory_order_relaxed) == b;
+	return n;
+}
+
+/* Bucket b's invariants, b locked.  pins and members are unlocked pre-pass
+ * counts: a mismatch is recounted exactly under the lock before it is called
+ * broken, so a busy cache gives no false reports. */
+static int check_bucket(struct kvs_cache *c, uint32_t b, const uint32_t *pins,
+			const uint32_t *members)
+{
+	uint32_t n = 0;
 	int bad = 0;
 
+	for (uint32_t i = c->buckets[b].head; i != KVS_IDX_NONE; i = c->slots[i].next) {
+		if (i >= c->slot_count) {
+			BROKEN("bucket %u: link to slot %u of %u", b, i, c->slot_count);
+			return bad;
+		}
+		if (++n > c->slot_count) {
+			BROKEN("bucket %u: chain has a cycle", b);
+			return bad;
+		}
+		struct kvs_shm_slot *s = &c->slots[i];
+		uint32_t sb = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
+		uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
+		uint32_t ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
+
+		if (sb != b)
+			BROKEN("slot %u on bucket %u's chain says bucket %u", i, b, sb);
+		if (ref != pins[i] && ref != pins_of(c, i))
+			BROKEN("slot %u: ref %u but %u pin entries", i, ref, pins_of(c, i));
+		if (st > KVS_SHM_SLOT_FAILED)
+			BROKEN("slot %u: state %u", i, st);
+		if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_FAILED)
+			continue;
+		if (s->shard >= c->hdr->fp.shards_per_block)
+			BROKEN("slot %u: shard %u >= %u", i, s->shard, c->hdr->fp.shards_per_block);
+		if (kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
+			BROKEN("slot %u: key hashes to bucket %u, sits on %u", i,
+			       kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)), b);
+		if (st == KVS_SHM_SLOT_FAILED && atomic_load_explicit(&s->error, memory_order_relaxed) >= 0)
+			BROKEN("slot %u: FAILED with error %d", i,
+			       atomic_load_explicit(&s->error, memory_order_relaxed));
+		for (uint32_t j = s->next, m = 0; j < c->slot_count && m < c->slot_count;
+		     j = c->slots[j].next, m++) {
+			uint32_t sj = atomic_load_explicit(&c->states[j], memory_order_relaxed) &
+				      KVS_WAIT_VALUE_MASK;
+			if (sj != KVS_SHM_SLOT_EMPTY && c->slots[j].shard == s->shard &&
+			    memcmp(&c->slots[j].block, &s->block, 16) == 0)
+				BROKEN("slots %u and %u hold the same key", i, j);
+		}
+	}
+	if (n != members[b] && n != members_of(c, b))
+		BROKEN("bucket %u: %u slots on its chain, %u say they are on it", b, n, members_of(c, b));
+	return bad;
+}
+
+KVS_API int kvs_cache_check(struct kvs_cache *c)
+{
+	uint32_t *pins, *members;
+	int rc = 0, bad = 0;
+
+	if (!c)
+		return -EINVAL;
+	pins = calloc(c->slot_count, sizeof(*pins));
+	members = calloc(c->bucket_mask + 1, sizeof(*members));
+	if (!pins || !members) {
+		free(pins);
+		free(members);
+		return -ENOMEM;
+	}
+	/* Pre-pass, unlocked (relaxed: hints, verified under the locks). */
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		struct kvs_shm_rank *e = &c->ranks[r];
 		uint32_t state = atomic_load_explicit(&e->state, memory_order_acquire);
@@ -94,101 +178,31 @@ static int check_locked(struct kvs_cache *c, uint32_t *pins, uint8_t *seen)
 
 			if (v == 0)
 				continue;
-			if (state == KVS_SHM_RANK_FREE)
-				BROKEN("rank %u is free but pins slot %u", r, v - 1);
 			if (v - 1 >= c->slot_count)
 				BROKEN("rank %u pin %u names slot %u of %u", r, p, v - 1, c->slot_count);
 			else
 				pins[v - 1]++;
 		}
 	}
-	for (uint64_t b = 0; b <= c->bucket_mask; b++) {
-		uint32_t n = 0;
+	for (uint32_t i = 0; i < c->slot_count; i++) {
+		uint32_t b = atomic_load_explicit(&c->slots[i].bucket_idx, memory_order_relaxed);
 
-		for (uint32_t i = c->buckets[b].head; i != KVS_IDX_NONE; i = c->slots[i].next) {
-			if (i >= c->slot_count) {
-				BROKEN("bucket %llu: link to slot %u of %u", (unsigned long long)b, i,
-				       c->slot_count);
-				break;
-			}
-			if (seen[i]++) {
-				BROKEN("slot %u is on two chains (or a cycle, bucket %llu)", i,
-				       (unsigned long long)b);
-				break;
-			}
-			if (++n > c->slot_count)
-				break;
-			struct kvs_shm_slot *s = &c->slots[i];
-			uint32_t sb = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
-			uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) &
-				      KVS_WAIT_VALUE_MASK;
-
-			if (sb != b)
-				BROKEN("slot %u on bucket %llu's chain says bucket %u", i,
-				       (unsigned long long)b, sb);
-			if (st > KVS_SHM_SLOT_FAILED)
-				BROKEN("slot %u: state %u", i, st);
-			if (st == KVS_SHM_SLOT_EMPTY)
-				continue;
-			if (kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
-				BROKEN("slot %u: key hashes to bucket %u, sits on %llu", i,
-				       kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)),
-				       (unsigned long long)b);
-			if (s->shard >= c->hdr->fp.shards_per_block)
-				BROKEN("slot %u: shard %u >= %u", i, s->shard, c->hdr->fp.shards_per_block);
-			if (st == KVS_SHM_SLOT_FAILED &&
-			    atomic_load_explicit(&s->error, memory_order_relaxed) >= 0)
-				BROKEN("slot %u: FAILED with error %d", i,
-				       atomic_load_explicit(&s->error, memory_order_relaxed));
-			for (uint32_t j = s->next, m = 0; j != KVS_IDX_NONE && j < c->slot_count &&
-			     m < c->slot_count; j = c->slots[j].next, m++) {
-				uint32_t sj = atomic_load_explicit(&c->states[j], memory_order_relaxed) &
-					      KVS_WAIT_VALUE_MASK;
-				if (sj != KVS_SHM_SLOT_EMPTY && c->slots[j].shard == s->shard &&
-				    memcmp(&c->slots[j].block, &s->block, 16) == 0)
-					BROKEN("slots %u and %u hold the same key", i, j);
-			}
+		if (b > c->bucket_mask)
+			BROKEN("slot %u: bucket_idx %u of %llu", i, b,
+			       (unsigned long long)c->bucket_mask + 1);
+		else
+			members[b]++;
+	}
+	/* One bucket at a time: what a bucket's lock guards is checked exactly. */
+	for (uint64_t b = 0; b <= c->bucket_mask && rc == 0; b++) {
+		rc = kvs_core_bucket_lock(c, (uint32_t)b);
+		if (rc == 0) {
+			bad += check_bucket(c, (uint32_t)b, pins, members);
+			kvs_core_bucket_unlock(c, (uint32_t)b);
 		}
 	}
-	for (uint32_t i = 0; i < c->slot_count; i++) {
-		uint32_t ref = atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed);
-
-		if (!seen[i])
-			BROKEN("slot %u is on no chain (bucket_idx %u)", i,
-			       atomic_load_explicit(&c->slots[i].bucket_idx, memory_order_relaxed));
-		if (ref != pins[i])
-			BROKEN("slot %u: ref %u but %u pin entries", i, ref, pins[i]);
-	}
-	return bad;
-}
-
-KVS_API int kvs_cache_check(struct kvs_cache *c)
-{
-	uint32_t *pins;
-	uint8_t *seen;
-	uint64_t locked = 0;
-	int rc = 0, bad = 0;
-
-	if (!c)
-		return -EINVAL;
-	pins = calloc(c->slot_count, sizeof(*pins));
-	seen = calloc(c->slot_count, 1);
-	if (!pins || !seen) {
-		free(pins);
-		free(seen);
-		return -ENOMEM;
-	}
-	for (; locked <= c->bucket_mask; locked++) {
-		rc = kvs_core_bucket_lock(c, (uint32_t)locked);
-		if (rc)
-			break;
-	}
-	if (rc == 0)
-		bad = check_locked(c, pins, seen);
-	while (locked-- > 0)
-		kvs_core_bucket_unlock(c, (uint32_t)locked);
 	free(pins);
-	free(seen);
+	free(members);
 	if (rc)
 		return rc;
 	return bad ? -KVS_ECORRUPT : 0;

@@ -371,10 +371,10 @@ KVS_API int kvs_cache_rank(const struct kvs_cache *cache);
 
 /*
  * Verify every shared invariant: chains match bucket_idx, keys hash to their
- * bucket, no duplicate keys, states valid, refcounts equal the pin tables, free
- * rank entries hold no pins.  Takes every bucket lock (in order) for a
- * consistent snapshot.  Returns 0; -KVS_ECORRUPT (each broken invariant logged);
- * -ETIMEDOUT.  Blocks: all bucket locks.
+ * bucket, no duplicate keys, states valid, refcounts equal the pin tables.
+ * Each bucket is checked under its own lock, so it may run on a busy cache.
+ * Returns 0; -KVS_ECORRUPT (each broken invariant logged); -ETIMEDOUT; -ENOMEM.
+ * Blocks: one bucket lock at a time; O(slots) time (more on a busy cache).
  */
 KVS_API int kvs_cache_check(struct kvs_cache *cache);
 
