@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "fifo.h"
@@ -37,6 +38,7 @@ struct fault {
 	struct record *recs;
 	uint32_t nrecs;
 	uint32_t free_hint;
+	uint32_t inner_inflight; /* transfers submitted to inner, not yet reaped */
 	struct kvs_io_fifo q; /* completions waiting out the delay */
 };
 
@@ -126,6 +128,7 @@ static int fault_submit(struct fault *f, const struct kvs_backend_io *io, bool r
 		return rc;
 	f->recs[idx] = (struct record){ .token = io->token, .in_use = true,
 					.short_read = short_read };
+	f->inner_inflight++;
 	return 0;
 }
 
@@ -155,6 +158,7 @@ static int pull_inner(struct fault *f, uint64_t timeout_ns)
 		int rc = kvs_io_fifo_push(&f->q, &e);
 
 		r->in_use = false;
+		f->inner_inflight--;
 		if (rc < 0)
 			return rc;
 	}
@@ -183,20 +187,20 @@ static int fault_poll(void *state, struct kvs_backend_completion *out, uint32_t 
 		}
 		if (k > 0 || now >= deadline)
 			return (int)k;
-		/* Wait for the inner backend, but not past the head's due time. */
+		/* Wait for the inner backend, but not past the head's due time; with
+		 * nothing below, sleep until the head is due (or return: nothing at all). */
 		e = kvs_io_fifo_head(&f->q);
 		uint64_t until = e && e->due_ns < deadline ? e->due_ns : deadline;
-		rc = pull_inner(f, until - now);
-		if (rc < 0)
-			return rc;
-		if (rc == 0 && !e) {
-			/* Nothing in flight below and nothing queued: do not spin. */
-			bool busy = false;
+		if (f->inner_inflight) {
+			rc = pull_inner(f, until - now);
+			if (rc < 0)
+				return rc;
+		} else if (e) {
+			struct timespec ts = kvs_ns_to_timespec(until);
 
-			for (uint32_t i = 0; i < f->nrecs && !busy; i++)
-				busy = f->recs[i].in_use;
-			if (!busy)
-				return 0;
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		} else {
+			return 0;
 		}
 	}
 }

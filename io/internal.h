@@ -36,6 +36,7 @@ struct kvs_io_req {
 	uint64_t len;      /* bytes to move (0 for fsync) */
 	uint64_t off;      /* file offset of buf[0] */
 	uint64_t done;     /* bytes moved so far (engine) */
+	uint32_t retries;  /* -EAGAIN/-EINTR resubmissions so far (engine) */
 	int64_t res;       /* on completion: len, or a negative errno */
 	void *ctx;         /* the submitter's */
 	struct kvs_io_req *next; /* engine-private link */
@@ -63,6 +64,7 @@ struct kvs_io_eng {
 	const struct kvs_io_eng_ops *ops;
 	uint32_t kind;       /* KVS_IO_ENGINE_URING or _POOL */
 	uint32_t info_flags; /* KVS_BACKEND_INFO_FIXED_BUFFERS once registered */
+	uint32_t nfiles;     /* registered file slots (0: plain fds only) */
 };
 
 /* io_uring engine (kernel build): ring of qd entries, nfiles registered file slots.

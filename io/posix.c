@@ -8,9 +8,9 @@
  * The layout works unchanged on a shared mount (NFS, CephFS, Lustre, 3FS).
  *
  * Reads.  The block file is opened (O_RDONLY, O_DIRECT if configured) through a
- * bounded fd cache (CLOCK over qd + 16 entries, an entry pinned while a transfer
- * uses it); with io_uring each cache entry is also a slot of the ring's sparse
- * registered-file table.  A missing file refuses the submit with -ENOENT.
+ * bounded fd cache (CLOCK over qd + 16 entries, at most RLIMIT_NOFILE / 4; an
+ * entry is pinned while a transfer uses it); with io_uring each cache entry is
+ * also a slot of the ring's sparse registered-file table.  A missing file refuses the submit with -ENOENT.
  *
  * Dumps.  The first write of a block creates <hex>.tmp.<pid>.<random> next to the
  * final name (mode 0600: KV contents are users' prompts); a bitmap counts the
@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -324,7 +325,7 @@ static void fd_drop(struct posix *p, struct fd_entry *fe)
 {
 	if (fe->fd < 0)
 		return;
-	if (p->eng->ops->set_file)
+	if (p->eng->nfiles)
 		p->eng->ops->set_file(p->eng, (int)(fe - p->fds), -1);
 	close(fe->fd);
 	fe->fd = -1;
@@ -387,7 +388,7 @@ static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entr
 	if (fd < 0)
 		return -errno;
 	fd_drop(p, victim);
-	if (p->eng->ops->set_file) {
+	if (p->eng->nfiles) {
 		rc = p->eng->ops->set_file(p->eng, (int)(victim - p->fds), fd);
 		if (rc < 0) {
 			kvs_log_error(&p->log, "backend: registering a file: %s", strerror(-rc));
@@ -549,7 +550,7 @@ static int posix_submit_read(void *state, const struct kvs_backend_io *io)
 	r->len = io->len;
 	r->req.op = KVS_IO_OP_READ;
 	r->req.fd = r->fe->fd;
-	r->req.file_idx = p->eng->ops->set_file ? (int)(r->fe - p->fds) : -1;
+	r->req.file_idx = p->eng->nfiles ? (int)(r->fe - p->fds) : -1;
 	r->req.buf = io->buf;
 	r->req.len = io->len;
 	r->req.off = io->shard * p->shard_bytes + io->offset;
@@ -755,6 +756,25 @@ static void posix_close(void *state)
 	free(p);
 }
 
+/*
+ * queue_depth + slack entries, so an unpinned one always exists; but at most a
+ * quarter of RLIMIT_NOFILE (the rest is the application's).  When the limit
+ * wins and every entry is pinned by a transfer, submit says -EAGAIN.
+ */
+static uint32_t fd_cache_size(uint32_t qd)
+{
+	struct rlimit rl;
+	uint64_t n = (uint64_t)qd + FD_CACHE_SLACK;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		uint64_t cap = rl.rlim_cur / 4 > 64 ? rl.rlim_cur / 4 : 64;
+
+		if (n > cap)
+			n = cap;
+	}
+	return (uint32_t)n;
+}
+
 static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
 {
 	int rc;
@@ -790,7 +810,7 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 	p->spb = cfg->shards_per_block;
 	p->qd = cfg->queue_depth;
 	p->flags = cfg->flags;
-	p->nfds = cfg->queue_depth + FD_CACHE_SLACK;
+	p->nfds = fd_cache_size(cfg->queue_depth);
 	p->rand_state = kvs_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)p;
 	for (uint32_t i = 0; i < KVS_BACKEND_MAX_ROOTS; i++)
 		p->root_fd[i] = -1;

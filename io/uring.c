@@ -31,6 +31,7 @@
 
 #define REGION_MAX_BYTES (UINT64_C(1) << 30) /* kernel limit per fixed buffer */
 #define SQE_MAX_BYTES (UINT64_C(1) << 30)    /* sqe->len is 32-bit; chunk big transfers */
+#define MAX_RETRIES 16                       /* -EAGAIN/-EINTR resubmissions per request */
 
 struct region {
 	char *base;
@@ -122,6 +123,7 @@ static int uring_submit(struct kvs_io_eng *e, struct kvs_io_req *req)
 	if (rc < 0)
 		return rc;
 	req->done = 0;
+	req->retries = 0;
 	rc = prep(u, req);
 	if (rc < 0)
 		return rc;
@@ -138,7 +140,7 @@ static bool complete(struct uring *u, struct kvs_io_req *req, int res)
 		req->res = res < 0 ? res : 0;
 		return true;
 	}
-	if (res == -EAGAIN || res == -EINTR || res > 0) {
+	if (res > 0 || ((res == -EAGAIN || res == -EINTR) && req->retries++ < MAX_RETRIES)) {
 		if (res > 0)
 			req->done += (uint64_t)res;
 		if (req->done == req->len) {
@@ -211,7 +213,11 @@ static int uring_reap(struct kvs_io_eng *e, struct kvs_io_req **out, uint32_t ma
 static int uring_set_file(struct kvs_io_eng *e, int idx, int fd)
 {
 	struct uring *u = (struct uring *)e;
-	int rc = io_uring_register_files_update(&u->ring, (unsigned)idx, &fd, 1);
+	int rc;
+
+	if (!u->base.nfiles)
+		return 0;
+	rc = io_uring_register_files_update(&u->ring, (unsigned)idx, &fd, 1);
 
 	return rc < 0 ? rc : 0;
 }
@@ -312,13 +318,14 @@ int kvs_io_uring_open(uint32_t qd, uint32_t nfiles, const struct kvs_log *log,
 		return rc;
 	}
 	u->disabled = (p.flags & IORING_SETUP_R_DISABLED) != 0;
+	/* Registered files save an fget/fput per transfer; without them (the table
+	 * is bounded by RLIMIT_NOFILE) plain descriptors work the same. */
 	rc = io_uring_register_files_sparse(&u->ring, nfiles);
-	if (rc < 0) {
-		kvs_log_error(log, "backend: io_uring_register_files_sparse(%u): %s", nfiles,
-			      strerror(-rc));
-		uring_close(&u->base);
-		return rc;
-	}
+	if (rc < 0)
+		kvs_log_info(log, "backend: io_uring_register_files_sparse(%u): %s; using plain "
+				  "file descriptors", nfiles, strerror(-rc));
+	else
+		u->base.nfiles = nfiles;
 	*out = &u->base;
 	return 0;
 }

@@ -4,7 +4,8 @@
  * shard, O_DIRECT (and its alignment errors at open and submit), a missing block
  * (-ENOENT), a truncated block file and fault-injected EIO/short reads (-EIO,
  * never a partial count), the in-flight limit (-EAGAIN), config validation with a
- * log line naming the field, and kill -9 of an exec'd writer in the middle of a
+ * log line naming the field, fd-cache eviction and re-dump of a cached block,
+ * and kill -9 of an exec'd writer in the middle of a
  * dump (the block stays absent; the next open removes the temp file; temp files
  * of live writers are kept).
  *
@@ -513,6 +514,74 @@ static int test_bad_config(void)
 	return KVS_TEST_PASS;
 }
 
+/* More blocks than fd cache entries (CLOCK eviction), and a block dumped again
+ * while its old file is cached: later reads see the new file. */
+static int fd_cache(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	enum { NBLOCKS = 40 };
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("fdc"));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	for (uint32_t blk = 0; blk < NBLOCKS; blk++)
+		KVS_CHECK_OK(dump_block(b, 100 + blk, buf, SPB));
+	kvs_backend_close(b);
+	cfg.queue_depth = 2; /* 18 cache entries */
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	for (int round = 0; round < 2; round++)
+		for (uint32_t blk = 0; blk < NBLOCKS; blk++) {
+			uint32_t s = (blk + (uint32_t)round) % SPB;
+			struct kvs_backend_io io = { .block = block_of(100 + blk), .shard = s,
+						     .buf = buf, .len = SHARD };
+			struct kvs_backend_completion c;
+			KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+			KVS_CHECK_EQ(wait_one(b, &c), 1);
+			KVS_CHECK_EQ(c.result, SHARD);
+			KVS_CHECK_EQ(buf[SHARD / 2], pattern(100 + blk, s, SHARD / 2));
+		}
+	/* Block 100+39 is cached now; dump it again with other bytes. */
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_io io = { .block = block_of(100 + NBLOCKS - 1), .shard = s,
+					     .buf = buf + (size_t)s * SHARD, .len = SHARD };
+		struct kvs_backend_completion c;
+		memset(io.buf, 0xee, SHARD);
+		KVS_CHECK_OK(kvs_backend_submit_write(b, &io));
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		KVS_CHECK_EQ(c.result, SHARD);
+	}
+	{
+		struct kvs_backend_io io = { .block = block_of(100 + NBLOCKS - 1), .shard = 1,
+					     .buf = buf, .len = SHARD };
+		struct kvs_backend_completion c;
+		memset(buf, 0, SHARD);
+		KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		KVS_CHECK_EQ(c.result, SHARD);
+		KVS_CHECK_EQ(buf[0], 0xee);
+		KVS_CHECK_EQ(buf[SHARD - 1], 0xee);
+	}
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static int test_fd_cache_pool(void)
+{
+	return fd_cache(KVS_IO_ENGINE_POOL);
+}
+
+static int test_fd_cache_uring(void)
+{
+	if (!have_uring_engine())
+		KVS_SKIP("plain build: no io_uring engine");
+	return fd_cache(KVS_IO_ENGINE_URING);
+}
+
 /* ------------------------------------------------------------ crash cleanup */
 
 static int count_temps(const char *root, int *finals)
@@ -664,6 +733,8 @@ static const struct kvs_test_case cases[] = {
 	{ "fault_eio_short", test_fault_eio_short },
 	{ "queue_full", test_queue_full },
 	{ "bad_config", test_bad_config },
+	{ "fd_cache_pool", test_fd_cache_pool },
+	{ "fd_cache_uring", test_fd_cache_uring },
 	{ "kill9_mid_dump", test_kill9_mid_dump },
 	{ "close_discards_partial", test_close_discards_partial },
 };
