@@ -817,7 +817,8 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	struct stat st;
 	int rc;
 
-	if (!cfg || !kvs_core_unique_id_valid(cfg->unique_id))
+	if (!cfg || memchr(cfg->unique_id, '\0', sizeof(cfg->unique_id)) == NULL ||
+	    !kvs_core_unique_id_valid(cfg->unique_id))
 		return -EINVAL;
 	memset(c, 0, sizeof(*c));
 	c->cfg = *cfg;
@@ -831,37 +832,30 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	if (rc == 0 && st.st_uid != geteuid())
 		rc = -EACCES;
 	if (rc == 0)
-		rc = lifecycle_lock(c->ctl_fd, kvs_deadline_after(cfg->attach_timeout_ns ? cfg->attach_timeout_ns : KVS_NSEC_PER_SEC));
+		rc = lifecycle_lock(c->ctl_fd, kvs_deadline_after(cfg->attach_timeout_ns ?
+								   cfg->attach_timeout_ns :
+								   KVS_NSEC_PER_SEC));
 	if (rc) {
 		close(c->ctl_fd);
 		return rc;
 	}
-	if ((uint64_t)st.st_size >= KVS_SHM_HEADER_BYTES && map_ctl(c, KVS_SHM_HEADER_BYTES) == 0 &&
-	    c->hdr->magic == KVS_SHM_MAGIC && c->hdr->layout_version == KVS_LAYOUT_VERSION &&
-	    c->hdr->format == kvs_core_format() && (uint64_t)st.st_size >= c->hdr->ctl_bytes &&
-	    c->hdr->ctl_bytes >= KVS_SHM_HEADER_BYTES) {
-		uint64_t bytes = c->hdr->ctl_bytes;
-
-		unmap_ctl(c);
-		if (map_ctl(c, bytes) == 0) {
-			bind_regions(c);
-			if (live_ranks(c, NULL)) {
-				rc = -EBUSY;
-			} else {
-				unlink_segs(c);
-			}
-		}
-	} else {
-		/* Another layout, or garbage: liveness is still the rank bytes. */
-		for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
-			if (ofd_locked(c->ctl_fd, (off_t)r))
-				rc = -EBUSY;
-		if (!rc)
-			kvs_log_warn(&c->log, "%s: unreadable header; data segments (if any) left behind",
+	/* Liveness needs no mapping: any locked rank byte is a live attacher,
+	 * whatever the rest of the file says. */
+	for (uint32_t r = 0; r < KVS_MAX_RANKS && rc == 0; r++)
+		if (ofd_locked(c->ctl_fd, (off_t)r))
+			rc = -EBUSY;
+	if (rc == 0) {
+		/* The data segments are named by the header's segment table, if the
+		 * header is one this build can read (even when the rest is cut). */
+		if ((uint64_t)st.st_size >= KVS_SHM_HEADER_BYTES &&
+		    map_ctl(c, KVS_SHM_HEADER_BYTES) == 0 && c->hdr->magic == KVS_SHM_MAGIC &&
+		    c->hdr->layout_version == KVS_LAYOUT_VERSION && c->hdr->format == kvs_core_format())
+			unlink_segs(c);
+		else
+			kvs_log_warn(&c->log, "%s: header unreadable by this build; data segments (if any) left behind",
 				     cfg->unique_id);
-	}
-	if (rc == 0)
 		shm_unlink(name);
+	}
 	lifecycle_unlock(c->ctl_fd);
 	unmap_ctl(c);
 	close(c->ctl_fd);

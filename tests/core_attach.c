@@ -1,0 +1,582 @@
+/*
+ * tests/core_attach.c — the life of a cache: attach from an exec'd program,
+ * every attach error with its own code and a log line naming the field (layout,
+ * config, uid, unique_id, truncation, corruption, timeouts, a full rank table),
+ * adoption of a stale cache after its users died, persistence, removal, and the
+ * last detacher removing the segments.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "core/core.h"
+#include "core_util.h"
+
+#define MS 1000000ull
+
+static int ctl_exists(const char *uid)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	return access(path, F_OK) == 0;
+}
+
+static int data_exists(const char *uid)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.0", uid);
+	return access(path, F_OK) == 0;
+}
+
+static int put(struct kvs_cache *c, uint64_t n)
+{
+	struct kvs_block_id k = core_block(n);
+	struct kvs_slot s;
+	void *p;
+
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
+	KVS_CHECK_OK(kvs_slot_data(c, &s, &p));
+	core_fill(p, c->slot_bytes, n, 0);
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	return 0;
+}
+
+/* 1 if (n, 0) is READY with its bytes. */
+static int holds(struct kvs_cache *c, uint64_t n)
+{
+	struct kvs_block_id k = core_block(n);
+	struct kvs_slot s;
+	void *p;
+	int ok;
+
+	if (kvs_cache_exists(c, &k, 0) != 1 || kvs_cache_get(c, &k, 0, 0, &s))
+		return 0;
+	ok = s.state == KVS_SLOT_READY && kvs_slot_data(c, &s, &p) == 0 &&
+	     core_verify(p, c->slot_bytes, n, 0);
+	kvs_slot_release(c, &s);
+	return ok;
+}
+
+static void attach_cfg(struct kvs_cache_config *cfg, const char *uid)
+{
+	core_cfg(cfg, "attach", 32, 8192, 1);
+	snprintf(cfg->unique_id, sizeof(cfg->unique_id), "%s", uid);
+}
+
+/* exec'd: --child reader <uid>: block 1 is there with its bytes; add block 2. */
+static int reader_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+
+	if (argc != 1)
+		return 2;
+	attach_cfg(&cfg, argv[0]);
+	if (kvs_cache_open(&cfg, &c))
+		return 1;
+	if (!holds(c, 1) || put(c, 2))
+		return 1;
+	kvs_cache_close(c);
+	return 0;
+}
+
+static int test_exec_attach(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "exec"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(put(c, 1));
+	const char *av[] = { uid, NULL };
+	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
+	KVS_CHECK(holds(c, 2));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+/* Open cfg, expect err and a log line containing word. */
+static int expect_open(struct kvs_cache_config *cfg, int err, const char *word)
+{
+	struct kvs_cache *c = (struct kvs_cache *)1;
+
+	core_last_log[0] = '\0';
+	core_log_quiet = 1;
+	int rc = kvs_cache_open(cfg, &c);
+	core_log_quiet = 0;
+	if (rc == 0)
+		kvs_cache_close(c);
+	KVS_CHECK_ERR(rc, err);
+	KVS_CHECK(c == NULL);
+	if (word && !strstr(core_last_log, word))
+		KVS_FAILF("log '%s' does not name '%s'", core_last_log, word);
+	printf("  %s -> %s: %s\n", word ? word : "-", kvs_strerror(err), core_last_log);
+	return 0;
+}
+
+static int test_layout_mismatch(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_shm_header *h;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "layout"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	h = kvs_core_test_header(c);
+	h->layout_version++;
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ELAYOUT, "layout_version"));
+	h->layout_version--;
+	h->format ^= 1;
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ELAYOUT, "format"));
+	h->format ^= 1;
+	uint64_t magic = h->magic;
+	h->magic = 0xdeadbeef;
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "magic"));
+	h->magic = magic;
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_config_mismatch(void)
+{
+	struct kvs_cache_config cfg, other;
+	struct kvs_cache *c = NULL;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "config"));
+	cfg.tensor_count = 2;
+	cfg.tensor_bytes[0] = 4096;
+	cfg.tensor_bytes[1] = 4096;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	other = cfg;
+	other.slot_bytes = 4096;
+	other.tensor_bytes[1] = 0;
+	other.tensor_count = 0;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "slot_bytes"));
+	other = cfg;
+	other.slot_count = 33;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "slot_count"));
+	other = cfg;
+	other.shards_per_block = 2;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "shards_per_block"));
+	other = cfg;
+	other.local_rank_size = 4;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "local_rank_size"));
+	other = cfg;
+	other.reserved_slots = 3;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "reserved_slots"));
+	other = cfg;
+	other.tensor_count = 1;
+	other.tensor_bytes[0] = 8192;
+	other.tensor_bytes[1] = 0;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "tensor_count"));
+	other = cfg;
+	other.tensor_bytes[0] = 2048;
+	other.tensor_bytes[1] = 6144;
+	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "tensor_bytes[0]"));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_other_uid(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	char uid[80], path[256];
+
+	if (geteuid() != 0)
+		KVS_SKIP("needs root to give a segment to another uid");
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "uid"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	KVS_CHECK_OK(chown(path, 65534, 65534));
+	KVS_CHECK_OK(expect_open(&cfg, -EACCES, "uid"));
+	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -EACCES);
+	KVS_CHECK_OK(chown(path, 0, 0));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_bad_config(void)
+{
+	struct kvs_cache_config cfg, bad;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "badcfg"));
+	static const char *const ids[] = { "", "a/b", "..", ".", "sp ace", "x%s",
+		"0123456789012345678901234567890123456789012345678901234567890123456789" };
+	for (size_t i = 0; i < KVS_ARRAY_LEN(ids); i++) {
+		bad = cfg;
+		snprintf(bad.unique_id, sizeof(bad.unique_id), "%s", ids[i]);
+		KVS_CHECK_OK(expect_open(&bad, -EINVAL, "unique_id"));
+		KVS_CHECK_ERR(kvs_cache_remove(&bad), -EINVAL);
+	}
+	bad = cfg;
+	memset(bad.unique_id, 'a', sizeof(bad.unique_id)); /* no NUL */
+	KVS_CHECK_OK(expect_open(&bad, -EINVAL, "unique_id"));
+#define BAD_FIELD(field, value, word)                                                   \
+	bad = cfg;                                                                      \
+	bad.field = value;                                                              \
+	KVS_CHECK_OK(expect_open(&bad, -EINVAL, word));
+	BAD_FIELD(reserved[3], 1, "reserved");
+	BAD_FIELD(slot_bytes, 0, "slot_bytes");
+	BAD_FIELD(slot_count, 0, "slot_count");
+	BAD_FIELD(slot_count, (UINT64_C(1) << 31) + 1, "slot_count");
+	BAD_FIELD(shards_per_block, 0, "shards_per_block");
+	BAD_FIELD(flags, 0x80, "flags");
+	BAD_FIELD(device_id, -2, "device_id");
+	BAD_FIELD(local_rank_size, 0, "local_rank_size");
+	BAD_FIELD(reserved_slots, 32, "reserved_slots");
+	BAD_FIELD(file_mode, 0644, "file_mode");
+	BAD_FIELD(wait, 7, "wait");
+	BAD_FIELD(hugetlb, 9, "hugetlb");
+	BAD_FIELD(numa, 9, "numa");
+	BAD_FIELD(numa_node, -3, "numa_node");
+	BAD_FIELD(hugepage_bytes, 3 << 20, "hugepage_bytes");
+	BAD_FIELD(attach_timeout_ns, 0, "attach_timeout_ns");
+	BAD_FIELD(tensor_count, KVS_MAX_TENSORS + 1, "tensor_count");
+#undef BAD_FIELD
+	bad = cfg;
+	bad.file_mode = 0660;
+	bad.gid = -1;
+	KVS_CHECK_OK(expect_open(&bad, -EINVAL, "gid"));
+	bad = cfg;
+	bad.tensor_count = 2;
+	bad.tensor_bytes[0] = 100;
+	bad.tensor_bytes[1] = 100;
+	KVS_CHECK_OK(expect_open(&bad, -EINVAL, "tensor_bytes"));
+	bad = cfg;
+	bad.wait = KVS_WAIT_FUTEX;
+	if (KVS_KERNEL) {
+		struct kvs_cache *c = NULL;
+		KVS_CHECK_OK(kvs_cache_open(&bad, &c));
+		kvs_cache_close(c);
+	} else {
+		KVS_CHECK_OK(expect_open(&bad, -EOPNOTSUPP, "futex"));
+	}
+	KVS_CHECK_ERR(kvs_cache_open(NULL, &(struct kvs_cache *){ NULL }), -EINVAL);
+	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+static int test_truncated(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	char uid[80], path[256];
+	struct stat st;
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "trunc"));
+	cfg.flags = KVS_CACHE_PERSIST;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	kvs_cache_close(c);
+	KVS_CHECK(ctl_exists(uid));
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	KVS_CHECK_OK(stat(path, &st));
+	KVS_CHECK_OK(truncate(path, st.st_size / 2));
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
+	KVS_CHECK_OK(kvs_cache_remove(&cfg));
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -ENOENT);
+	return KVS_TEST_PASS;
+}
+
+static int test_corrupt_geometry(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_shm_header *h;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "geom"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	h = kvs_core_test_header(c);
+	h->fp.bucket_count = 48; /* not a power of two */
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "geometry"));
+	h->fp.bucket_count = 32;
+	h->slots_off += 64;
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
+	h->slots_off -= 64;
+	h->tensor_bytes[0]++;
+	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "tensor"));
+	h->tensor_bytes[0]--;
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+/* exec'd: --child crasher <uid> <fd>: blocks 0..3 READY, block 0 pinned,
+ * block 4 LOADING (owned); say so; get killed. */
+static int crasher_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k0 = core_block(0), k4 = core_block(4);
+	struct kvs_slot s0, s4;
+
+	if (argc != 2)
+		return 2;
+	attach_cfg(&cfg, argv[0]);
+	if (kvs_cache_open(&cfg, &c))
+		return 1;
+	for (uint64_t n = 0; n < 4; n++)
+		if (put(c, n))
+			return 1;
+	if (kvs_cache_get(c, &k0, 0, 0, &s0) || kvs_cache_get(c, &k4, 0, 0, &s4))
+		return 1;
+	if (write(atoi(argv[1]), "x", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+static int test_adopt_after_crash(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_cache_stats st;
+	struct kvs_block_id k4 = core_block(4);
+	char uid[80], fdstr[16], ch;
+	int fds[2];
+	pid_t pid;
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "adopt"));
+	KVS_CHECK_OK(pipe(fds));
+	snprintf(fdstr, sizeof(fdstr), "%d", fds[1]);
+	const char *av[] = { uid, fdstr, NULL };
+	pid = kvs_test_spawn("crasher", av);
+	close(fds[1]);
+	KVS_CHECK_EQ(read(fds[0], &ch, 1), 1);
+	close(fds[0]);
+	kill(pid, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 128 + SIGKILL);
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.adoptions, 1);
+	KVS_CHECK_EQ(st.ranks_attached, 1);
+	KVS_CHECK_EQ(st.slots_pinned, 0);
+	KVS_CHECK_EQ(st.slots_ready, 4);
+	KVS_CHECK_EQ(st.slots_loading, 0);
+	for (uint64_t n = 0; n < 4; n++)
+		KVS_CHECK(holds(c, n));
+	KVS_CHECK_EQ(kvs_cache_exists(c, &k4, 0), 0);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+static int test_persist_and_remove(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_cache_stats st;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "persist"));
+	cfg.flags = KVS_CACHE_PERSIST;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(put(c, 11));
+	kvs_cache_close(c);
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK(data_exists(uid));
+	cfg.flags = 0; /* persistence is the segment's */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK(holds(c, 11));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.adoptions, 1);
+	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -EBUSY); /* never remove a live cache */
+	KVS_CHECK(ctl_exists(uid));
+	kvs_cache_close(c);
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK_OK(kvs_cache_remove(&cfg));
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -ENOENT);
+	return KVS_TEST_PASS;
+}
+
+static int test_last_detacher_unlinks(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *a = NULL, *b = NULL;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "last"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &b));
+	KVS_CHECK_OK(put(a, 3));
+	kvs_cache_close(a);
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK(holds(b, 3));
+	kvs_cache_close(b);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	/* a fresh cache of the same name starts empty */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
+	KVS_CHECK(!holds(a, 3));
+	kvs_cache_close(a);
+	return KVS_TEST_PASS;
+}
+
+static int test_attach_timeout(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *a = NULL;
+	char uid[80], name[128];
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = KVS_LOCK_LIFECYCLE_BYTE, .l_len = 1 };
+	int fd;
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "timeout"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
+	snprintf(name, sizeof(name), "/kvshare.%s.ctl", uid);
+	fd = shm_open(name, O_RDWR, 0);
+	KVS_CHECK(fd >= 0);
+	KVS_CHECK_OK(fcntl(fd, F_OFD_SETLK, &fl)); /* a peer stuck in a lifecycle step */
+	cfg.attach_timeout_ns = 50 * MS;
+	KVS_CHECK_OK(expect_open(&cfg, -ETIMEDOUT, NULL));
+	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -ETIMEDOUT);
+	close(fd);
+	kvs_cache_close(a);
+	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+static int test_rank_table_full(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *h[KVS_MAX_RANKS];
+	struct kvs_cache_stats st;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "full"));
+	cfg.device_id = -1; /* watchers: no data maps, no local_rank_size warnings */
+	for (uint32_t i = 0; i < KVS_MAX_RANKS; i++)
+		KVS_CHECK_OK(kvs_cache_open(&cfg, &h[i]));
+	KVS_CHECK_OK(expect_open(&cfg, -EBUSY, "rank entry"));
+	KVS_CHECK_OK(kvs_cache_stats(h[0], KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.ranks_attached, KVS_MAX_RANKS);
+	for (uint32_t i = 0; i < KVS_MAX_RANKS; i++)
+		kvs_cache_close(h[i]);
+	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+static int test_creator_died_during_init(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *a = NULL;
+	char uid[80], name[128];
+	int fd;
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "halfmade"));
+	snprintf(name, sizeof(name), "/kvshare.%s.ctl", uid);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600); /* won O_EXCL, then "died" */
+	KVS_CHECK(fd >= 0);
+	KVS_CHECK_OK(ftruncate(fd, 65536));
+	close(fd);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
+	KVS_CHECK_OK(put(a, 1));
+	KVS_CHECK_OK(kvs_cache_check(a));
+	kvs_cache_close(a);
+	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+struct holder {
+	struct kvs_cache *c;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state; /* 1 = holding, 2 = may release */
+};
+
+static void *hold_thread(void *arg)
+{
+	struct holder *h = arg;
+	struct kvs_block_id k = core_block(1);
+	uint32_t b = kvs_core_bucket_of(h->c, kvs_core_hash(&k, 0));
+
+	kvs_core_test_hold_bucket(h->c, &k, 0);
+	pthread_mutex_lock(&h->mu);
+	h->state = 1;
+	pthread_cond_broadcast(&h->cv);
+	while (h->state != 2)
+		pthread_cond_wait(&h->cv, &h->mu);
+	pthread_mutex_unlock(&h->mu);
+	kvs_core_bucket_unlock(h->c, b);
+	return NULL;
+}
+
+static int test_lock_timeout(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *a = NULL;
+	struct kvs_block_id k = core_block(1);
+	struct holder h = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct kvs_slot s;
+	pthread_t t;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "locktmo"));
+	cfg.lock_timeout_ns = 30 * MS;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
+	h.c = a;
+	KVS_CHECK_OK(pthread_create(&t, NULL, hold_thread, &h));
+	pthread_mutex_lock(&h.mu);
+	while (h.state != 1)
+		pthread_cond_wait(&h.cv, &h.mu);
+	pthread_mutex_unlock(&h.mu);
+	core_log_quiet = 1;
+	int rc = kvs_cache_get(a, &k, 0, 0, &s);
+	int rc2 = kvs_cache_exists(a, &k, 0);
+	core_log_quiet = 0;
+	pthread_mutex_lock(&h.mu);
+	h.state = 2;
+	pthread_cond_broadcast(&h.cv);
+	pthread_mutex_unlock(&h.mu);
+	pthread_join(t, NULL);
+	KVS_CHECK_ERR(rc, -ETIMEDOUT);
+	KVS_CHECK_ERR(rc2, -ETIMEDOUT);
+	KVS_CHECK_OK(put(a, 1));
+	kvs_cache_close(a);
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "exec_attach", test_exec_attach },
+	{ "layout_mismatch", test_layout_mismatch },
+	{ "config_mismatch", test_config_mismatch },
+	{ "other_uid", test_other_uid },
+	{ "bad_config", test_bad_config },
+	{ "truncated", test_truncated },
+	{ "corrupt_geometry", test_corrupt_geometry },
+	{ "adopt_after_crash", test_adopt_after_crash },
+	{ "persist_and_remove", test_persist_and_remove },
+	{ "last_detacher_unlinks", test_last_detacher_unlinks },
+	{ "attach_timeout", test_attach_timeout },
+	{ "rank_table_full", test_rank_table_full },
+	{ "creator_died_during_init", test_creator_died_during_init },
+	{ "lock_timeout", test_lock_timeout },
+};
+
+static const struct kvs_test_child children[] = {
+	{ "reader", reader_child },
+	{ "crasher", crasher_child },
+};
+
+KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
