@@ -393,10 +393,11 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *   posix    one file per block under one or more root directories
  *            (<root>/<hex[0:2]>/<hex[2:4]>/<hex>, root chosen by the block id),
  *            shard i at offset i * shard_bytes.  A dumped block is written under
- *            <hex>.tmp.<pid>.<random> and renamed once every shard of it has been
- *            written (fsync first unless KVS_BACKEND_F_NO_FSYNC): readers never see
- *            a partial block.  Stale temp files (writer process gone or a zombie,
- *            or older than 24 h) are removed at open.  Engines: io_uring (kernel
+ *            <hex>.tmp.<pid>.<host tag><random> and renamed once every shard of
+ *            it has been written (fsync first unless KVS_BACKEND_F_NO_FSYNC):
+ *            readers never see a partial block.  Stale temp files (this host's
+ *            writer process gone or a zombie, or older than 24 h) are removed
+ *            at open.  Engines: io_uring (kernel
  *            build; fixed buffers, registered files) or a pthread pool of
  *            pread/pwrite workers (both builds; the kernel build's fallback when
  *            io_uring is refused with EPERM/ENOSYS/EACCES, reported by

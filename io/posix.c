@@ -21,11 +21,13 @@
  * transfers end).  The directory itself is not fsync'ed: after a power cut the
  * rename may be lost, leaving an absent block (a miss), never a partial one.
  *
- * Crash cleanup.  A writer killed mid-dump leaves only its temp file.  At open,
- * every temp file whose writer pid (in its name) has no /proc entry or is a
- * zombie, or that is older than 24 hours (pid reuse, other pid namespaces), is
- * removed.  Temp files of live writers are kept: kill(pid, 0) is not used
- * because zombies look alive to it.
+ * Crash cleanup.  A writer killed mid-dump leaves only its temp file, named
+ * <hex>.tmp.<pid>.<host tag><random> (host tag: 8 hex of a hash of the host
+ * name).  At open, a temp file is removed when it is this host's and its
+ * writer pid has no /proc entry or is a zombie, or when it is older than 24
+ * hours (pid reuse, other pid namespaces, other hosts on a shared mount).  Temp
+ * files of live writers are kept: kill(pid, 0) is not used because zombies look
+ * alive to it.
  *
  * O_DIRECT.  At open, a probe file in each root is opened O_DIRECT (refused:
  * -EOPNOTSUPP) and asked for its alignment with statx(STATX_DIOALIGN) (4096
@@ -108,6 +110,7 @@ struct posix {
 	uint32_t hand;
 	struct pending *pending;
 	uint64_t rand_state;
+	char host_tag[9]; /* 8 hex of a hash of this host's name: our temp files */
 };
 
 /* ---------------------------------------------------------------- naming */
@@ -163,7 +166,7 @@ static bool pid_alive(long pid)
 }
 
 /* Whether name is a temp file of ours that is stale; see the top comment. */
-static bool temp_is_stale(int dirfd, const char *name)
+static bool temp_is_stale(const struct posix *p, int dirfd, const char *name)
 {
 	struct stat st;
 	char *end;
@@ -174,7 +177,8 @@ static bool temp_is_stale(int dirfd, const char *name)
 	pid = strtol(name + 37, &end, 10);
 	if (end == name + 37 || *end != '.' || pid <= 0)
 		return false;
-	if (!pid_alive(pid))
+	/* The pid means something only on the writer's host (its tag, 8 hex). */
+	if (strlen(end + 1) >= 8 && strncmp(end + 1, p->host_tag, 8) == 0 && !pid_alive(pid))
 		return true;
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return false;
@@ -228,7 +232,7 @@ static unsigned clean_root(struct posix *p, int rootfd, const char *root)
 				continue;
 			}
 			while ((e3 = readdir(d3)))
-				if (temp_is_stale(dirfd(d3), e3->d_name) &&
+				if (temp_is_stale(p, dirfd(d3), e3->d_name) &&
 				    unlinkat(dirfd(d3), e3->d_name, 0) == 0) {
 					removed++;
 					kvs_log_info(&p->log, "backend: removed stale temp file "
@@ -479,8 +483,8 @@ static int pending_get(struct posix *p, const struct kvs_block_id *id, struct pe
 	pb->id = *id;
 	pb->root = root_of(p, id);
 	rel_path(id, path, sizeof(path));
-	snprintf(pb->tmp, sizeof(pb->tmp), "%s.tmp.%d.%016llx", path, (int)getpid(),
-		 (unsigned long long)next_rand(p));
+	snprintf(pb->tmp, sizeof(pb->tmp), "%s.tmp.%d.%s%08x", path, (int)getpid(), p->host_tag,
+		 (unsigned)next_rand(p));
 	rc = mkdir_fanout(p->root_fd[pb->root], path);
 	if (rc == 0) {
 		pb->fd = openat(p->root_fd[pb->root], pb->tmp,
@@ -797,6 +801,18 @@ static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
 	return kvs_io_pool_open(p->qd, cfg->pool_threads, &p->log, &p->eng);
 }
 
+/* FNV-1a of the host name, so temp files say which host's pid they carry. */
+static void set_host_tag(struct posix *p)
+{
+	char host[256] = "";
+	uint32_t h = 2166136261u;
+
+	gethostname(host, sizeof(host) - 1);
+	for (const char *c = host; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	snprintf(p->host_tag, sizeof(p->host_tag), "%08x", h);
+}
+
 static int posix_open(const struct kvs_backend_config *cfg, void **state)
 {
 	struct posix *p = calloc(1, sizeof(*p));
@@ -812,6 +828,7 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 	p->flags = cfg->flags;
 	p->nfds = fd_cache_size(cfg->queue_depth);
 	p->rand_state = kvs_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)p;
+	set_host_tag(p);
 	for (uint32_t i = 0; i < KVS_BACKEND_MAX_ROOTS; i++)
 		p->root_fd[i] = -1;
 	for (uint32_t i = 0; i < cfg->nroots && rc == 0; i++) {

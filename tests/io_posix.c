@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "harness.h"
 
@@ -697,6 +698,75 @@ static int test_kill9_mid_dump(void)
 	return KVS_TEST_PASS;
 }
 
+static int exit_at_once(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+/* The cleanup rules on hand-made temp files: this host's dead writer -> removed;
+ * another host's (pid meaningless here) -> kept unless older than 24 h; a live
+ * writer -> kept. */
+static int test_temp_rules(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	char host[256] = "", tag[9], other[9], dir[400], path[600];
+	uint32_t h = 2166136261u;
+	struct kvs_block_id id = block_of(9);
+	char hex[33];
+	int finals;
+
+	gethostname(host, sizeof(host) - 1);
+	for (const char *c = host; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	snprintf(tag, sizeof(tag), "%08x", h);
+	snprintf(other, sizeof(other), "%08x", h ^ 1u);
+	pid_t dead = kvs_test_fork(exit_at_once, NULL);
+	KVS_CHECK(dead > 0);
+	KVS_CHECK_EQ(kvs_test_reap(dead, 10000), 0);
+
+	KVS_CHECK_OK(root_init("temps"));
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", id.bytes[i]);
+	snprintf(dir, sizeof(dir), "%s/%.2s", g_root, hex);
+	KVS_CHECK_EQ(mkdir(dir, 0700), 0);
+	snprintf(dir, sizeof(dir), "%s/%.2s/%.2s", g_root, hex, hex + 2);
+	KVS_CHECK_EQ(mkdir(dir, 0700), 0);
+	const struct { int pid; const char *tag; bool old; bool kept; } files[] = {
+		{ dead, tag, false, false },
+		{ dead, other, false, true },
+		{ dead, other, true, false },
+		{ getpid(), tag, false, true },
+	};
+	for (size_t i = 0; i < KVS_ARRAY_LEN(files); i++) {
+		snprintf(path, sizeof(path), "%s/%s.tmp.%d.%s%08zx", dir, hex, files[i].pid,
+			 files[i].tag, i);
+		int fd = open(path, O_CREAT | O_WRONLY, 0600);
+		KVS_CHECK(fd >= 0);
+		close(fd);
+		if (files[i].old) {
+			struct timespec ts[2] = { { time(NULL) - 25 * 3600, 0 },
+						  { time(NULL) - 25 * 3600, 0 } };
+			KVS_CHECK_EQ(utimensat(AT_FDCWD, path, ts, 0), 0);
+		}
+	}
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	kvs_backend_close(b);
+	for (size_t i = 0; i < KVS_ARRAY_LEN(files); i++) {
+		snprintf(path, sizeof(path), "%s/%s.tmp.%d.%s%08zx", dir, hex, files[i].pid,
+			 files[i].tag, i);
+		if ((access(path, F_OK) == 0) != files[i].kept)
+			KVS_FAILF("%s: %s, expected %s", path,
+				  access(path, F_OK) == 0 ? "kept" : "removed",
+				  files[i].kept ? "kept" : "removed");
+	}
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 2);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
 /* Closing with a half-written dump discards it (temp file removed, block absent). */
 static int test_close_discards_partial(void)
 {
@@ -737,6 +807,7 @@ static const struct kvs_test_case cases[] = {
 	{ "fd_cache_uring", test_fd_cache_uring },
 	{ "kill9_mid_dump", test_kill9_mid_dump },
 	{ "close_discards_partial", test_close_discards_partial },
+	{ "temp_rules", test_temp_rules },
 };
 
 static const struct kvs_test_child children[] = {
