@@ -123,6 +123,11 @@ static int test_refused_enosys(void)
 	return run_refused(ENOSYS);
 }
 
+static int test_refused_eacces(void)
+{
+	return run_refused(EACCES);
+}
+
 /* Without the filter, auto picks io_uring and reports no fallback. */
 static int test_not_refused(void)
 {
@@ -156,6 +161,7 @@ static int test_not_refused(void)
 static const struct kvs_test_case cases[] = {
 	{ "refused_eperm", test_refused_eperm },
 	{ "refused_enosys", test_refused_enosys },
+	{ "refused_eacces", test_refused_eacces },
 	{ "not_refused", test_not_refused },
 };
 
