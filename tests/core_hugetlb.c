@@ -1,0 +1,141 @@
+/*
+ * tests/core_hugetlb.c — the cache on hugetlbfs: hugetlb=required puts the data
+ * plane on huge pages (no fallback reported) and an exec'd attacher reads it;
+ * a pool too small is -KVS_ENOHUGE at open, leaving nothing behind; the plain
+ * build refuses hugetlb=required with -EOPNOTSUPP.  RUN_SERIAL: it takes pages
+ * from the machine's pool, which other tests measure.
+ */
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "core_util.h"
+
+static long long meminfo(const char *key)
+{
+	char line[256];
+	long long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+	size_t n = strlen(key);
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, n) == 0 && line[n] == ':')
+			v = atoll(line + n + 1);
+	fclose(f);
+	return v;
+}
+
+static void huge_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slots)
+{
+	core_cfg(cfg, "huge", slots, 1u << 20, 1);
+	snprintf(cfg->unique_id, sizeof(cfg->unique_id), "%s", uid);
+	cfg->hugetlb = KVS_HUGETLB_REQUIRED;
+}
+
+static int fill(struct kvs_cache *c, uint64_t n)
+{
+	struct kvs_block_id k = core_block(n);
+	struct kvs_slot s;
+	void *p;
+
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_OK(kvs_slot_data(c, &s, &p));
+	core_fill(p, c->slot_bytes, n, 0);
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	return 0;
+}
+
+/* exec'd: --child reader <uid>: block 5 has its bytes. */
+static int reader_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(5);
+	struct kvs_slot s;
+	void *p;
+	int ok;
+
+	if (argc != 1)
+		return 2;
+	huge_cfg(&cfg, argv[0], 4);
+	if (kvs_cache_open(&cfg, &c) || kvs_cache_get(c, &k, 0, 0, &s) || s.state != KVS_SLOT_READY)
+		return 1;
+	ok = kvs_slot_data(c, &s, &p) == 0 && core_verify(p, cfg.slot_bytes, 5, 0);
+	kvs_slot_release(c, &s);
+	kvs_cache_close(c);
+	return ok ? 0 : 1;
+}
+
+static int pool_check(long long want_pages)
+{
+	if (meminfo("Hugepagesize") != 2048)
+		return -1;
+	if (meminfo("HugePages_Free") - meminfo("HugePages_Rsvd") < want_pages)
+		return -1;
+	return 0;
+}
+
+static int test_required(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_cache_stats st;
+	char uid[80];
+
+	huge_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "req"), 4);
+	if (!KVS_KERNEL) {
+		KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), -EOPNOTSUPP);
+		return KVS_TEST_PASS;
+	}
+	if (pool_check(4))
+		KVS_SKIP("need 4 free 2 MiB huge pages and a 2 MiB default page size");
+	int rc = kvs_cache_open(&cfg, &c);
+	if (rc == -KVS_ENOHUGE)
+		KVS_SKIP("no usable hugetlbfs mount for 2 MiB pages");
+	KVS_CHECK_OK(rc);
+	KVS_CHECK_EQ(c->hdr->segs[0].backing, KVS_NUMA_BACKING_HUGETLB);
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.fallbacks & KVS_FALLBACK_HUGETLB, 0);
+	KVS_CHECK_OK(fill(c, 5));
+	const char *av[] = { uid, NULL };
+	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static int test_enohuge(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	char uid[80], path[256];
+	long long total = meminfo("HugePages_Total");
+
+	if (!KVS_KERNEL)
+		KVS_SKIP("the plain build never uses hugetlbfs");
+	if (total < 0 || meminfo("Hugepagesize") != 2048)
+		KVS_SKIP("no 2 MiB huge pages");
+	/* More pages than the whole pool: short whatever the others do. */
+	huge_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "nohuge"), (uint64_t)(total + 64) * 2);
+	core_log_quiet = 1;
+	int rc = kvs_cache_open(&cfg, &c);
+	core_log_quiet = 0;
+	KVS_CHECK_ERR(rc, -KVS_ENOHUGE);
+	printf("  %s\n", core_last_log);
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	KVS_CHECK(access(path, F_OK) != 0); /* nothing left behind */
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "required", test_required },
+	{ "enohuge", test_enohuge },
+};
+
+static const struct kvs_test_child children[] = {
+	{ "reader", reader_child },
+};
+
+KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
