@@ -199,8 +199,10 @@ _Static_assert(sizeof(struct kvs_shm_seg) % KVS_CACHE_LINE == 0, "segment hands 
 _Static_assert(sizeof(_Atomic uint32_t) == 4, "state word is 32 bits (futex)");
 _Static_assert(sizeof(_Atomic uint8_t) == 1, "refbits are bytes");
 _Static_assert(KVS_MAX_RANKS < KVS_SHM_PAGE, "rank lock bytes below the lifecycle byte");
-_Static_assert(KVS_SHM_SLOT_EMPTY == KVS_SLOT_EMPTY && KVS_SHM_SLOT_LOADING == KVS_SLOT_LOADING &&
-	       KVS_SHM_SLOT_READY == KVS_SLOT_READY && KVS_SHM_SLOT_FAILED == KVS_SLOT_FAILED,
+_Static_assert((int)KVS_SHM_SLOT_EMPTY == (int)KVS_SLOT_EMPTY &&
+	       (int)KVS_SHM_SLOT_LOADING == (int)KVS_SLOT_LOADING &&
+	       (int)KVS_SHM_SLOT_READY == (int)KVS_SLOT_READY &&
+	       (int)KVS_SHM_SLOT_FAILED == (int)KVS_SLOT_FAILED,
 	       "public slot states are the shared state word's values");
 _Static_assert(KVS_MAX_RANKS * KVS_RANK_PINS < UINT32_MAX, "pin counts fit a ref");
 
