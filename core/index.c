@@ -21,6 +21,9 @@
  * and takes the victim's bucket A only with trylock (A before B would be the
  * usual order; trylock cannot deadlock, a busy A just means "next candidate").
  * At most two sweeps, then -ENOSPC: never spin under a bucket lock.
+ *
+ * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
+ * else is commented where it happens.
  */
 #include <errno.h>
 #include <string.h>

@@ -42,6 +42,14 @@
  * any instruction leaves nothing that cannot be repaired.  A slot being re-keyed
  * is EMPTY while its key is written.
  *
+ * Memory orders.  A field guarded by a bucket lock (key, ref, bucket_idx, next,
+ * generation, filler, error, pin entries) is read and written relaxed under that
+ * lock: the mutex orders it; it is atomic only because CLOCK, the checker and the
+ * statistics also peek at it unlocked, as hints rechecked under the lock.
+ * Rank-entry fields change under the lifecycle OFD lock (state: release when
+ * set, acquire when read).  The only lock-free publication is the slot state
+ * word: release by kvs_wait_publish, acquire by its readers.
+ *
  * Any change to a struct here, to the offsets or to the protocol bumps
  * KVS_LAYOUT_VERSION in the same commit.
  */

@@ -20,6 +20,9 @@
  * With no live rank left, the last clean detacher removes the segments (unless
  * persistent); a stale segment is adopted by the next open with the same
  * fingerprint: READY slots keep their bytes, everything else is reset.
+ *
+ * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
+ * else is commented where it happens.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,6 +97,7 @@ bool kvs_core_rank_alive(struct kvs_cache *c, uint32_t r, uint32_t epoch)
 	e = &c->ranks[r];
 	/* acquire: pairs with the release stores of attach/reap (entry fields) */
 	if (atomic_load_explicit(&e->state, memory_order_acquire) != KVS_SHM_RANK_ATTACHED ||
+	    /* relaxed: ordered by the acquire of state just before */
 	    atomic_load_explicit(&e->epoch, memory_order_relaxed) != epoch)
 		return false;
 	if ((int)r == c->rank_idx)
@@ -582,7 +586,8 @@ static void adopt(struct kvs_cache *c)
 			atomic_store_explicit(&e->pins[p], 0, memory_order_relaxed);
 		atomic_store_explicit(&e->state, KVS_SHM_RANK_FREE, memory_order_relaxed);
 	}
-	/* Nobody else is attached: the mutexes may be re-made from scratch. */
+	/* Nobody else is attached (relaxed everywhere below: the lifecycle lock's
+	 * release publishes it all), so the mutexes may be re-made from scratch. */
 	for (uint64_t b = 0; b <= c->bucket_mask; b++)
 		kvs_core_mutex_init(&c->buckets[b].lock);
 	for (uint32_t i = 0; i < c->slot_count; i++) {

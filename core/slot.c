@@ -19,6 +19,9 @@
  * takes the slot over under the bucket lock: it becomes the owner
  * (KVS_SLOT_WAIT_OWNER) and re-reads.  It never waits out a timeout that cannot
  * end well.
+ *
+ * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
+ * else is commented where it happens.
  */
 #include <errno.h>
 #include <string.h>

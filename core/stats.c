@@ -7,6 +7,9 @@
  * bucket by bucket under that bucket's lock (what a lock guards is exact there),
  * using unlocked pre-pass counts only as hints that are recounted under the lock
  * before anything is called broken; it logs every violation it finds.
+ *
+ * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
+ * else is commented where it happens.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -46,6 +49,7 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 	} else {
 		add_stats(o, &c->ranks[rank].stats);
 	}
+	/* relaxed: statistics */
 	o->lrs_mismatch = atomic_load_explicit(&c->hdr->lrs_mismatch, memory_order_relaxed);
 	o->fallbacks = c->hdr->fallbacks;
 	o->adoptions = atomic_load_explicit(&c->hdr->adopt_count, memory_order_relaxed);
