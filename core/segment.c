@@ -44,6 +44,15 @@ static void ctl_name(char *buf, size_t len, const char *uid)
 	snprintf(buf, len, "/kvshare.%s.ctl", uid);
 }
 
+/* A segment is ours, or shared with us through the configured group (0660 +
+ * gid, as numa/ accepts its data files); another uid's is refused. */
+static bool owner_ok(const struct kvs_cache_config *cfg, const struct stat *st)
+{
+	if (st->st_uid == geteuid())
+		return true;
+	return cfg->gid >= 0 && st->st_gid == (gid_t)cfg->gid && (st->st_mode & 0660) == 0660;
+}
+
 /* ---- OFD locks ---- */
 
 static int ofd_lock(int fd, off_t byte, short type)
@@ -622,9 +631,10 @@ static int attach_ctl(struct kvs_cache *c, uint64_t deadline)
 	for (;;) {
 		if (fstat(c->ctl_fd, &st))
 			return -errno;
-		if (st.st_uid != geteuid()) {
-			kvs_log_error(&c->log, "%s: control segment belongs to uid %u, not %u: refused",
-				      c->cfg.unique_id, (unsigned)st.st_uid, (unsigned)geteuid());
+		if (!owner_ok(&c->cfg, &st)) {
+			kvs_log_error(&c->log, "%s: control segment belongs to uid %u (group %u), not %u: refused",
+				      c->cfg.unique_id, (unsigned)st.st_uid, (unsigned)st.st_gid,
+				      (unsigned)geteuid());
 			return -EACCES;
 		}
 		rc = lifecycle_lock(c->ctl_fd, deadline);
@@ -834,7 +844,7 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	if (c->ctl_fd < 0)
 		return -errno;
 	rc = fstat(c->ctl_fd, &st) ? -errno : 0;
-	if (rc == 0 && st.st_uid != geteuid())
+	if (rc == 0 && !owner_ok(cfg, &st))
 		rc = -EACCES;
 	if (rc == 0)
 		rc = lifecycle_lock(c->ctl_fd, kvs_deadline_after(cfg->attach_timeout_ns ?

@@ -209,6 +209,33 @@ static int test_other_uid(void)
 	return KVS_TEST_PASS;
 }
 
+static int test_group_shared(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL, *c2 = NULL;
+	char uid[80], path[256];
+	struct stat st;
+
+	if (geteuid() != 0)
+		KVS_SKIP("needs root to give a segment to another uid");
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "group"));
+	cfg.file_mode = 0660;
+	cfg.gid = 100;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	KVS_CHECK_OK(stat(path, &st));
+	KVS_CHECK_EQ(st.st_mode & 0777, 0660);
+	KVS_CHECK_EQ(st.st_gid, 100);
+	KVS_CHECK_OK(chown(path, 65534, 100)); /* another member of the group made it */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c2));
+	kvs_cache_close(c2);
+	cfg.gid = 101; /* not our group: refused */
+	KVS_CHECK_OK(expect_open(&cfg, -EACCES, "uid"));
+	KVS_CHECK_OK(chown(path, 0, 100));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
 static int test_bad_config(void)
 {
 	struct kvs_cache_config cfg, bad;
@@ -562,6 +589,7 @@ static const struct kvs_test_case cases[] = {
 	{ "layout_mismatch", test_layout_mismatch },
 	{ "config_mismatch", test_config_mismatch },
 	{ "other_uid", test_other_uid },
+	{ "group_shared", test_group_shared },
 	{ "bad_config", test_bad_config },
 	{ "truncated", test_truncated },
 	{ "corrupt_geometry", test_corrupt_geometry },
