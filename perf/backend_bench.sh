@@ -7,14 +7,15 @@
 # all with: the io_uring and pool engines of the kernel build, the pool of the
 # plain build, and fio (ioengine=io_uring, same files, bs = shard size, same
 # iodepth, files read one after another like the backend).  The page cache is
-# dropped before every run (echo 3 > /proc/sys/vm/drop_caches as root, else
+# dropped before every run (echo 1 > /proc/sys/vm/drop_caches as root, else
 # POSIX_FADV_DONTNEED on the bench files; the output says which).  One line per run:
 #   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1> mem=<..>
 # Buffers are huge pages on both sides (the backend: MAP_HUGETLB, else THP; fio:
 # --mem=mmaphuge, else malloc; mem= says which): the store reads into hugetlbfs
 # slots, and with 4 KiB pages a virtio disk splits each 1 MiB request.
 # CPU: the backend's process time (all threads) over the read phase; fio's
-# usr_cpu + sys_cpu of its job process over the job's runtime.
+# usr_cpu + sys_cpu of its job process over the job's runtime.  Each line is the
+# median of KVS_BENCH_REPEAT (default 3) interleaved runs.
 set -euo pipefail
 
 build=${1:-build}
@@ -38,9 +39,13 @@ fi
 "$kern" write "$root" $nblocks $block_mib
 sync
 
-if (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
-	drop_how="drop_caches"
-	drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# Page cache only (1, not 3): fio opens every file before its clock starts, the
+# backend opens each block file when its first shard is read; with dentries and
+# inodes dropped too, those opens would read directories from disk inside our
+# timing only.
+if (echo 1 >/proc/sys/vm/drop_caches) 2>/dev/null; then
+	drop_how="drop_caches=1"
+	drop() { sync; echo 1 >/proc/sys/vm/drop_caches; }
 else
 	drop_how="fadvise_dontneed (drop_caches not allowed)"
 	drop() {
@@ -85,14 +90,35 @@ print("backend engine=fio shard_kib=%s qd=%s gbps=%.2f cpu_ms_per_gib=%.1f varia
 ' "$1" "$2" "$3" "$mem" <<<"$out"
 }
 
+# Median of $repeat runs per point (runs of the four readers interleaved): this
+# kind of machine (shared VM disk) swings +-30 % from run to run.
+median() {
+	python3 -c '
+import statistics, sys
+rows = [dict(kv.split("=", 1) for kv in l.split()[1:]) for l in sys.stdin if l.strip()]
+if not rows:
+    sys.exit(1)
+out = dict(rows[0])
+for k in ("gbps", "cpu_ms_per_gib"):
+    out[k] = "%.2f" % statistics.median(float(r[k]) for r in rows) if k == "gbps" else \
+             "%.1f" % statistics.median(float(r[k]) for r in rows)
+print("backend " + " ".join("%s=%s" % kv for kv in out.items()))
+'
+}
+
+repeat=${KVS_BENCH_REPEAT:-3}
 for direct in 0 1; do
 	[ $direct = 1 ] && [ $direct_ok = 0 ] && continue
 	for kib in 256 1024; do
 		for qd in 8 32; do
-			drop; "$kern" read "$root" $nblocks $block_mib uring $kib $qd $direct
-			drop; "$kern" read "$root" $nblocks $block_mib pool $kib $qd $direct
-			drop; "$plain" read "$root" $nblocks $block_mib pool $kib $qd $direct
-			drop; fio_line $kib $qd $direct
+			u=""; p=""; q=""; f=""
+			for ((r = 0; r < repeat; r++)); do
+				drop; u+=$("$kern" read "$root" $nblocks $block_mib uring $kib $qd $direct)$'\n'
+				drop; p+=$("$kern" read "$root" $nblocks $block_mib pool $kib $qd $direct)$'\n'
+				drop; q+=$("$plain" read "$root" $nblocks $block_mib pool $kib $qd $direct)$'\n'
+				drop; f+=$(fio_line $kib $qd $direct)$'\n'
+			done
+			for lines in "$u" "$p" "$q" "$f"; do median <<<"$lines"; done
 		done
 	done
 done
