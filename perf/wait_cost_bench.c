@@ -11,7 +11,8 @@
  * Each waiter waits on the word with kvs_wait_while in KVS_WAIT_AUTO mode (the
  * library default: adaptive spin then futex in the kernel build, spin/yield in the
  * plain build) for whatever value comes next, and on each wake records
- * now - (the value's publish timestamp), both CLOCK_MONOTONIC.  When all are
+ * now - (publish time of the value after the one it waited on), both
+ * CLOCK_MONOTONIC.  When all are
  * ready the publisher publishes rounds values, each hold_us after the previous
  * publish (a busy wait on the clock, for precise holds), then a stop value.
  *
@@ -19,12 +20,14 @@
  *                share of its waiting time each waiter spends on a CPU (the group
  *                process itself sleeps; start-up is included, ~1 ms per process)
  *   ctx_switches context switches of the waiter group over the run
- *   wake_p*_us   percentiles of all waiters' wake latencies
+ *   wake_p*_us   percentiles of all waiters' wake latencies, over the waits that
+ *                found the word still at the value they waited on (a waiter that
+ *                fell behind an oversubscribed machine's publisher and finds the
+ *                next value already out has no wake to measure)
  *
  * Without a usable perf (missing, or perf_event_paranoid refuses), CPU and
  * context switches come from getrusage(RUSAGE_CHILDREN) of the group and the line
- * ends in src=rusage.  A waiter that falls behind (an oversubscribed machine)
- * skips values; its latency is then that of the value it saw.
+ * ends in src=rusage.
  *
  * usage: wait_cost_bench [--waiters N] [--hold-us T] [--rounds R] [--perf PATH|none]
  */
@@ -95,30 +98,38 @@ static int waiter(struct wc_shm *s, uint32_t idx)
 	uint32_t last = 0, n = 0, stop = s->rounds + 1;
 	uint32_t *lat = s->lat_ns + (size_t)idx * s->rounds;
 
-	atomic_fetch_add(&s->ready, 1);
+	/* relaxed: a count the publisher polls; nothing is read on its account. */
+	atomic_fetch_add_explicit(&s->ready, 1, memory_order_relaxed);
 	for (;;) {
 		struct kvs_wait_opts o = {
 			.deadline_ns = kvs_deadline_after(WAIT_TIMEOUT_NS),
 			.mode = KVS_WAIT_AUTO,
 		};
+		/* Behind (the next value is already out): no wake to measure.  relaxed:
+		 * only compared, nothing is read on its account. */
+		int behind = (atomic_load_explicit(&s->word, memory_order_relaxed) &
+			      KVS_WAIT_VALUE_MASK) != last;
 		int v = kvs_wait_while(&s->word, last, &o);
 		uint64_t now = kvs_now_ns();
 
 		if (v < 0) {
 			fprintf(stderr, "wait_cost: waiter %u: %s\n", idx, kvs_strerror(v));
-			atomic_store(&s->failed, 1);
+			atomic_store_explicit(&s->failed, 1, memory_order_relaxed); /* a stop flag */
 			return 1;
 		}
 		if ((uint32_t)v >= stop)
 			break;
-		/* relaxed: the stamp was stored before the value's publish (release),
-		 * and kvs_wait_while's acquire makes it visible. */
-		uint64_t t = atomic_load_explicit(&s->stamp[(uint32_t)v % RING], memory_order_relaxed);
-		if (now >= t && n < s->rounds)
+		/* The wake latency is from the first publish after last (the change the
+		 * waiter was waiting for), even if later values are out by now.
+		 * relaxed: the stamp was stored before that publish (release), and
+		 * kvs_wait_while's acquire makes it visible. */
+		uint64_t t = atomic_load_explicit(&s->stamp[(last + 1) % RING], memory_order_relaxed);
+		if (!behind && now >= t && n < s->rounds)
 			lat[n++] = (uint32_t)(now - t > UINT32_MAX ? UINT32_MAX : now - t);
 		last = (uint32_t)v;
 	}
-	atomic_store(&s->count[idx], n);
+	/* relaxed: read after the group has exited (waitpid orders it). */
+	atomic_store_explicit(&s->count[idx], n, memory_order_relaxed);
 	return 0;
 }
 
@@ -188,7 +199,7 @@ static int await_ready(struct wc_shm *s, pid_t group, int *status)
 	uint64_t deadline = kvs_deadline_after(START_TIMEOUT_NS);
 	struct timespec pace = { 0, 100000 };
 
-	while (atomic_load(&s->ready) < s->waiters) {
+	while (atomic_load_explicit(&s->ready, memory_order_relaxed) < s->waiters) { /* a count */
 		if (waitpid(group, status, WNOHANG) == group)
 			return 1;
 		if (kvs_now_ns() >= deadline)
@@ -258,7 +269,7 @@ static int publish_rounds(struct wc_shm *s, uint64_t hold_ns, uint64_t *wall_ns)
 		prev = now;
 		if (r == s->rounds)
 			*wall_ns = now - t0;
-		if (atomic_load(&s->failed))
+		if (atomic_load_explicit(&s->failed, memory_order_relaxed)) /* a stop flag */
 			return -EIO;
 	}
 	return 0;
@@ -297,12 +308,13 @@ static int report(struct wc_shm *s, uint32_t hold_us, uint64_t wall_ns, int use_
 		}
 	}
 	for (uint32_t i = 0; i < s->waiters; i++) {
-		uint32_t c = atomic_load(&s->count[i]);
+		uint32_t c = atomic_load_explicit(&s->count[i], memory_order_relaxed); /* after exit */
 
 		memcpy(all + n, s->lat_ns + (size_t)i * s->rounds, c * sizeof(*all));
 		n += c;
 	}
 	qsort(all, n, sizeof(*all), cmp_u32);
+	fprintf(stderr, "DEBUG samples=%zu wall_ms=%.1f\n", n, (double)wall_ns/1e6);
 	printf("wait_cost variant=%s waiters=%u hold_us=%u rounds=%u cpu_pct=%.2f "
 	       "ctx_switches=%" PRIu64 " wake_p50_us=%.2f wake_p99_us=%.2f%s\n",
 	       KVS_BENCH_VARIANT, s->waiters, hold_us, s->rounds,

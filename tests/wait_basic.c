@@ -323,6 +323,7 @@ static int test_wakes_foreign_sleeper(void)
 	return KVS_TEST_PASS;
 }
 
+#if KVS_KERNEL
 /* The adaptive policy (wait_impl.h): spins at first, stops after long waits,
  * probes every KVS_WAIT_SPIN_PROBE-th wait, and recovers on a good probe. */
 static int test_adaptive_policy(void)
@@ -353,7 +354,6 @@ static int test_adaptive_policy(void)
 	return KVS_TEST_PASS;
 }
 
-#if KVS_KERNEL
 /* Budget 0 in AUTO mode sleeps at once (WAITERS set); the wait still works. */
 static int test_auto_no_spin_sleeps(void)
 {
@@ -384,8 +384,8 @@ static const struct kvs_test_case cases[] = {
 	{ "signals", test_signals },
 	{ "spinner_and_sleeper", test_spinner_and_sleeper },
 	{ "wakes_foreign_sleeper", test_wakes_foreign_sleeper },
-	{ "adaptive_policy", test_adaptive_policy },
 #if KVS_KERNEL
+	{ "adaptive_policy", test_adaptive_policy },
 	{ "auto_no_spin_sleeps", test_auto_no_spin_sleeps },
 #endif
 };

@@ -13,8 +13,9 @@
  *   SPIN        spin until the deadline              spin until the deadline
  *
  * The adaptive spin of AUTO uses the caller's struct kvs_wait_spin, or without
- * one a per-thread state with the default budget, and is fed every wait's length
- * (from here to its end, so including the sleep) when the wait ends.
+ * one a per-thread state with the default budget, and is fed every wait when it
+ * ends: a spin that succeeded with the CPU time it took, a wait that slept with
+ * its length (from here to its end, so including the sleep).
  */
 #include <stddef.h>
 
@@ -41,19 +42,18 @@ static int kvs_wait_auto(struct kvs_wait_set *s, struct kvs_wait_ctx *c,
 			 struct kvs_wait_spin *spin)
 {
 	int rc = -ETIMEDOUT;
-	bool spun_ok;
+	uint64_t spent_ns = 0;
 
 	if (!spin)
 		spin = kvs_wait_default_spin();
-	if (kvs_wait_spin_should(spin)) {
-		uint64_t end = c->start_ns + spin->budget_ns;
-
-		rc = kvs_wait_spin_for(s, end < c->deadline_ns ? end : c->deadline_ns);
+	if (kvs_wait_spin_should(spin))
+		rc = kvs_wait_spin_bounded(s, c, spin->budget_ns, &spent_ns);
+	if (rc >= 0) {
+		kvs_wait_spin_learn(spin, spent_ns, true);
+		return rc;
 	}
-	spun_ok = rc >= 0;
-	if (!spun_ok)
-		rc = kvs_wait_futex_run(s, c);
-	kvs_wait_spin_learn(spin, kvs_now_ns() - c->start_ns, spun_ok);
+	rc = kvs_wait_futex_run(s, c);
+	kvs_wait_spin_learn(spin, kvs_now_ns() - c->start_ns, false);
 	return rc;
 }
 #endif

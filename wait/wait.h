@@ -46,11 +46,14 @@
  * only while recent waits were shorter than the budget (a spin that never
  * succeeds only burns CPU):
  *
+ *  - the budget is time spent spinning on the CPU (a spinner that yields its CPU
+ *    on an oversubscribed machine is not charged for the time others run; the
+ *    spin's wall-clock length is capped at four budgets, wait/spin.c).
  *  - recent_ns estimates recent wait lengths, every wait longer than twice the
  *    budget counting as twice the budget.  A wait that ends during the spin is
- *    direct evidence that spinning pays and resets the estimate to its length;
- *    a wait that had to sleep pulls the estimate a quarter of the way towards its
- *    (capped) length.  The waiter spins while recent_ns < 1.5 x budget_ns: most
+ *    direct evidence that spinning pays and resets the estimate to the CPU time
+ *    its spin took; a wait that had to sleep pulls the estimate a quarter of the
+ *    way towards its (capped) wall-clock length.  The waiter spins while recent_ns < 1.5 x budget_ns: most
  *    recent waits ended within the budget (about three sleeps in a row after a
  *    good spin turn spinning off).
  *  - while spinning is off, every KVS_WAIT_SPIN_PROBE-th wait spins anyway (a
@@ -61,7 +64,7 @@
  * (e.g. per rank): it is a heuristic, a lost update only shifts the estimate.
  */
 struct kvs_wait_spin {
-	uint32_t budget_ns;          /* longest spin before sleeping; 0 = never spin */
+	uint32_t budget_ns;          /* most CPU time spun before sleeping; 0 = never spin */
 	_Atomic uint32_t recent_ns;  /* running estimate of recent wait lengths */
 	_Atomic uint32_t skipped;    /* waits since the last spin (probe counter) */
 };

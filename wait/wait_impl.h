@@ -91,9 +91,17 @@ static inline int kvs_wait_ctx_tick(struct kvs_wait_ctx *c, uint64_t now)
 
 /* spin.c */
 
-/* Spin on the set until a word leaves busy (its index) or end_ns (-ETIMEDOUT,
- * after a last look).  Pauses first, then sched_yield between looks. */
-int kvs_wait_spin_for(struct kvs_wait_set *s, uint64_t end_ns);
+/* Spin on the set until a word leaves busy (its index), or -ETIMEDOUT (after a
+ * last look) at end_ns or once budget_ns of spinning on the CPU is spent (see
+ * spin.c).  Pauses first, then sched_yield between looks.  *spent_ns (if not
+ * NULL): the CPU time spun. */
+int kvs_wait_spin_for(struct kvs_wait_set *s, uint64_t end_ns, uint64_t budget_ns,
+		      uint64_t *spent_ns);
+
+/* The spin phase of KVS_WAIT_AUTO: budget_ns on the CPU, a few budgets of wall
+ * time at most, never past the next check or the deadline. */
+int kvs_wait_spin_bounded(struct kvs_wait_set *s, const struct kvs_wait_ctx *c,
+			  uint32_t budget_ns, uint64_t *spent_ns);
 
 /* KVS_WAIT_SPIN: spin until a word changes, the deadline or the hook objects. */
 int kvs_wait_spin_run(struct kvs_wait_set *s, struct kvs_wait_ctx *c);
@@ -101,8 +109,9 @@ int kvs_wait_spin_run(struct kvs_wait_set *s, struct kvs_wait_ctx *c);
 /* Whether this wait should spin first (and counts probes). */
 bool kvs_wait_spin_should(struct kvs_wait_spin *spin);
 
-/* Feed the length of a finished wait (that got past the fast path) to the
- * estimate; spun_ok says it ended during the spin phase. */
+/* Feed a finished wait (that got past the fast path) to the estimate: spun_ok
+ * when it ended during the spin phase, wait_ns then the CPU time spun, else the
+ * wait's wall-clock length. */
 void kvs_wait_spin_learn(struct kvs_wait_spin *spin, uint64_t wait_ns, bool spun_ok);
 
 /* futex.c (kernel build) */
