@@ -720,21 +720,27 @@ static int open_once(struct kvs_cache *c, uint64_t deadline)
 		if (c->ctl_fd < 0)
 			return errno == ENOENT && !(c->cfg.flags & KVS_CACHE_ATTACH) ? -EAGAIN : -errno;
 		rc = attach_ctl(c, deadline);
+		if (rc == 0)
+			rc = rank_attach(c);
 	} else {
 		rc = create_ctl(c, deadline);
-		if (rc) {
+		if (rc == 0)
+			rc = rank_attach(c);
+		if (rc == 0) {
+			c->seg_count = c->hdr->fp.seg_count;
+			rc = attach_segs(c); /* sets home_seg; the creator's maps are kept */
+		}
+		if (rc == 0) {
+			/* release: everything above is visible to attachers that
+			 * acquire READY */
+			atomic_store_explicit(&c->hdr->state, KVS_SHM_READY, memory_order_release);
+		} else {
+			/* A failed creation leaves nothing behind; attachers queued on
+			 * the lifecycle lock find the file unlinked and start over. */
 			if (c->hdr)
 				unlink_segs(c);
 			shm_unlink(name);
 		}
-	}
-	if (rc == 0)
-		rc = rank_attach(c);
-	if (rc == 0 && creator) {
-		c->seg_count = c->hdr->fp.seg_count;
-		rc = attach_segs(c); /* sets home_seg; the creator's maps are kept */
-		/* release: everything above is visible to attachers that acquire READY */
-		atomic_store_explicit(&c->hdr->state, KVS_SHM_READY, memory_order_release);
 	}
 	lifecycle_unlock(c->ctl_fd);
 	return rc;

@@ -318,6 +318,30 @@ static int test_reserved_pool(void)
 	return KVS_TEST_PASS;
 }
 
+static int test_pin_table_full(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *a;
+	static struct kvs_slot s[KVS_RANK_PINS + 1];
+	struct kvs_block_id k;
+
+	core_cfg(&cfg, "pins", KVS_RANK_PINS + 64, 64, 1);
+	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
+	for (uint32_t j = 0; j < KVS_RANK_PINS; j++) {
+		k = core_block(j);
+		KVS_CHECK_OK(kvs_cache_get(a, &k, 0, 0, &s[j]));
+	}
+	k = core_block(KVS_RANK_PINS);
+	core_log_quiet = 1;
+	KVS_CHECK_ERR(kvs_cache_get(a, &k, 0, 0, &s[KVS_RANK_PINS]), -ENOSPC);
+	core_log_quiet = 0;
+	KVS_CHECK(strstr(core_last_log, "pin table full") != NULL);
+	KVS_CHECK_OK(kvs_cache_check(a));
+	/* close drops every pin (and fails the unpublished owned slots) */
+	kvs_cache_close(a);
+	return KVS_TEST_PASS;
+}
+
 static int test_watcher(void)
 {
 	struct kvs_cache_config cfg, wcfg;
@@ -394,6 +418,7 @@ static const struct kvs_test_case cases[] = {
 	{ "eviction_order", test_eviction_order },
 	{ "capacity", test_capacity },
 	{ "reserved_pool", test_reserved_pool },
+	{ "pin_table_full", test_pin_table_full },
 	{ "watcher", test_watcher },
 	{ "check_finds_corruption", test_check_finds_corruption },
 };
