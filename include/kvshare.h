@@ -190,7 +190,8 @@ struct kvs_cache_config {
 };
 
 /* Fill cfg with defaults (unique_id empty, slot_bytes and slot_count 0: the
- * caller sets them).  Never fails; cfg may be any memory. */
+ * caller sets them).  Never fails, never blocks; cfg (caller-owned) may be any
+ * memory. */
 KVS_API void kvs_cache_config_init(struct kvs_cache_config *cfg);
 
 struct kvs_cache;
@@ -274,8 +275,9 @@ struct kvs_slot {
 KVS_API int kvs_cache_get(struct kvs_cache *cache, const struct kvs_block_id *block,
 			  uint32_t shard, uint32_t flags, struct kvs_slot *slot);
 
-/* Current state of a pinned slot (enum kvs_slot_state; acquire); also updates
- * slot->state and slot->error.  Never blocks. */
+/* Current state of a pinned slot: returns enum kvs_slot_state (acquire: a READY
+ * slot's bytes are visible), or -EINVAL (slot not pinned by this cache); also
+ * updates slot->state and slot->error.  Never blocks. */
 KVS_API int kvs_slot_state(struct kvs_cache *cache, struct kvs_slot *slot);
 
 /* kvs_slot_wait() positive result: the filler died; the caller is now the owner. */
@@ -292,7 +294,9 @@ KVS_API int kvs_slot_state(struct kvs_cache *cache, struct kvs_slot *slot);
 KVS_API int kvs_slot_wait(struct kvs_cache *cache, struct kvs_slot *slot, uint64_t timeout_ns);
 
 /* Address of a pinned slot's slot_bytes bytes in this process.  Returns 0 and
- * *ptr; -EOPNOTSUPP for a watcher.  Ownership: valid until release. */
+ * *ptr; -EINVAL; -EOPNOTSUPP for a watcher (*ptr NULL on failure).  Never
+ * blocks.  Ownership: the bytes are the cache's; the pointer is valid while the
+ * slot is pinned, writable by its owner until it publishes. */
 KVS_API int kvs_slot_data(struct kvs_cache *cache, const struct kvs_slot *slot, void **ptr);
 
 /* Owner: the bytes are in; publish READY and wake the waiters.  Returns 0;
@@ -308,20 +312,23 @@ KVS_API int kvs_slot_publish_failed(struct kvs_cache *cache, struct kvs_slot *sl
  * Blocks: only on the bucket lock.  slot is cleared. */
 KVS_API int kvs_slot_release(struct kvs_cache *cache, struct kvs_slot *slot);
 
-/* Is (block, shard) READY?  Returns 1, 0, -EINVAL, -ETIMEDOUT.  Blocks: bucket lock. */
+/* Is (block, shard) READY?  Returns 1, 0, -EINVAL (shard out of range),
+ * -ETIMEDOUT.  Blocks: one bucket lock.  Works for watchers. */
 KVS_API int kvs_cache_exists(struct kvs_cache *cache, const struct kvs_block_id *block,
 			     uint32_t shard);
 
 /* kvs_cache_lookup() shard value: every shard of the block must be READY. */
 #define KVS_ALL_SHARDS UINT32_MAX
 
-/* For each of n blocks, hits[i] = whether shard (or every shard) is READY.
- * Returns the number of hits; -EINVAL; -ETIMEDOUT.  Blocks: bucket locks. */
+/* For each of n blocks, hits[i] = whether shard (or every shard, KVS_ALL_SHARDS)
+ * is READY.  Returns the number of hits; -EINVAL; -ETIMEDOUT.  Blocks: one bucket
+ * lock at a time.  Ownership: blocks and hits (n entries each) are the caller's. */
 KVS_API int kvs_cache_lookup(struct kvs_cache *cache, const struct kvs_block_id *blocks,
 			     size_t n, uint32_t shard, bool *hits);
 
 /* Length of the longest prefix of blocks whose shard (or every shard) is READY.
- * Returns 0..n; -EINVAL; -ETIMEDOUT.  Blocks: bucket locks. */
+ * Returns 0..n; -EINVAL; -ETIMEDOUT.  Blocks: one bucket lock at a time, stopping
+ * at the first miss. */
 KVS_API int kvs_cache_lookup_prefix(struct kvs_cache *cache, const struct kvs_block_id *blocks,
 				    size_t n, uint32_t shard);
 
@@ -331,8 +338,9 @@ KVS_API int kvs_cache_lookup_prefix(struct kvs_cache *cache, const struct kvs_bl
 KVS_API int kvs_cache_prealloc(struct kvs_cache *cache, const struct kvs_block_id *block,
 			       uint32_t shard);
 
-/* Set the CLOCK reference bit of every resident shard of n blocks.  Returns the
- * number of shards touched; -EINVAL; -ETIMEDOUT.  Blocks: bucket locks. */
+/* Set the CLOCK reference bit of every resident shard (any state) of n blocks.
+ * Returns the number of shards touched; -EINVAL; -ETIMEDOUT.  Blocks: one bucket
+ * lock at a time. */
 KVS_API int kvs_cache_touch(struct kvs_cache *cache, const struct kvs_block_id *blocks, size_t n);
 
 /* kvs_cache_stats() rank value for the whole node (every rank, departed ones too). */
@@ -366,7 +374,8 @@ struct kvs_cache_stats {
  */
 KVS_API int kvs_cache_stats(struct kvs_cache *cache, int rank, struct kvs_cache_stats *stats);
 
-/* This handle's rank-table entry index (>= 0). */
+/* This handle's rank-table entry index (>= 0, for kvs_cache_stats), or -EINVAL
+ * for NULL.  Never blocks. */
 KVS_API int kvs_cache_rank(const struct kvs_cache *cache);
 
 /*
