@@ -7,7 +7,8 @@
  * log line naming the field, fd-cache eviction and re-dump of a cached block,
  * and kill -9 of an exec'd writer in the middle of a
  * dump (the block stays absent; the next open removes the temp file; temp files
- * of live writers are kept).
+ * of live writers are kept), and two exec'd processes dumping the same blocks at
+ * once (with and without fsync).
  *
  * Kernel variant: every case runs with the io_uring and the pool engine; plain
  * variant: the pool (io_engine=uring must be -EOPNOTSUPP there).  Roots are fresh
@@ -816,6 +817,70 @@ static int test_close_discards_partial(void)
 	return KVS_TEST_PASS;
 }
 
+/* Exec'd dumper: blocks 200..209 in full; argv: root, flags. */
+static int child_dumper(int argc, char **argv)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	int rc = 0;
+
+	if (argc < 2 || !buf)
+		return 2;
+	snprintf(g_root, sizeof(g_root), "%s", argv[0]);
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	cfg.flags = (uint32_t)strtoul(argv[1], NULL, 0);
+	if (kvs_backend_open(&cfg, &b) < 0)
+		return 3;
+	for (uint32_t blk = 200; blk < 210 && rc == 0; blk++)
+		rc = dump_block(b, blk, buf, SPB);
+	kvs_backend_close(b);
+	free(buf);
+	return rc < 0 ? 4 : 0;
+}
+
+/* Two processes dump the same blocks at once (two ranks, or two nodes on a shared
+ * mount): every block ends complete and correct, no temp file is left. */
+static int test_concurrent_dumps(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned(SHARD);
+	char nofsync[16];
+	int finals;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("conc"));
+	snprintf(nofsync, sizeof(nofsync), "%u", KVS_BACKEND_F_NO_FSYNC);
+	const char *a1[] = { g_root, "0", NULL };
+	const char *a2[] = { g_root, nofsync, NULL };
+	pid_t p1 = kvs_test_spawn("dumper", a1), p2 = kvs_test_spawn("dumper", a2);
+	KVS_CHECK(p1 > 0 && p2 > 0);
+	KVS_CHECK_EQ(kvs_test_reap(p1, 20000), 0);
+	KVS_CHECK_EQ(kvs_test_reap(p2, 20000), 0);
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
+	KVS_CHECK_EQ(finals, 10);
+	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	for (uint32_t blk = 200; blk < 210; blk++) {
+		struct kvs_block_id id = block_of(blk);
+		KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+		for (uint32_t s = 0; s < SPB; s++) {
+			struct kvs_backend_io io = { .block = id, .shard = s, .buf = buf, .len = SHARD };
+			struct kvs_backend_completion c;
+			KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+			KVS_CHECK_EQ(wait_one(b, &c), 1);
+			KVS_CHECK_EQ(c.result, SHARD);
+			for (uint64_t i = 0; i < SHARD; i += 511)
+				KVS_CHECK_EQ(buf[i], pattern(blk, s, i));
+		}
+	}
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "roundtrip_pool", test_roundtrip_pool },
 	{ "roundtrip_uring", test_roundtrip_uring },
@@ -832,10 +897,12 @@ static const struct kvs_test_case cases[] = {
 	{ "kill9_mid_dump", test_kill9_mid_dump },
 	{ "close_discards_partial", test_close_discards_partial },
 	{ "temp_rules", test_temp_rules },
+	{ "concurrent_dumps", test_concurrent_dumps },
 };
 
 static const struct kvs_test_child children[] = {
 	{ "writer", child_writer },
+	{ "dumper", child_dumper },
 };
 
 KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
