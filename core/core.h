@@ -48,6 +48,9 @@ struct kvs_cache {
 	struct kvs_shm_rank *me;
 	_Atomic uint32_t pin_hint;      /* where to start looking for a free pin entry */
 	_Atomic uint32_t spin_recent_ns; /* adaptive spin history (kvs_wait_spin) */
+	/* The lifecycle OFD lock excludes other open file descriptions only: this
+	 * mutex excludes this handle's own threads (reaping from wait hooks). */
+	pthread_mutex_t reap_mu;
 };
 
 /* ---- config.c ---- */

@@ -187,10 +187,14 @@ static void reap_rank(struct kvs_cache *c, uint32_t r)
 
 int kvs_core_reap_dead(struct kvs_cache *c)
 {
-	int rc = lifecycle_lock(c->ctl_fd, kvs_deadline_after(c->cfg.attach_timeout_ns)), n = 0;
+	int rc, n = 0;
 
-	if (rc)
+	pthread_mutex_lock(&c->reap_mu);
+	rc = lifecycle_lock(c->ctl_fd, kvs_deadline_after(c->cfg.attach_timeout_ns));
+	if (rc) {
+		pthread_mutex_unlock(&c->reap_mu);
 		return rc;
+	}
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		if ((int)r == c->rank_idx ||
 		    atomic_load_explicit(&c->ranks[r].state, memory_order_acquire) != KVS_SHM_RANK_ATTACHED ||
@@ -200,6 +204,7 @@ int kvs_core_reap_dead(struct kvs_cache *c)
 		n++;
 	}
 	lifecycle_unlock(c->ctl_fd);
+	pthread_mutex_unlock(&c->reap_mu);
 	return n;
 }
 
@@ -779,6 +784,7 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 	c->log = log;
 	c->ctl_fd = -1;
 	c->rank_idx = -1;
+	pthread_mutex_init(&c->reap_mu, NULL);
 	for (uint32_t s = 0; s < KVS_MAX_SEGS; s++)
 		c->segs[s].fd = -1;
 	deadline = kvs_deadline_after(cfg->attach_timeout_ns);
@@ -798,6 +804,7 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 				lifecycle_unlock(c->ctl_fd);
 		}
 		teardown_local(c);
+		pthread_mutex_destroy(&c->reap_mu);
 		free(c);
 		return rc;
 	}
@@ -828,6 +835,7 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 		/* else: our entry looks dead once the fd closes; a peer reaps it */
 	}
 	teardown_local(c);
+	pthread_mutex_destroy(&c->reap_mu);
 	free(c);
 }
 
