@@ -584,7 +584,79 @@ static int test_lock_timeout(void)
 	return KVS_TEST_PASS;
 }
 
+/* One process of the storm: open, use, close, STORM_ROUNDS times.  The cache is
+ * created and removed over and over under it.  (TSan makes each map/unmap of
+ * the segment slow: fewer rounds there.) */
+#if defined(__SANITIZE_THREAD__)
+#define STORM_ROUNDS 30
+#else
+#define STORM_ROUNDS 150
+#endif
+
+static int storm(const char *uid, unsigned id)
+{
+	struct kvs_cache_config cfg;
+
+	attach_cfg(&cfg, uid);
+	for (int n = 0; n < STORM_ROUNDS; n++) {
+		struct kvs_cache *c = NULL;
+		struct kvs_block_id k = core_block(id);
+		struct kvs_slot s;
+		int rc = kvs_cache_open(&cfg, &c);
+
+		if (rc)
+			KVS_FAILF("storm %u: open: %s", id, kvs_strerror(rc));
+		rc = kvs_cache_get(c, &k, 0, 0, &s);
+		if (rc)
+			KVS_FAILF("storm %u: get: %s", id, kvs_strerror(rc));
+		if (s.flags & KVS_SLOT_OWNER)
+			kvs_slot_publish_ready(c, &s);
+		kvs_slot_release(c, &s);
+		if (kvs_cache_check(c))
+			KVS_FAILF("storm %u: check", id);
+		kvs_cache_close(c);
+	}
+	return 0;
+}
+
+static const char *storm_uid;
+
+static int storm_fork(void *arg)
+{
+	return storm(storm_uid, (unsigned)(uintptr_t)arg);
+}
+
+static int storm_exec(int argc, char **argv)
+{
+	return argc == 2 ? storm(argv[0], (unsigned)atoi(argv[1])) : 2;
+}
+
+/* Processes opening and closing one cache concurrently, nobody holding it in
+ * between: creation, attach, last-detacher removal and the re-creation race
+ * each other; everyone succeeds and nothing is left behind. */
+static int test_open_close_storm(void)
+{
+	enum { P = 6 };
+	char uid[80], ids[P][8];
+	pid_t pids[P];
+
+	storm_uid = kvs_test_unique_id(uid, sizeof(uid), "storm");
+	for (int i = 0; i < P; i++) {
+		snprintf(ids[i], sizeof(ids[i]), "%d", i);
+		const char *av[] = { uid, ids[i], NULL };
+		pids[i] = i % 2 ? kvs_test_spawn("storm", av)
+				: kvs_test_fork(storm_fork, (void *)(uintptr_t)i);
+		KVS_CHECK(pids[i] > 0);
+	}
+	for (int i = 0; i < P; i++)
+		KVS_CHECK_EQ(kvs_test_reap(pids[i], 60000), 0);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
+	{ "open_close_storm", test_open_close_storm },
 	{ "exec_attach", test_exec_attach },
 	{ "layout_mismatch", test_layout_mismatch },
 	{ "config_mismatch", test_config_mismatch },
@@ -605,6 +677,7 @@ static const struct kvs_test_case cases[] = {
 static const struct kvs_test_child children[] = {
 	{ "reader", reader_child },
 	{ "crasher", crasher_child },
+	{ "storm", storm_exec },
 };
 
 KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
