@@ -324,7 +324,11 @@ static int worker_exec(int argc, char **argv)
 
 static int test_kill_random(void)
 {
+#if defined(__SANITIZE_THREAD__)
+	enum { ITER = 12, W = 3 }; /* TSan: every exec and map is slow */
+#else
 	enum { ITER = 30, W = 3 };
+#endif
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL, *c2 = NULL;
 	struct kvs_cache_stats st;
