@@ -88,16 +88,22 @@ static void fill_slot(struct kvs_cache *c, struct kvs_slot *slot, uint32_t i, ui
 		slot->error = atomic_load_explicit(&c->slots[i].error, memory_order_relaxed);
 }
 
-/* Become the owner of slot i (locked): LOADING, filler = us. */
-static void make_owner(struct kvs_cache *c, uint32_t i)
+/* Make us the filler of slot i (locked). */
+static void set_filler(struct kvs_cache *c, uint32_t i)
 {
 	/* relaxed: the filler is read by waiters' liveness checks only as a hint,
 	 * rechecked under the lock before any takeover */
 	atomic_store_explicit(&c->slots[i].filler, kvs_core_filler((uint32_t)c->rank_idx, c->rank_epoch),
 			      memory_order_relaxed);
 	atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);
-	/* No waiter sleeps on an unpinned slot, so no wake is needed; the
-	 * exchange keeps one publisher code path. */
+}
+
+/* Become the owner of unpinned slot i (locked): LOADING, filler = us.  No
+ * waiter sleeps on an unpinned slot, so the exchange wakes nobody; it keeps
+ * one publisher code path. */
+static void make_owner(struct kvs_cache *c, uint32_t i)
+{
+	set_filler(c, i);
 	kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
 }
 
@@ -209,7 +215,9 @@ static int filler_check(void *arg)
 		kvs_log_info(&c->log, "slot %u: filler rank %u died; failed", i, (uint32_t)(f >> 32));
 		failed = true;
 	} else {
-		make_owner(c, i);
+		/* Only the filler changes: the word stays LOADING with its WAITERS
+		 * bit, so the other sleepers are woken by our publish later. */
+		set_filler(c, i);
 		t->owner = true;
 		KVS_COUNT(c, takeovers, 1);
 		kvs_log_info(&c->log, "slot %u: filler rank %u died; taken over", i, (uint32_t)(f >> 32));
