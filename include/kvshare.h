@@ -370,7 +370,8 @@ struct kvs_cache_stats {
 /*
  * Counters of one rank-table entry (rank = entry index, see kvs_cache_rank) or
  * KVS_STATS_NODE, plus the slot census.  Readable by watchers.  Returns 0;
- * -EINVAL (rank out of range).  Never blocks (counters read racily).
+ * -EINVAL (rank out of range).  Never blocks: counters and census are read
+ * racily, without locks (the census costs O(slot_count)).
  */
 KVS_API int kvs_cache_stats(struct kvs_cache *cache, int rank, struct kvs_cache_stats *stats);
 
