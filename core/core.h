@@ -43,6 +43,7 @@ struct kvs_cache {
 	uint32_t seg_count;
 	uint32_t home_seg;              /* CLOCK allocates here first */
 	struct kvs_numa_seg segs[KVS_MAX_SEGS];
+	pid_t opener;                   /* the process that opened this handle */
 	int rank_idx;                   /* own rank entry, -1 before attach */
 	uint32_t rank_epoch;
 	struct kvs_shm_rank *me;

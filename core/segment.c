@@ -784,6 +784,7 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 	c->log = log;
 	c->ctl_fd = -1;
 	c->rank_idx = -1;
+	c->opener = getpid();
 	pthread_mutex_init(&c->reap_mu, NULL);
 	for (uint32_t s = 0; s < KVS_MAX_SEGS; s++)
 		c->segs[s].fd = -1;
@@ -818,7 +819,9 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 
 	if (!c)
 		return;
-	if (c->me && c->ctl) {
+	/* A fork()ed child closing the handle it inherited only frees its own
+	 * copy: the rank entry, pins and segments are its parent's. */
+	if (c->me && c->ctl && getpid() == c->opener) {
 		kvs_core_drop_pins(c, (uint32_t)c->rank_idx);
 		if (lifecycle_lock(c->ctl_fd, kvs_deadline_after(c->cfg.attach_timeout_ns)) == 0) {
 			fold_stats(&c->hdr->departed, &c->me->stats);

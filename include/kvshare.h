@@ -216,7 +216,9 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
  * Detach: releases every slot this handle still pins (an unpublished owned slot
  * is published FAILED(-ECANCELED)), frees the rank entry and, if it was the last
  * attached process and the cache is not persistent, removes the segments.
- * NULL is a no-op.  Blocks: up to attach_timeout_ns for the lifecycle lock.
+ * NULL is a no-op.  In a fork()ed child that inherited the handle, only the
+ * child's copy is freed (the parent stays attached).  Blocks: up to
+ * attach_timeout_ns for the lifecycle lock.
  * Ownership: cache is freed; no slot of it may be used afterwards.
  */
 KVS_API void kvs_cache_close(struct kvs_cache *cache);

@@ -655,7 +655,38 @@ static int test_open_close_storm(void)
 	return KVS_TEST_PASS;
 }
 
+static struct kvs_cache *inherited;
+
+static int close_inherited(void *arg)
+{
+	(void)arg;
+	kvs_cache_close(inherited); /* the parent's handle, copied by fork */
+	return 0;
+}
+
+/* A fork()ed child closing the handle it inherited leaves its parent attached. */
+static int test_fork_child_close(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache_stats st;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "forkclose"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &inherited));
+	KVS_CHECK_OK(put(inherited, 8));
+	KVS_CHECK_EQ(kvs_test_reap(kvs_test_fork(close_inherited, NULL), 10000), 0);
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK_OK(kvs_cache_stats(inherited, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.ranks_attached, 1);
+	KVS_CHECK(holds(inherited, 8));
+	KVS_CHECK_OK(kvs_cache_check(inherited));
+	kvs_cache_close(inherited);
+	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
+	{ "fork_child_close", test_fork_child_close },
 	{ "open_close_storm", test_open_close_storm },
 	{ "exec_attach", test_exec_attach },
 	{ "layout_mismatch", test_layout_mismatch },
