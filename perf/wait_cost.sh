@@ -10,7 +10,9 @@
 # wake_p50_us <= 2x plain's) and exits 3 if one is missed.
 # CPU comes from `perf stat -e task-clock,context-switches` around the waiters;
 # without a usable perf, from getrusage (the lines then end in src=rusage).
-# ROUNDS_SCALE (default 1) scales every round count.
+# The publisher is pinned to one CPU and the waiters to the others (see
+# wait_cost_bench.c); PIN=0 leaves placement to the scheduler.  ROUNDS_SCALE
+# (default 1) scales every round count.
 set -euo pipefail
 build=${1:-build}
 scale=${ROUNDS_SCALE:-1}
@@ -21,11 +23,14 @@ for v in kernel plain; do
 	fi
 done
 
-perf_opt=()
+opts=()
+if [ "${PIN:-1}" = 0 ]; then
+	opts+=(--no-pin)
+fi
 if ! command -v perf >/dev/null 2>&1 ||
    ! perf stat -e task-clock,context-switches -- true >/dev/null 2>&1; then
 	echo "wait_cost.sh: perf stat unusable here; measuring CPU with getrusage" >&2
-	perf_opt=(--perf none)
+	opts+=(--perf none)
 fi
 
 # Rounds per hold: ~0.3 s, 0.8 s and 1.5 s of publishing when the publisher gets
@@ -44,7 +49,7 @@ for n in 1 3 7; do
 	for h in 10 100 1000; do
 		for v in plain kernel; do
 			"$build/$v/perf/wait_cost_bench" --waiters "$n" --hold-us "$h" \
-				--rounds "$(rounds_for "$h")" "${perf_opt[@]}" | tee -a "$out"
+				--rounds "$(rounds_for "$h")" "${opts[@]}" | tee -a "$out"
 		done
 	done
 done

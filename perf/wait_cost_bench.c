@@ -16,6 +16,16 @@
  * ready the publisher publishes rounds values, each hold_us after the previous
  * publish (a busy wait on the clock, for precise holds), then a stop value.
  *
+ * The publisher runs pinned to the first CPU it may use and the waiter group to
+ * all the others (when there are two or more): the publisher stands for the
+ * owner rank's dispatcher on its own core, and its busy wait does not share a CPU
+ * with the waiters.  Without that split the numbers depend on where the load
+ * balancer happens to put the publisher: since Linux 6.6 (EEVDF) every
+ * sched_yield pushes the yielder's deadline a slice further, so a spinner sharing
+ * a CPU with a task that never yields is starved for scheduler ticks at a time.
+ * --no-pin leaves placement to the scheduler.  With 7 waiters on a 2-core
+ * machine, all 7 share one CPU: oversubscribed, as meant.
+ *
  *   cpu_pct      waiter task-clock / (waiters x publishing wall time) x 100: the
  *                share of its waiting time each waiter spends on a CPU (the group
  *                process itself sleeps; start-up is included, ~1 ms per process)
@@ -30,11 +40,14 @@
  * ends in src=rusage.
  *
  * usage: wait_cost_bench [--waiters N] [--hold-us T] [--rounds R] [--perf PATH|none]
+ *                        [--no-pin]
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,8 +179,30 @@ static int waiter_group(const char *name, uint32_t waiters, uint32_t rounds)
 
 /* ---- publisher side ---- */
 
+/* The publisher's CPU (the first allowed) and the waiters' (the other allowed
+ * ones); false when fewer than two CPUs are allowed. */
+static bool split_cpus(cpu_set_t *pub, cpu_set_t *waiters)
+{
+	cpu_set_t all;
+	int first = -1;
+
+	CPU_ZERO(pub);
+	CPU_ZERO(waiters);
+	if (sched_getaffinity(0, sizeof(all), &all) < 0 || CPU_COUNT(&all) < 2)
+		return false;
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &all))
+			continue;
+		if (first < 0)
+			first = c;
+		CPU_SET(c, first == c ? pub : waiters);
+	}
+	return true;
+}
+
 static pid_t start_group(const char *perf, const char *perf_out, const char *self,
-			 const char *name, uint32_t waiters, uint32_t rounds)
+			 const char *name, uint32_t waiters, uint32_t rounds,
+			 const cpu_set_t *cpus)
 {
 	char nw[16], nr[16];
 	pid_t pid;
@@ -178,6 +213,8 @@ static pid_t start_group(const char *perf, const char *perf_out, const char *sel
 	pid = fork();
 	if (pid != 0)
 		return pid;
+	if (cpus && sched_setaffinity(0, sizeof(*cpus), cpus) < 0)
+		perror("wait_cost: waiter CPUs");
 	if (perf) {
 		int null = open("/dev/null", O_WRONLY);
 
@@ -314,7 +351,6 @@ static int report(struct wc_shm *s, uint32_t hold_us, uint64_t wall_ns, int use_
 		n += c;
 	}
 	qsort(all, n, sizeof(*all), cmp_u32);
-	fprintf(stderr, "DEBUG samples=%zu wall_ms=%.1f\n", n, (double)wall_ns/1e6);
 	printf("wait_cost variant=%s waiters=%u hold_us=%u rounds=%u cpu_pct=%.2f "
 	       "ctx_switches=%" PRIu64 " wake_p50_us=%.2f wake_p99_us=%.2f%s\n",
 	       KVS_BENCH_VARIANT, s->waiters, hold_us, s->rounds,
@@ -324,8 +360,11 @@ static int report(struct wc_shm *s, uint32_t hold_us, uint64_t wall_ns, int use_
 	return 0;
 }
 
-static int run(uint32_t waiters, uint32_t hold_us, uint32_t rounds, const char *perf)
+static int run(uint32_t waiters, uint32_t hold_us, uint32_t rounds, const char *perf,
+	       bool pin)
 {
+	cpu_set_t pub_cpus, waiter_cpus;
+	const cpu_set_t *group_cpus = NULL;
 	char name[64], perf_out[] = "/tmp/kvs_wait_cost.XXXXXX", self[4096];
 	size_t bytes = wc_bytes(waiters, rounds);
 	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -348,14 +387,19 @@ static int run(uint32_t waiters, uint32_t hold_us, uint32_t rounds, const char *
 		if (tmp_fd < 0)
 			perf = NULL;
 	}
-	group = start_group(perf, perf_out, self, name, waiters, rounds);
+	if (pin && split_cpus(&pub_cpus, &waiter_cpus)) {
+		group_cpus = &waiter_cpus;
+		if (sched_setaffinity(0, sizeof(pub_cpus), &pub_cpus) < 0)
+			perror("wait_cost: publisher CPU");
+	}
+	group = start_group(perf, perf_out, self, name, waiters, rounds, group_cpus);
 	rc = group < 0 ? -errno : await_ready(s, group, &status);
 	if (rc == 1 && perf) {
 		/* perf could not run the group (missing, or refused): use rusage. */
 		fprintf(stderr, "wait_cost: perf stat failed (exit %d); using getrusage\n",
 			WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 		perf = NULL;
-		group = start_group(NULL, NULL, self, name, waiters, rounds);
+		group = start_group(NULL, NULL, self, name, waiters, rounds, group_cpus);
 		rc = group < 0 ? -errno : await_ready(s, group, &status);
 	}
 	if (rc == 1) {
@@ -382,29 +426,41 @@ int main(int argc, char **argv)
 {
 	uint32_t waiters = 1, hold_us = 100, rounds = 2000;
 	const char *perf = "perf";
-	int rc, bad = argc % 2 == 0;
+	bool pin = true;
+	int rc, bad = 0;
 
 	if (argc == 5 && strcmp(argv[1], "--waiter-group") == 0)
 		return waiter_group(argv[2], (uint32_t)strtoul(argv[3], NULL, 10),
 				    (uint32_t)strtoul(argv[4], NULL, 10));
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (strcmp(argv[i], "--waiters") == 0)
-			waiters = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-		else if (strcmp(argv[i], "--hold-us") == 0)
-			hold_us = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-		else if (strcmp(argv[i], "--rounds") == 0)
-			rounds = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-		else if (strcmp(argv[i], "--perf") == 0)
-			perf = strcmp(argv[i + 1], "none") == 0 ? NULL : argv[i + 1];
+	for (int i = 1; i < argc && !bad; i++) {
+		const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(opt, "--no-pin") == 0) {
+			pin = false;
+			continue;
+		}
+		if (!val) {
+			bad = 1;
+			break;
+		}
+		i++;
+		if (strcmp(opt, "--waiters") == 0)
+			waiters = (uint32_t)strtoul(val, NULL, 10);
+		else if (strcmp(opt, "--hold-us") == 0)
+			hold_us = (uint32_t)strtoul(val, NULL, 10);
+		else if (strcmp(opt, "--rounds") == 0)
+			rounds = (uint32_t)strtoul(val, NULL, 10);
+		else if (strcmp(opt, "--perf") == 0)
+			perf = strcmp(val, "none") == 0 ? NULL : val;
 		else
 			bad = 1;
 	}
 	if (bad || waiters < 1 || waiters > MAX_WAITERS || rounds < 1) {
 		fprintf(stderr, "usage: wait_cost_bench [--waiters 1..%d] [--hold-us T] [--rounds R] "
-				"[--perf PATH|none]\n", MAX_WAITERS);
+				"[--perf PATH|none] [--no-pin]\n", MAX_WAITERS);
 		return 2;
 	}
-	rc = run(waiters, hold_us, rounds, perf);
+	rc = run(waiters, hold_us, rounds, perf, pin);
 	if (rc < 0) {
 		fprintf(stderr, "wait_cost: waiters=%u hold_us=%u: %s\n", waiters, hold_us,
 			kvs_strerror(rc));
