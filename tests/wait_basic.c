@@ -202,7 +202,7 @@ static int test_signals(void)
 {
 	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: EINTR */
 	pthread_t self = pthread_self(), sig_thread;
-	int fail = 0;
+	int fail = 0, interrupted = 0;
 
 	sigemptyset(&sa.sa_mask);
 	KVS_CHECK_OK(sigaction(SIGUSR1, &sa, NULL));
@@ -222,10 +222,8 @@ static int test_signals(void)
 				kvs_now_ns() < o.deadline_ns ? "before" : "after");
 			fail = 1;
 		}
-		if (atomic_load(&sig_count) == before) {
-			fprintf(stderr, "%s: no signal arrived during 100 ms\n", wt_mode_name(wt_modes[m]));
-			fail = 1;
-		}
+		if (atomic_load(&sig_count) > before)
+			interrupted++;
 		/* Not broken: a publish during the storm is still seen. */
 		struct wt_publisher p;
 		o = wt_opts(wt_modes[m], 10 * KVS_NSEC_PER_SEC);
@@ -241,6 +239,10 @@ static int test_signals(void)
 	atomic_store(&sig_stop, 1);
 	pthread_join(sig_thread, NULL);
 	signal(SIGUSR1, SIG_DFL);
+	printf("%d signals; %d of %zu timed waits were interrupted\n", atomic_load(&sig_count),
+	       interrupted, WT_NMODES);
+	if (!fail && interrupted == 0)
+		KVS_FAILF("no signal arrived during any 100 ms wait");
 	return fail ? KVS_TEST_FAIL : KVS_TEST_PASS;
 }
 
