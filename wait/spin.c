@@ -1,6 +1,6 @@
 /*
- * wait/spin.c — spinning: the adaptive spin policy, the spin loop, and the
- * spin-until-deadline waiter (both builds).
+ * wait/spin.c — spinning: the spin loop and the spin-until-deadline waiter (both
+ * builds); the bounded spin and its adaptive policy (kernel build).
  *
  * The spin loop looks at the words, then pauses (the CPU's spin-wait hint) for
  * its first KVS_WAIT_PAUSE_LOOKS looks and calls sched_yield between looks after
@@ -17,7 +17,7 @@
  * length is capped at KVS_WAIT_SPIN_WALL_BUDGETS budgets: a spinner that cannot
  * get the CPU is better off asleep, woken by the kernel.
  *
- * Used three ways: the whole wait of KVS_WAIT_SPIN (and of KVS_WAIT_AUTO in the
+ * Used two ways: the whole wait of KVS_WAIT_SPIN (and of KVS_WAIT_AUTO in the
  * plain build), with the check hook run between slices; and the bounded spin phase
  * of KVS_WAIT_AUTO in the kernel build before it sleeps on a futex, whose length
  * is the caller's budget and whose use is decided by the adaptive policy below
