@@ -327,32 +327,46 @@ static int test_wakes_foreign_sleeper(void)
 
 #if KVS_KERNEL
 /* The adaptive policy (wait_impl.h): spins at first, stops after long waits,
- * probes every KVS_WAIT_SPIN_PROBE-th wait, and recovers on a good probe. */
+ * probes about one wait in KVS_WAIT_SPIN_PROBE (also for waits at exactly
+ * periodic times), and recovers on a good probe.  Times are synthetic. */
+static int count_probes(const struct kvs_wait_spin *s, uint64_t t0, uint64_t period, int n)
+{
+	int probes = 0;
+
+	for (int i = 0; i < n; i++)
+		probes += kvs_wait_spin_should(s, t0 + (uint64_t)i * period);
+	return probes;
+}
+
 static int test_adaptive_policy(void)
 {
 	struct kvs_wait_spin s;
 	const uint32_t b = 10000;
-	int spins = 0;
+	const int n = 100 * (int)KVS_WAIT_SPIN_PROBE;
 
 	kvs_wait_spin_init(&s, b);
-	KVS_CHECK(kvs_wait_spin_should(&s));
+	KVS_CHECK(kvs_wait_spin_should(&s, 0));
 	for (int i = 0; i < 8; i++)
 		kvs_wait_spin_learn(&s, 1000 * (uint64_t)b, false); /* long, asleep */
 	KVS_CHECK(atomic_load(&s.recent_ns) <= 2 * b);          /* capped */
-	for (unsigned i = 0; i < 4 * KVS_WAIT_SPIN_PROBE; i++)
-		spins += kvs_wait_spin_should(&s);
-	KVS_CHECK_EQ(spins, 4); /* probes only */
+	static const uint64_t periods[] = { 1, 37, 1000, 1000000, 123456789 };
+	for (size_t p = 0; p < KVS_ARRAY_LEN(periods); p++) {
+		int probes = count_probes(&s, 987654321, periods[p], n);
+
+		/* Expected 100 (binomial sd ~10). */
+		if (probes < 50 || probes > 200)
+			KVS_FAILF("period %" PRIu64 " ns: %d probes in %d waits", periods[p], probes, n);
+	}
 	kvs_wait_spin_learn(&s, b / 2, true); /* a probe that succeeded */
-	KVS_CHECK(kvs_wait_spin_should(&s));
+	KVS_CHECK(kvs_wait_spin_should(&s, 1));
 	kvs_wait_spin_learn(&s, 30 * (uint64_t)b, false); /* one miss is tolerated */
-	KVS_CHECK(kvs_wait_spin_should(&s));
+	KVS_CHECK_EQ(count_probes(&s, 0, 1, n), n);
 	for (int i = 0; i < 3; i++)
 		kvs_wait_spin_learn(&s, 30 * (uint64_t)b, false);
-	KVS_CHECK(!kvs_wait_spin_should(&s));
+	KVS_CHECK(count_probes(&s, 0, 1000, n) < n / 2); /* off again: probes only */
 
 	kvs_wait_spin_init(&s, 0); /* budget 0: never spins */
-	for (unsigned i = 0; i < 2 * KVS_WAIT_SPIN_PROBE; i++)
-		KVS_CHECK(!kvs_wait_spin_should(&s));
+	KVS_CHECK_EQ(count_probes(&s, 0, 1, n), 0);
 	return KVS_TEST_PASS;
 }
 

@@ -59,7 +59,6 @@ void kvs_wait_spin_init(struct kvs_wait_spin *spin, uint32_t budget_ns)
 	spin->budget_ns = budget_ns;
 	/* relaxed: initialisation of a caller-private heuristic, before any wait. */
 	atomic_store_explicit(&spin->recent_ns, 0, memory_order_relaxed);
-	atomic_store_explicit(&spin->skipped, 0, memory_order_relaxed);
 }
 
 int kvs_wait_spin_for(struct kvs_wait_set *s, uint64_t end_ns, uint64_t budget_ns,
@@ -123,7 +122,7 @@ int kvs_wait_spin_bounded(struct kvs_wait_set *s, const struct kvs_wait_ctx *c,
  * data depending on it; threads sharing one may lose an update, which only
  * shifts the estimate. */
 
-bool kvs_wait_spin_should(struct kvs_wait_spin *spin)
+bool kvs_wait_spin_should(const struct kvs_wait_spin *spin, uint64_t start_ns)
 {
 	uint64_t budget = spin->budget_ns;
 
@@ -131,11 +130,10 @@ bool kvs_wait_spin_should(struct kvs_wait_spin *spin)
 		return false;
 	if (atomic_load_explicit(&spin->recent_ns, memory_order_relaxed) < budget * 3 / 2)
 		return true;
-	if (atomic_fetch_add_explicit(&spin->skipped, 1, memory_order_relaxed) + 1 <
-	    KVS_WAIT_SPIN_PROBE)
-		return false;
-	atomic_store_explicit(&spin->skipped, 0, memory_order_relaxed);
-	return true; /* a probe */
+	/* A probe for about one wait in KVS_WAIT_SPIN_PROBE: the top half of a
+	 * Fibonacci hash of the start time (well spread even for waits that start
+	 * at exactly periodic times). */
+	return (uint32_t)((start_ns * UINT64_C(0x9E3779B97F4A7C15)) >> 32) % KVS_WAIT_SPIN_PROBE == 0;
 }
 
 void kvs_wait_spin_learn(struct kvs_wait_spin *spin, uint64_t wait_ns, bool spun_ok)

@@ -46,7 +46,7 @@ static int kvs_wait_auto(struct kvs_wait_set *s, struct kvs_wait_ctx *c,
 
 	if (!spin)
 		spin = kvs_wait_default_spin();
-	if (kvs_wait_spin_should(spin))
+	if (kvs_wait_spin_should(spin, c->start_ns))
 		rc = kvs_wait_spin_bounded(s, c, spin->budget_ns, &spent_ns);
 	if (rc >= 0) {
 		kvs_wait_spin_learn(spin, spent_ns, true);

@@ -56,17 +56,18 @@
  *    way towards its (capped) wall-clock length.  The waiter spins while recent_ns < 1.5 x budget_ns: most
  *    recent waits ended within the budget (about three sleeps in a row after a
  *    good spin turn spinning off).
- *  - while spinning is off, every KVS_WAIT_SPIN_PROBE-th wait spins anyway (a
- *    probe), so the estimate recovers when waits get short again; at long waits a
- *    probe costs budget_ns / KVS_WAIT_SPIN_PROBE of CPU per wait.
+ *  - while spinning is off, about one wait in KVS_WAIT_SPIN_PROBE spins anyway
+ *    (a probe), so the estimate recovers when waits get short again; at long
+ *    waits probes cost budget_ns / KVS_WAIT_SPIN_PROBE of CPU per wait.  Probes
+ *    are picked by a hash of the wait's start time, not by a counter, so the
+ *    policy also works for a caller that keeps only recent_ns between waits.
  *
- * The history fields are relaxed atomics so that threads may share one state
- * (e.g. per rank): it is a heuristic, a lost update only shifts the estimate.
+ * The history is a relaxed atomic so that threads may share one state (e.g. per
+ * rank): it is a heuristic, a lost update only shifts the estimate.
  */
 struct kvs_wait_spin {
 	uint32_t budget_ns;          /* most CPU time spun before sleeping; 0 = never spin */
 	_Atomic uint32_t recent_ns;  /* running estimate of recent wait lengths */
-	_Atomic uint32_t skipped;    /* waits since the last spin (probe counter) */
 };
 
 /* Called once per slice while waiting: 0 = keep waiting; any other value stops
@@ -86,7 +87,7 @@ struct kvs_wait_opts {
 
 #define KVS_WAIT_SPIN_DEFAULT_NS 10000u
 #define KVS_WAIT_SLICE_DEFAULT_NS 10000000ull
-/* While the estimate says "do not spin", every this many waits spin anyway. */
+/* While the estimate says "do not spin", about one wait in this many spins anyway. */
 #define KVS_WAIT_SPIN_PROBE 16u
 
 /* Set budget_ns (0 = never spin) and clear the history (the first waits spin). */

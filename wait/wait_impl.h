@@ -106,8 +106,8 @@ int kvs_wait_spin_bounded(struct kvs_wait_set *s, const struct kvs_wait_ctx *c,
 /* KVS_WAIT_SPIN: spin until a word changes, the deadline or the hook objects. */
 int kvs_wait_spin_run(struct kvs_wait_set *s, struct kvs_wait_ctx *c);
 
-/* Whether this wait should spin first (and counts probes). */
-bool kvs_wait_spin_should(struct kvs_wait_spin *spin);
+/* Whether the wait that started at start_ns should spin first (or probe). */
+bool kvs_wait_spin_should(const struct kvs_wait_spin *spin, uint64_t start_ns);
 
 /* Feed a finished wait (that got past the fast path) to the estimate: spun_ok
  * when it ended during the spin phase, wait_ns then the CPU time spun, else the
