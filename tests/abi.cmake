@@ -3,7 +3,8 @@
 #   abi.symbols  both libkvshare.so.1 export the same symbol set, and abidiff
 #                finds no ABI difference between them;
 #   abi.dropin.* a program linked against the PLAIN library runs and passes
-#                against each library, swapped by LD_LIBRARY_PATH only.
+#                against each library, swapped by LD_LIBRARY_PATH only, and
+#                shares one cache with a process running the other library.
 add_test(NAME abi.symbols
          COMMAND ${PROJECT_SOURCE_DIR}/tests/abi_symbols.sh
                  $<TARGET_FILE:kvshare_plain> $<TARGET_FILE:kvshare_kernel>)
@@ -17,8 +18,11 @@ target_link_libraries(test_abi_dropin PRIVATE kvshare_plain kvs_common)
 # swapping builds would do.
 set_target_properties(test_abi_dropin PROPERTIES OUTPUT_NAME abi_dropin SKIP_BUILD_RPATH ON
                       RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/abi)
-foreach(v plain kernel)
-  add_test(NAME abi.dropin.${v} COMMAND test_abi_dropin ${v})
-  set_tests_properties(abi.dropin.${v} PROPERTIES LABELS "unit;abi" SKIP_RETURN_CODE 77 TIMEOUT 60
-    ENVIRONMENT "LD_LIBRARY_PATH=$<TARGET_FILE_DIR:kvshare_${v}>")
+foreach(pair "plain;kernel" "kernel;plain")
+  list(GET pair 0 v)
+  list(GET pair 1 other)
+  add_test(NAME abi.dropin.${v}
+           COMMAND test_abi_dropin ${v} ${other} $<TARGET_FILE_DIR:kvshare_${other}>)
+  set_tests_properties(abi.dropin.${v} PROPERTIES LABELS "unit;abi;mp" SKIP_RETURN_CODE 77
+    TIMEOUT 60 ENVIRONMENT "LD_LIBRARY_PATH=$<TARGET_FILE_DIR:kvshare_${v}>")
 endforeach()
