@@ -23,6 +23,7 @@
 #include "core/layout.h"
 #include "kvshare.h"
 #include "numa/numa.h"
+#include "wait/wait.h"
 
 struct kvs_cache {
 	struct kvs_cache_config cfg;
@@ -48,7 +49,7 @@ struct kvs_cache {
 	uint32_t rank_epoch;
 	struct kvs_shm_rank *me;
 	_Atomic uint32_t pin_hint;      /* where to start looking for a free pin entry */
-	_Atomic uint32_t spin_recent_ns; /* adaptive spin history (kvs_wait_spin) */
+	struct kvs_wait_spin spin;      /* adaptive spin history, shared by this handle's threads */
 	/* The lifecycle OFD lock excludes other open file descriptions only: this
 	 * mutex excludes this handle's own threads (reaping from wait hooks). */
 	pthread_mutex_t reap_mu;

@@ -785,6 +785,7 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 	c->ctl_fd = -1;
 	c->rank_idx = -1;
 	c->opener = getpid();
+	kvs_wait_spin_init(&c->spin, cfg->spin_ns);
 	pthread_mutex_init(&c->reap_mu, NULL);
 	for (uint32_t s = 0; s < KVS_MAX_SEGS; s++)
 		c->segs[s].fd = -1;

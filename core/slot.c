@@ -229,7 +229,6 @@ static int filler_check(void *arg)
 KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint64_t timeout_ns)
 {
 	struct takeover t = { .c = c, .slot = slot, .owner = false };
-	struct kvs_wait_spin spin;
 	struct kvs_wait_opts o;
 	uint64_t t0;
 	int rc;
@@ -243,18 +242,14 @@ KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint64_t t
 		return slot->error;
 	if (slot->flags & KVS_SLOT_OWNER)
 		return -EDEADLK;
-	kvs_wait_spin_init(&spin, c->cfg.spin_ns);
-	/* relaxed: adaptive-spin history, a heuristic shared by this handle's threads */
-	spin.recent_ns = atomic_load_explicit(&c->spin_recent_ns, memory_order_relaxed);
 	memset(&o, 0, sizeof(o));
 	o.deadline_ns = kvs_deadline_after(timeout_ns);
 	o.check = filler_check;
 	o.check_arg = &t;
-	o.spin = &spin;
+	o.spin = &c->spin;
 	o.mode = c->cfg.wait;
 	t0 = kvs_now_ns();
 	rc = kvs_wait_while(&c->states[slot->index], KVS_SHM_SLOT_LOADING, &o);
-	atomic_store_explicit(&c->spin_recent_ns, spin.recent_ns, memory_order_relaxed);
 	KVS_COUNT(c, waits, 1);
 	KVS_COUNT(c, wait_ns, kvs_now_ns() - t0);
 	if (t.owner) {
