@@ -525,6 +525,22 @@ static void preq_put(struct posix *p, struct preq *r)
 	p->free_reqs = r;
 }
 
+/* The engine request for one caller transfer: op on fd (or registered file
+ * file_idx, -1 for none) at byte off. */
+static void preq_fill(struct preq *r, const struct kvs_backend_io *io, uint32_t op, int fd,
+		      int file_idx, uint64_t off)
+{
+	r->token = io->token;
+	r->len = io->len;
+	r->req.op = op;
+	r->req.fd = fd;
+	r->req.file_idx = file_idx;
+	r->req.buf = io->buf;
+	r->req.len = io->len;
+	r->req.off = off;
+	r->req.ctx = r;
+}
+
 static int engine_submit(struct posix *p, struct preq *r)
 {
 	int rc = p->eng->ops->submit(p->eng, &r->req);
@@ -550,15 +566,8 @@ static int posix_submit_read(void *state, const struct kvs_backend_io *io)
 		preq_put(p, r);
 		return rc;
 	}
-	r->token = io->token;
-	r->len = io->len;
-	r->req.op = KVS_IO_OP_READ;
-	r->req.fd = r->fe->fd;
-	r->req.file_idx = p->eng->nfiles ? (int)(r->fe - p->fds) : -1;
-	r->req.buf = io->buf;
-	r->req.len = io->len;
-	r->req.off = io->shard * p->shard_bytes + io->offset;
-	r->req.ctx = r;
+	preq_fill(r, io, KVS_IO_OP_READ, r->fe->fd, p->eng->nfiles ? (int)(r->fe - p->fds) : -1,
+		  io->shard * p->shard_bytes + io->offset);
 	rc = engine_submit(p, r);
 	if (rc < 0) {
 		fd_put(p, r->fe);
@@ -583,15 +592,7 @@ static int posix_submit_write(void *state, const struct kvs_backend_io *io)
 		preq_put(p, r);
 		return rc;
 	}
-	r->token = io->token;
-	r->len = io->len;
-	r->req.op = KVS_IO_OP_WRITE;
-	r->req.fd = r->pb->fd;
-	r->req.file_idx = -1;
-	r->req.buf = io->buf;
-	r->req.len = io->len;
-	r->req.off = io->shard * p->shard_bytes;
-	r->req.ctx = r;
+	preq_fill(r, io, KVS_IO_OP_WRITE, r->pb->fd, -1, io->shard * p->shard_bytes);
 	rc = engine_submit(p, r);
 	if (rc < 0) {
 		if (r->pb->inflight == 0 && r->pb->written == 0)
