@@ -18,7 +18,7 @@
 
 static const char *want_variant, *other_variant, *other_libdir;
 
-static int test_loaded_variant(void)
+static kvs_test_rc test_loaded_variant(void)
 {
 	Dl_info info;
 
@@ -29,7 +29,7 @@ static int test_loaded_variant(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_strerror(void)
+static kvs_test_rc test_strerror(void)
 {
 	KVS_CHECK(strstr(kvs_strerror(-KVS_ECONFIG), "configuration") != NULL);
 	KVS_CHECK(strcmp(kvs_strerror(-EINVAL), strerror(EINVAL)) == 0);
@@ -46,7 +46,7 @@ static void mix_cfg(struct kvs_cache_config *cfg, const char *uid)
 	cfg->hugetlb = KVS_HUGETLB_AUTO; /* kernel creator: hugetlbfs when there is a pool */
 }
 
-static int fill_and_publish(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)
+static kvs_test_rc fill_and_publish(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)
 {
 	void *p;
 
@@ -56,7 +56,7 @@ static int fill_and_publish(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)
 	return KVS_TEST_PASS;
 }
 
-static int wait_and_verify(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)
+static kvs_test_rc wait_and_verify(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)
 {
 	void *p;
 
@@ -71,7 +71,7 @@ static int wait_and_verify(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)
  * READY (the parent filled it); block 2 the parent owns and publishes after our
  * report; block 3 we own, and the parent waits for it.
  */
-static int child_mixed(int argc, char **argv)
+static kvs_test_rc child_mixed(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c;
@@ -80,7 +80,7 @@ static int child_mixed(int argc, char **argv)
 	int fd;
 
 	if (argc < 2)
-		return 2;
+		KVS_FAILF("usage: --child mixed <uid> <fd>");
 	fd = atoi(argv[1]);
 	printf("child on %s\n", kvs_variant());
 	mix_cfg(&cfg, argv[0]);
@@ -88,14 +88,14 @@ static int child_mixed(int argc, char **argv)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	KVS_CHECK_OK(kvs_cache_get(c, &b1, 0, 0, &s1));
 	KVS_CHECK(!(s1.flags & KVS_SLOT_OWNER));
-	KVS_CHECK(wait_and_verify(c, &s1, 1) == KVS_TEST_PASS);
+	KVS_TRY(wait_and_verify(c, &s1, 1));
 	KVS_CHECK_OK(kvs_cache_get(c, &b2, 0, 0, &s2));
 	KVS_CHECK(!(s2.flags & KVS_SLOT_OWNER));
 	KVS_CHECK_OK(kvs_cache_get(c, &b3, 0, 0, &s3));
 	KVS_CHECK(s3.flags & KVS_SLOT_OWNER);
 	KVS_CHECK(write(fd, "w", 1) == 1); /* parent: publish block 2, wait for block 3 */
-	KVS_CHECK(wait_and_verify(c, &s2, 2) == KVS_TEST_PASS);
-	KVS_CHECK(fill_and_publish(c, &s3, 3) == KVS_TEST_PASS);
+	KVS_TRY(wait_and_verify(c, &s2, 2));
+	KVS_TRY(fill_and_publish(c, &s3, 3));
 	KVS_CHECK_OK(kvs_slot_release(c, &s1));
 	KVS_CHECK_OK(kvs_slot_release(c, &s2));
 	KVS_CHECK_OK(kvs_slot_release(c, &s3));
@@ -103,7 +103,7 @@ static int child_mixed(int argc, char **argv)
 	return KVS_TEST_PASS;
 }
 
-static int test_mixed_node(void)
+static kvs_test_rc test_mixed_node(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c;
@@ -118,7 +118,7 @@ static int test_mixed_node(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	KVS_CHECK_OK(kvs_cache_get(c, &b1, 0, 0, &s1));
 	KVS_CHECK(s1.flags & KVS_SLOT_OWNER);
-	KVS_CHECK(fill_and_publish(c, &s1, 1) == KVS_TEST_PASS);
+	KVS_TRY(fill_and_publish(c, &s1, 1));
 	KVS_CHECK_OK(kvs_slot_release(c, &s1));
 	KVS_CHECK_OK(kvs_cache_get(c, &b2, 0, 0, &s2));
 	KVS_CHECK(s2.flags & KVS_SLOT_OWNER);
@@ -133,11 +133,11 @@ static int test_mixed_node(void)
 	/* The child reports once it waits on block 2 and owns block 3. */
 	rc = (int)read(pfd[0], &buf, 1);
 	close(pfd[0]);
-	KVS_CHECK(fill_and_publish(c, &s2, 2) == KVS_TEST_PASS);
+	KVS_TRY(fill_and_publish(c, &s2, 2));
 	if (rc == 1) {
 		KVS_CHECK_OK(kvs_cache_get(c, &b3, 0, 0, &s3));
 		KVS_CHECK(!(s3.flags & KVS_SLOT_OWNER));
-		KVS_CHECK(wait_and_verify(c, &s3, 3) == KVS_TEST_PASS);
+		KVS_TRY(wait_and_verify(c, &s3, 3));
 		KVS_CHECK_OK(kvs_slot_release(c, &s3));
 	}
 	KVS_CHECK_OK(kvs_slot_release(c, &s2));

@@ -32,7 +32,7 @@ static int data_exists(const char *uid)
 	return access(path, F_OK) == 0;
 }
 
-static int put(struct kvs_cache *c, uint64_t n)
+static kvs_test_rc put(struct kvs_cache *c, uint64_t n)
 {
 	struct kvs_block_id k = core_block(n);
 	struct kvs_slot s;
@@ -44,7 +44,7 @@ static int put(struct kvs_cache *c, uint64_t n)
 	core_fill(p, c->slot_bytes, n, 0);
 	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 /* 1 if (n, 0) is READY with its bytes. */
@@ -70,23 +70,22 @@ static void attach_cfg(struct kvs_cache_config *cfg, const char *uid)
 }
 
 /* exec'd: --child reader <uid>: block 1 is there with its bytes; add block 2. */
-static int reader_child(int argc, char **argv)
+static kvs_test_rc reader_child(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
 
 	if (argc != 1)
-		return 2;
+		KVS_FAILF("usage: --child reader <uid>");
 	attach_cfg(&cfg, argv[0]);
-	if (kvs_cache_open(&cfg, &c))
-		return 1;
-	if (!holds(c, 1) || put(c, 2))
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
+	KVS_CHECK(holds(c, 1));
+	KVS_TRY(put(c, 2));
 	kvs_cache_close(c);
-	return 0;
+	return KVS_TEST_PASS;
 }
 
-static int test_exec_attach(void)
+static kvs_test_rc test_exec_attach(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -94,7 +93,7 @@ static int test_exec_attach(void)
 
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "exec"));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_CHECK_OK(put(c, 1));
+	KVS_TRY(put(c, 1));
 	const char *av[] = { uid, NULL };
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
 	KVS_CHECK(holds(c, 2));
@@ -106,7 +105,7 @@ static int test_exec_attach(void)
 }
 
 /* Open cfg, expect err and a log line containing word. */
-static int expect_open(struct kvs_cache_config *cfg, int err, const char *word)
+static kvs_test_rc expect_open(struct kvs_cache_config *cfg, int err, const char *word)
 {
 	struct kvs_cache *c = (struct kvs_cache *)1;
 
@@ -121,10 +120,10 @@ static int expect_open(struct kvs_cache_config *cfg, int err, const char *word)
 	if (word && !strstr(core_last_log, word))
 		KVS_FAILF("log '%s' does not name '%s'", core_last_log, word);
 	printf("  %s -> %s: %s\n", word ? word : "-", kvs_strerror(err), core_last_log);
-	return 0;
+	return KVS_TEST_PASS;
 }
 
-static int test_layout_mismatch(void)
+static kvs_test_rc test_layout_mismatch(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -135,20 +134,20 @@ static int test_layout_mismatch(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	h = kvs_core_test_header(c);
 	h->layout_version++;
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ELAYOUT, "layout_version"));
+	KVS_TRY(expect_open(&cfg, -KVS_ELAYOUT, "layout_version"));
 	h->layout_version--;
 	h->format ^= 1;
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ELAYOUT, "format"));
+	KVS_TRY(expect_open(&cfg, -KVS_ELAYOUT, "format"));
 	h->format ^= 1;
 	uint64_t magic = h->magic;
 	h->magic = 0xdeadbeef;
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "magic"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "magic"));
 	h->magic = magic;
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
 }
 
-static int test_config_mismatch(void)
+static kvs_test_rc test_config_mismatch(void)
 {
 	struct kvs_cache_config cfg, other;
 	struct kvs_cache *c = NULL;
@@ -163,34 +162,34 @@ static int test_config_mismatch(void)
 	other.slot_bytes = 4096;
 	other.tensor_bytes[1] = 0;
 	other.tensor_count = 0;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "slot_bytes"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "slot_bytes"));
 	other = cfg;
 	other.slot_count = 33;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "slot_count"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "slot_count"));
 	other = cfg;
 	other.shards_per_block = 2;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "shards_per_block"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "shards_per_block"));
 	other = cfg;
 	other.local_rank_size = 4;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "local_rank_size"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "local_rank_size"));
 	other = cfg;
 	other.reserved_slots = 3;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "reserved_slots"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "reserved_slots"));
 	other = cfg;
 	other.tensor_count = 1;
 	other.tensor_bytes[0] = 8192;
 	other.tensor_bytes[1] = 0;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "tensor_count"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "tensor_count"));
 	other = cfg;
 	other.tensor_bytes[0] = 2048;
 	other.tensor_bytes[1] = 6144;
-	KVS_CHECK_OK(expect_open(&other, -KVS_ECONFIG, "tensor_bytes[0]"));
+	KVS_TRY(expect_open(&other, -KVS_ECONFIG, "tensor_bytes[0]"));
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
 }
 
-static int test_other_uid(void)
+static kvs_test_rc test_other_uid(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -202,14 +201,14 @@ static int test_other_uid(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
 	KVS_CHECK_OK(chown(path, 65534, 65534));
-	KVS_CHECK_OK(expect_open(&cfg, -EACCES, "uid"));
+	KVS_TRY(expect_open(&cfg, -EACCES, "uid"));
 	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -EACCES);
 	KVS_CHECK_OK(chown(path, 0, 0));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
 }
 
-static int test_group_shared(void)
+static kvs_test_rc test_group_shared(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL, *c2 = NULL;
@@ -230,13 +229,13 @@ static int test_group_shared(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c2));
 	kvs_cache_close(c2);
 	cfg.gid = 101; /* not our group: refused */
-	KVS_CHECK_OK(expect_open(&cfg, -EACCES, "uid"));
+	KVS_TRY(expect_open(&cfg, -EACCES, "uid"));
 	KVS_CHECK_OK(chown(path, 0, 100));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
 }
 
-static int test_bad_config(void)
+static kvs_test_rc test_bad_config(void)
 {
 	struct kvs_cache_config cfg, bad;
 	char uid[80];
@@ -247,16 +246,16 @@ static int test_bad_config(void)
 	for (size_t i = 0; i < KVS_ARRAY_LEN(ids); i++) {
 		bad = cfg;
 		snprintf(bad.unique_id, sizeof(bad.unique_id), "%s", ids[i]);
-		KVS_CHECK_OK(expect_open(&bad, -EINVAL, "unique_id"));
+		KVS_TRY(expect_open(&bad, -EINVAL, "unique_id"));
 		KVS_CHECK_ERR(kvs_cache_remove(&bad), -EINVAL);
 	}
 	bad = cfg;
 	memset(bad.unique_id, 'a', sizeof(bad.unique_id)); /* no NUL */
-	KVS_CHECK_OK(expect_open(&bad, -EINVAL, "unique_id"));
+	KVS_TRY(expect_open(&bad, -EINVAL, "unique_id"));
 #define BAD_FIELD(field, value, word)                                                   \
 	bad = cfg;                                                                      \
 	bad.field = value;                                                              \
-	KVS_CHECK_OK(expect_open(&bad, -EINVAL, word));
+	KVS_TRY(expect_open(&bad, -EINVAL, word));
 	BAD_FIELD(reserved[3], 1, "reserved");
 	BAD_FIELD(slot_bytes, 0, "slot_bytes");
 	BAD_FIELD(slot_count, 0, "slot_count");
@@ -278,12 +277,12 @@ static int test_bad_config(void)
 	bad = cfg;
 	bad.file_mode = 0660;
 	bad.gid = -1;
-	KVS_CHECK_OK(expect_open(&bad, -EINVAL, "gid"));
+	KVS_TRY(expect_open(&bad, -EINVAL, "gid"));
 	bad = cfg;
 	bad.tensor_count = 2;
 	bad.tensor_bytes[0] = 100;
 	bad.tensor_bytes[1] = 100;
-	KVS_CHECK_OK(expect_open(&bad, -EINVAL, "tensor_bytes"));
+	KVS_TRY(expect_open(&bad, -EINVAL, "tensor_bytes"));
 	bad = cfg;
 	bad.wait = KVS_WAIT_FUTEX;
 	if (KVS_KERNEL) {
@@ -291,14 +290,14 @@ static int test_bad_config(void)
 		KVS_CHECK_OK(kvs_cache_open(&bad, &c));
 		kvs_cache_close(c);
 	} else {
-		KVS_CHECK_OK(expect_open(&bad, -EOPNOTSUPP, "futex"));
+		KVS_TRY(expect_open(&bad, -EOPNOTSUPP, "futex"));
 	}
 	KVS_CHECK_ERR(kvs_cache_open(NULL, &(struct kvs_cache *){ NULL }), -EINVAL);
 	KVS_CHECK(!ctl_exists(uid));
 	return KVS_TEST_PASS;
 }
 
-static int test_truncated(void)
+static kvs_test_rc test_truncated(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -313,7 +312,7 @@ static int test_truncated(void)
 	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
 	KVS_CHECK_OK(stat(path, &st));
 	KVS_CHECK_OK(truncate(path, st.st_size / 2));
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
 	KVS_CHECK_OK(kvs_cache_remove(&cfg));
 	KVS_CHECK(!ctl_exists(uid));
 	KVS_CHECK(!data_exists(uid));
@@ -321,7 +320,7 @@ static int test_truncated(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_corrupt_geometry(void)
+static kvs_test_rc test_corrupt_geometry(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -332,13 +331,13 @@ static int test_corrupt_geometry(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	h = kvs_core_test_header(c);
 	h->fp.bucket_count = 48; /* not a power of two */
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "geometry"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "geometry"));
 	h->fp.bucket_count = 32;
 	h->slots_off += 64;
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
 	h->slots_off -= 64;
 	h->tensor_bytes[0]++;
-	KVS_CHECK_OK(expect_open(&cfg, -KVS_ECORRUPT, "tensor"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "tensor"));
 	h->tensor_bytes[0]--;
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
@@ -346,7 +345,7 @@ static int test_corrupt_geometry(void)
 
 /* exec'd: --child crasher <uid> <fd>: blocks 0..3 READY, block 0 pinned,
  * block 4 LOADING (owned); say so; get killed. */
-static int crasher_child(int argc, char **argv)
+static kvs_test_rc crasher_child(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -354,22 +353,19 @@ static int crasher_child(int argc, char **argv)
 	struct kvs_slot s0, s4;
 
 	if (argc != 2)
-		return 2;
+		KVS_FAILF("usage: --child crasher <uid> <fd>");
 	attach_cfg(&cfg, argv[0]);
-	if (kvs_cache_open(&cfg, &c))
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
 	for (uint64_t n = 0; n < 4; n++)
-		if (put(c, n))
-			return 1;
-	if (kvs_cache_get(c, &k0, 0, 0, &s0) || kvs_cache_get(c, &k4, 0, 0, &s4))
-		return 1;
-	if (write(atoi(argv[1]), "x", 1) != 1)
-		return 1;
+		KVS_TRY(put(c, n));
+	KVS_CHECK_ERR(kvs_cache_get(c, &k0, 0, 0, &s0), 0);
+	KVS_CHECK_ERR(kvs_cache_get(c, &k4, 0, 0, &s4), 0);
+	KVS_CHECK_EQ(write(atoi(argv[1]), "x", 1), 1);
 	for (;;)
 		pause();
 }
 
-static int test_adopt_after_crash(void)
+static kvs_test_rc test_adopt_after_crash(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -407,7 +403,7 @@ static int test_adopt_after_crash(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_persist_and_remove(void)
+static kvs_test_rc test_persist_and_remove(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -417,7 +413,7 @@ static int test_persist_and_remove(void)
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "persist"));
 	cfg.flags = KVS_CACHE_PERSIST;
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_CHECK_OK(put(c, 11));
+	KVS_TRY(put(c, 11));
 	kvs_cache_close(c);
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK(data_exists(uid));
@@ -437,7 +433,7 @@ static int test_persist_and_remove(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_last_detacher_unlinks(void)
+static kvs_test_rc test_last_detacher_unlinks(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a = NULL, *b = NULL;
@@ -446,7 +442,7 @@ static int test_last_detacher_unlinks(void)
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "last"));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &b));
-	KVS_CHECK_OK(put(a, 3));
+	KVS_TRY(put(a, 3));
 	kvs_cache_close(a);
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK(holds(b, 3));
@@ -460,7 +456,7 @@ static int test_last_detacher_unlinks(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_attach_timeout(void)
+static kvs_test_rc test_attach_timeout(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a = NULL;
@@ -476,7 +472,7 @@ static int test_attach_timeout(void)
 	KVS_CHECK(fd >= 0);
 	KVS_CHECK_OK(fcntl(fd, F_OFD_SETLK, &fl)); /* a peer stuck in a lifecycle step */
 	cfg.attach_timeout_ns = 50 * MS;
-	KVS_CHECK_OK(expect_open(&cfg, -ETIMEDOUT, NULL));
+	KVS_TRY(expect_open(&cfg, -ETIMEDOUT, NULL));
 	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -ETIMEDOUT);
 	close(fd);
 	kvs_cache_close(a);
@@ -484,7 +480,7 @@ static int test_attach_timeout(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_rank_table_full(void)
+static kvs_test_rc test_rank_table_full(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *h[KVS_MAX_RANKS];
@@ -495,7 +491,7 @@ static int test_rank_table_full(void)
 	cfg.device_id = -1; /* watchers: no data maps, no local_rank_size warnings */
 	for (uint32_t i = 0; i < KVS_MAX_RANKS; i++)
 		KVS_CHECK_OK(kvs_cache_open(&cfg, &h[i]));
-	KVS_CHECK_OK(expect_open(&cfg, -EBUSY, "rank entry"));
+	KVS_TRY(expect_open(&cfg, -EBUSY, "rank entry"));
 	KVS_CHECK_OK(kvs_cache_stats(h[0], KVS_STATS_NODE, &st));
 	KVS_CHECK_EQ(st.ranks_attached, KVS_MAX_RANKS);
 	for (uint32_t i = 0; i < KVS_MAX_RANKS; i++)
@@ -504,7 +500,7 @@ static int test_rank_table_full(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_creator_died_during_init(void)
+static kvs_test_rc test_creator_died_during_init(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a = NULL;
@@ -518,7 +514,7 @@ static int test_creator_died_during_init(void)
 	KVS_CHECK_OK(ftruncate(fd, 65536));
 	close(fd);
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
-	KVS_CHECK_OK(put(a, 1));
+	KVS_TRY(put(a, 1));
 	KVS_CHECK_OK(kvs_cache_check(a));
 	kvs_cache_close(a);
 	KVS_CHECK(!ctl_exists(uid));
@@ -549,7 +545,7 @@ static void *hold_thread(void *arg)
 	return NULL;
 }
 
-static int test_lock_timeout(void)
+static kvs_test_rc test_lock_timeout(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a = NULL;
@@ -579,7 +575,7 @@ static int test_lock_timeout(void)
 	pthread_join(t, NULL);
 	KVS_CHECK_ERR(rc, -ETIMEDOUT);
 	KVS_CHECK_ERR(rc2, -ETIMEDOUT);
-	KVS_CHECK_OK(put(a, 1));
+	KVS_TRY(put(a, 1));
 	kvs_cache_close(a);
 	return KVS_TEST_PASS;
 }
@@ -593,7 +589,7 @@ static int test_lock_timeout(void)
 #define STORM_ROUNDS 150
 #endif
 
-static int storm(const char *uid, unsigned id)
+static kvs_test_rc storm(const char *uid, unsigned id)
 {
 	struct kvs_cache_config cfg;
 
@@ -616,25 +612,27 @@ static int storm(const char *uid, unsigned id)
 			KVS_FAILF("storm %u: check", id);
 		kvs_cache_close(c);
 	}
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 static const char *storm_uid;
 
-static int storm_fork(void *arg)
+static kvs_test_rc storm_fork(void *arg)
 {
 	return storm(storm_uid, (unsigned)(uintptr_t)arg);
 }
 
-static int storm_exec(int argc, char **argv)
+static kvs_test_rc storm_exec(int argc, char **argv)
 {
-	return argc == 2 ? storm(argv[0], (unsigned)atoi(argv[1])) : 2;
+	if (argc != 2)
+		KVS_FAILF("usage: --child storm <uid> <id>");
+	return storm(argv[0], (unsigned)atoi(argv[1]));
 }
 
 /* Processes opening and closing one cache concurrently, nobody holding it in
  * between: creation, attach, last-detacher removal and the re-creation race
  * each other; everyone succeeds and nothing is left behind. */
-static int test_open_close_storm(void)
+static kvs_test_rc test_open_close_storm(void)
 {
 	enum { P = 6 };
 	char uid[80], ids[P][8];
@@ -657,15 +655,15 @@ static int test_open_close_storm(void)
 
 static struct kvs_cache *inherited;
 
-static int close_inherited(void *arg)
+static kvs_test_rc close_inherited(void *arg)
 {
 	(void)arg;
 	kvs_cache_close(inherited); /* the parent's handle, copied by fork */
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 /* A fork()ed child closing the handle it inherited leaves its parent attached. */
-static int test_fork_child_close(void)
+static kvs_test_rc test_fork_child_close(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache_stats st;
@@ -673,7 +671,7 @@ static int test_fork_child_close(void)
 
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "forkclose"));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &inherited));
-	KVS_CHECK_OK(put(inherited, 8));
+	KVS_TRY(put(inherited, 8));
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_fork(close_inherited, NULL), 10000), 0);
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK_OK(kvs_cache_stats(inherited, KVS_STATS_NODE, &st));

@@ -4,7 +4,7 @@
  */
 #include "harness.h"
 
-static int test_own_codes(void)
+static kvs_test_rc test_own_codes(void)
 {
 	static const int codes[] = { KVS_ELAYOUT, KVS_ECONFIG, KVS_EOWNERDEAD, KVS_ENOHUGE,
 				     KVS_ECORRUPT };
@@ -20,7 +20,7 @@ static int test_own_codes(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_errno_values(void)
+static kvs_test_rc test_errno_values(void)
 {
 	KVS_CHECK(strcmp(kvs_strerror(-ENOSPC), strerror(ENOSPC)) == 0);
 	KVS_CHECK(strcmp(kvs_strerror(-ETIMEDOUT), strerror(ETIMEDOUT)) == 0);

@@ -22,18 +22,18 @@ static void fault_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t sl
 }
 
 /* Wait for one byte on fd (a child saying "I am where you want me"). */
-static int wait_byte(int fd)
+static kvs_test_rc wait_byte(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	char ch;
 
 	if (poll(&p, 1, 20000) != 1 || read(fd, &ch, 1) != 1)
-		return -1;
-	return 0;
+		KVS_FAILF("no word from the child within 20 s");
+	return KVS_TEST_PASS;
 }
 
 /* exec'd: --child owner <uid> <fd>: own KEY, say so, never publish. */
-static int owner_child(int argc, char **argv)
+static kvs_test_rc owner_child(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -42,21 +42,21 @@ static int owner_child(int argc, char **argv)
 	void *p;
 
 	if (argc != 2)
-		return 2;
+		KVS_FAILF("usage: --child owner <uid> <fd>");
 	fault_cfg(&cfg, argv[0], 16);
-	if (kvs_cache_open(&cfg, &c) || kvs_cache_get(c, &k, 0, 0, &s) || !(s.flags & KVS_SLOT_OWNER))
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
+	KVS_CHECK_ERR(kvs_cache_get(c, &k, 0, 0, &s), 0);
+	KVS_CHECK(s.flags & KVS_SLOT_OWNER);
 	kvs_slot_data(c, &s, &p);
 	memset(p, 0xee, 100); /* half-written bytes */
-	if (write(atoi(argv[1]), "x", 1) != 1)
-		return 1;
+	KVS_CHECK_EQ(write(atoi(argv[1]), "x", 1), 1);
 	for (;;)
 		pause();
 }
 
 /* exec'd: --child holder <uid> <fd>: hold KEY's bucket lock mid-"edit": the
  * chain head lost and a refcount off, as a death inside an edit leaves them. */
-static int holder_child(int argc, char **argv)
+static kvs_test_rc holder_child(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -64,45 +64,53 @@ static int holder_child(int argc, char **argv)
 	uint32_t b;
 
 	if (argc != 2)
-		return 2;
+		KVS_FAILF("usage: --child holder <uid> <fd>");
 	fault_cfg(&cfg, argv[0], 16);
-	if (kvs_cache_open(&cfg, &c) || kvs_core_test_hold_bucket(c, &k, 0))
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
+	KVS_CHECK_ERR(kvs_core_test_hold_bucket(c, &k, 0), 0);
 	b = kvs_core_bucket_of(c, kvs_core_hash(&k, 0));
 	if (c->buckets[b].head != KVS_IDX_NONE)
 		atomic_fetch_add(&c->slots[c->buckets[b].head].ref, 1);
 	c->buckets[b].head = KVS_IDX_NONE;
-	if (write(atoi(argv[1]), "x", 1) != 1)
-		return 1;
+	KVS_CHECK_EQ(write(atoi(argv[1]), "x", 1), 1);
 	for (;;)
 		pause();
 }
 
 static const char *peer_uid;
 
-/* forked waiter on KEY: 0 = saw READY with the right bytes, 3 = took over and
- * filled it, 1 = anything else. */
-static int peer_waiter(void *arg)
+/* The peer waiter's exit status when it took over and filled the slot. */
+#define PEER_TOOK_OVER 3
+
+/* forked waiter on KEY: pass = saw READY with the right bytes, PEER_TOOK_OVER =
+ * took over and filled it, fail = anything else. */
+static kvs_test_rc peer_waiter(void *arg)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
 	struct kvs_block_id k = core_block(KEY);
 	struct kvs_slot s;
 	void *p;
-	int rc, out = 1;
+	int rc;
+	kvs_test_rc out = KVS_TEST_FAIL;
 
 	(void)arg;
 	fault_cfg(&cfg, peer_uid, 16);
-	if (kvs_cache_open(&cfg, &c) || kvs_cache_get(c, &k, 0, 0, &s) || (s.flags & KVS_SLOT_OWNER))
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
+	KVS_CHECK_ERR(kvs_cache_get(c, &k, 0, 0, &s), 0);
+	KVS_CHECK(!(s.flags & KVS_SLOT_OWNER));
 	kvs_slot_data(c, &s, &p);
 	rc = kvs_slot_wait(c, &s, 20000 * MS);
 	if (rc == 0 && core_verify(p, cfg.slot_bytes, KEY, 0))
-		out = 0;
+		out = KVS_TEST_PASS;
 	if (rc == KVS_SLOT_WAIT_OWNER) {
 		core_fill(p, cfg.slot_bytes, KEY, 0);
-		out = kvs_slot_publish_ready(c, &s) == 0 ? 3 : 1;
+		if (kvs_slot_publish_ready(c, &s) == 0)
+			out = KVS_TEST_EXIT(PEER_TOOK_OVER);
 	}
+	if (out.code == KVS_TEST_FAIL.code)
+		fprintf(stderr, "%s:%d: peer waiter: wait %d (%s)%s\n", __FILE__, __LINE__, rc,
+			kvs_strerror(rc), rc == 0 ? ", other bytes" : "");
 	kvs_slot_release(c, &s);
 	kvs_cache_close(c);
 	return out;
@@ -124,7 +132,7 @@ static pid_t spawn_with_pipe(const char *child, const char *uid, int *rfd)
 	return pid;
 }
 
-static int test_owner_killed_mid_fill(void)
+static kvs_test_rc test_owner_killed_mid_fill(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -141,7 +149,7 @@ static int test_owner_killed_mid_fill(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
 	KVS_CHECK(owner > 0);
-	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 	KVS_CHECK_EQ(s.flags, 0);
@@ -163,8 +171,8 @@ static int test_owner_killed_mid_fill(void)
 		KVS_CHECK(core_verify(p, cfg.slot_bytes, KEY, 0));
 	}
 	rc = kvs_test_reap(peer, 30000);
-	KVS_CHECK(rc == 0 || rc == 3);
-	KVS_CHECK_EQ(took + (rc == 3), 1); /* exactly one new owner */
+	KVS_CHECK(rc == 0 || rc == PEER_TOOK_OVER);
+	KVS_CHECK_EQ(took + (rc == PEER_TOOK_OVER), 1); /* exactly one new owner */
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
 	KVS_CHECK_EQ(kvs_cache_exists(c, &k, 0), 1);
 	KVS_CHECK_OK(kvs_cache_check(c));
@@ -176,7 +184,7 @@ static int test_owner_killed_mid_fill(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_owner_killed_no_takeover(void)
+static kvs_test_rc test_owner_killed_no_takeover(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL, *c2 = NULL;
@@ -191,7 +199,7 @@ static int test_owner_killed_no_takeover(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	/* 1: a waiter that refuses takeover gets -KVS_EOWNERDEAD */
 	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
-	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 	kill(owner, SIGKILL);
@@ -207,7 +215,7 @@ static int test_owner_killed_no_takeover(void)
 	/* 2: nobody waiting; the next attacher reaps the dead owner and the slot
 	 * is FAILED(-KVS_EOWNERDEAD), retried by the next get */
 	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
-	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	kill(owner, SIGKILL);
 	KVS_CHECK_EQ(kvs_test_reap(owner, 10000), 128 + SIGKILL);
@@ -230,7 +238,7 @@ static int test_owner_killed_no_takeover(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_lock_holder_killed(void)
+static kvs_test_rc test_lock_holder_killed(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -248,7 +256,7 @@ static int test_lock_holder_killed(void)
 	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
 	holder = spawn_with_pipe("holder", cfg.unique_id, &rfd);
-	KVS_CHECK_EQ(wait_byte(rfd), 0);
+	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	kill(holder, SIGKILL);
 	KVS_CHECK_EQ(kvs_test_reap(holder, 10000), 128 + SIGKILL);
@@ -268,7 +276,7 @@ static int test_lock_holder_killed(void)
 }
 
 /* A hammering worker for the random kill loop: handles takeovers. */
-static int worker(const char *uid, unsigned seed)
+static kvs_test_rc worker(const char *uid, unsigned seed)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -307,22 +315,24 @@ static int worker(const char *uid, unsigned seed)
 			KVS_FAILF("worker: release");
 	}
 	kvs_cache_close(c);
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 static unsigned worker_seed;
 
-static int worker_fork(void *arg)
+static kvs_test_rc worker_fork(void *arg)
 {
 	return worker((const char *)arg, worker_seed);
 }
 
-static int worker_exec(int argc, char **argv)
+static kvs_test_rc worker_exec(int argc, char **argv)
 {
-	return argc == 2 ? worker(argv[0], (unsigned)atoi(argv[1])) : 2;
+	if (argc != 2)
+		KVS_FAILF("usage: --child worker <uid> <seed>");
+	return worker(argv[0], (unsigned)atoi(argv[1]));
 }
 
-static int test_kill_random(void)
+static kvs_test_rc test_kill_random(void)
 {
 #if defined(__SANITIZE_THREAD__)
 	enum { ITER = 12, W = 3 }; /* TSan: every exec and map is slow */

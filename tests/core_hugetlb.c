@@ -33,7 +33,7 @@ static void huge_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slo
 	cfg->hugetlb = KVS_HUGETLB_REQUIRED;
 }
 
-static int fill(struct kvs_cache *c, uint64_t n)
+static kvs_test_rc fill(struct kvs_cache *c, uint64_t n)
 {
 	struct kvs_block_id k = core_block(n);
 	struct kvs_slot s;
@@ -44,11 +44,11 @@ static int fill(struct kvs_cache *c, uint64_t n)
 	core_fill(p, c->slot_bytes, n, 0);
 	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 /* exec'd: --child reader <uid>: block 5 has its bytes. */
-static int reader_child(int argc, char **argv)
+static kvs_test_rc reader_child(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -58,14 +58,16 @@ static int reader_child(int argc, char **argv)
 	int ok;
 
 	if (argc != 1)
-		return 2;
+		KVS_FAILF("usage: --child reader <uid>");
 	huge_cfg(&cfg, argv[0], 4);
-	if (kvs_cache_open(&cfg, &c) || kvs_cache_get(c, &k, 0, 0, &s) || s.state != KVS_SLOT_READY)
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
+	KVS_CHECK_ERR(kvs_cache_get(c, &k, 0, 0, &s), 0);
+	KVS_CHECK_EQ(s.state, KVS_SLOT_READY);
 	ok = kvs_slot_data(c, &s, &p) == 0 && core_verify(p, cfg.slot_bytes, 5, 0);
 	kvs_slot_release(c, &s);
 	kvs_cache_close(c);
-	return ok ? 0 : 1;
+	KVS_CHECK(ok);
+	return KVS_TEST_PASS;
 }
 
 static int pool_check(long long want_pages)
@@ -77,7 +79,7 @@ static int pool_check(long long want_pages)
 	return 0;
 }
 
-static int test_required(void)
+static kvs_test_rc test_required(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -98,7 +100,7 @@ static int test_required(void)
 	KVS_CHECK_EQ(c->hdr->segs[0].backing, KVS_NUMA_BACKING_HUGETLB);
 	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
 	KVS_CHECK_EQ(st.fallbacks & KVS_FALLBACK_HUGETLB, 0);
-	KVS_CHECK_OK(fill(c, 5));
+	KVS_TRY(fill(c, 5));
 	const char *av[] = { uid, NULL };
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
 	KVS_CHECK_OK(kvs_cache_check(c));
@@ -106,7 +108,7 @@ static int test_required(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_enohuge(void)
+static kvs_test_rc test_enohuge(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;

@@ -28,8 +28,8 @@ static void mp_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slots
 }
 
 /* One process's share of the hammering: every key, ROUNDS times, in a
- * seeded per-process order.  Exit 0, or 1 with the reason on stderr. */
-static int hammer(const char *uid, uint64_t slots, unsigned id)
+ * seeded per-process order.  Pass, or fail with the reason on stderr. */
+static kvs_test_rc hammer(const char *uid, uint64_t slots, unsigned id)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -96,7 +96,7 @@ static int hammer(const char *uid, uint64_t slots, unsigned id)
 		}
 	}
 	kvs_cache_close(c);
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 struct hammer_arg {
@@ -105,7 +105,7 @@ struct hammer_arg {
 	unsigned id;
 };
 
-static int hammer_fork(void *arg)
+static kvs_test_rc hammer_fork(void *arg)
 {
 	struct hammer_arg *h = arg;
 
@@ -113,14 +113,14 @@ static int hammer_fork(void *arg)
 }
 
 /* exec'd: --child hammer <uid> <slots> <id> */
-static int hammer_exec(int argc, char **argv)
+static kvs_test_rc hammer_exec(int argc, char **argv)
 {
 	if (argc != 3)
-		return 2;
+		KVS_FAILF("usage: --child hammer <uid> <slots> <id>");
 	return hammer(argv[0], strtoull(argv[1], NULL, 10), (unsigned)atoi(argv[2]));
 }
 
-static int run_hammer(uint64_t slots, bool expect_single_fill)
+static kvs_test_rc run_hammer(uint64_t slots, bool expect_single_fill)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -186,19 +186,19 @@ static int run_hammer(uint64_t slots, bool expect_single_fill)
 	return KVS_TEST_PASS;
 }
 
-static int test_hammer(void)
+static kvs_test_rc test_hammer(void)
 {
 	return run_hammer(ROUNDS * BLOCKS * SHARDS + 1, true);
 }
 
-static int test_hammer_eviction(void)
+static kvs_test_rc test_hammer_eviction(void)
 {
 	return run_hammer(BLOCKS * SHARDS / 3, false);
 }
 
 /* A waiter process: pin (block 77, shard 0), which the parent owns, wait and
- * expect err.  Exit 0 when it got exactly that. */
-static int failed_waiter(const char *uid, int want)
+ * expect err.  Pass when it got exactly that. */
+static kvs_test_rc failed_waiter(const char *uid, int want)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -207,8 +207,7 @@ static int failed_waiter(const char *uid, int want)
 	int rc;
 
 	mp_cfg(&cfg, uid, 32);
-	if (kvs_cache_open(&cfg, &c))
-		return 1;
+	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
 	rc = kvs_cache_get(c, &b, 0, 0, &s);
 	if (rc || (s.flags & KVS_SLOT_OWNER))
 		KVS_FAILF("waiter: get %d flags %u", rc, s.flags);
@@ -217,23 +216,25 @@ static int failed_waiter(const char *uid, int want)
 		KVS_FAILF("waiter: wait %d (%s), want %d", rc, kvs_strerror(rc), want);
 	kvs_slot_release(c, &s);
 	kvs_cache_close(c);
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 static const char *failed_uid;
 
-static int failed_fork(void *arg)
+static kvs_test_rc failed_fork(void *arg)
 {
 	(void)arg;
 	return failed_waiter(failed_uid, -EIO);
 }
 
-static int failed_exec(int argc, char **argv)
+static kvs_test_rc failed_exec(int argc, char **argv)
 {
-	return argc == 1 ? failed_waiter(argv[0], -EIO) : 2;
+	if (argc != 1)
+		KVS_FAILF("usage: --child failed_waiter <uid>");
+	return failed_waiter(argv[0], -EIO);
 }
 
-static int test_failed_reaches_every_waiter(void)
+static kvs_test_rc test_failed_reaches_every_waiter(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *c = NULL;
@@ -313,7 +314,7 @@ static void *hammer_thread(void *arg)
  * handles in one process map the segment twice; TSan cannot tell that two
  * addresses are one mutex, so cross-handle sharing is left to the multi-process
  * cases.) */
-static int test_threads(void)
+static kvs_test_rc test_threads(void)
 {
 	enum { T = 4 };
 	struct kvs_cache_config cfg;

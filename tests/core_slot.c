@@ -19,17 +19,18 @@ static struct kvs_cache *open_or_null(struct kvs_cache_config *cfg)
 	return c;
 }
 
-static int fill_publish(struct kvs_cache *c, struct kvs_slot *s, uint64_t n, uint32_t shard)
+static kvs_test_rc fill_publish(struct kvs_cache *c, struct kvs_slot *s, uint64_t n,
+			       uint32_t shard)
 {
 	void *p;
 
 	KVS_CHECK_OK(kvs_slot_data(c, s, &p));
 	core_fill(p, c->slot_bytes, n, shard);
 	KVS_CHECK_OK(kvs_slot_publish_ready(c, s));
-	return 0;
+	return KVS_TEST_PASS;
 }
 
-static int test_get_table(void)
+static kvs_test_rc test_get_table(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a, *b;
@@ -53,7 +54,7 @@ static int test_get_table(void)
 	KVS_CHECK_EQ(s2.generation, s1.generation);
 	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 5 * MS), -ETIMEDOUT);
 	KVS_CHECK_ERR(kvs_slot_wait(a, &s1, 5 * MS), -EDEADLK);
-	KVS_CHECK_OK(fill_publish(a, &s1, 1, 0));
+	KVS_TRY(fill_publish(a, &s1, 1, 0));
 	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 1000 * MS), 0);
 	KVS_CHECK_OK(kvs_slot_data(b, &s2, &p));
 	KVS_CHECK(core_verify(p, cfg.slot_bytes, 1, 0));
@@ -107,7 +108,7 @@ static int test_get_table(void)
 	KVS_CHECK_OK(kvs_cache_get(b, &k2, 3, 0, &s2));
 	KVS_CHECK_EQ(s2.flags, KVS_SLOT_OWNER);
 	KVS_CHECK_EQ(s2.state, KVS_SLOT_LOADING);
-	KVS_CHECK_OK(fill_publish(b, &s2, 2, 3));
+	KVS_TRY(fill_publish(b, &s2, 2, 3));
 	KVS_CHECK_OK(kvs_slot_release(b, &s2));
 	KVS_CHECK_EQ(kvs_cache_exists(a, &k2, 3), 1);
 	KVS_CHECK_OK(kvs_cache_check(a));
@@ -116,7 +117,7 @@ static int test_get_table(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_bad_calls(void)
+static kvs_test_rc test_bad_calls(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a;
@@ -146,7 +147,7 @@ static int test_bad_calls(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_lookups(void)
+static kvs_test_rc test_lookups(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a;
@@ -164,7 +165,7 @@ static int test_lookups(void)
 			if (n == 2 && sh != 1)
 				continue;
 			KVS_CHECK_OK(kvs_cache_get(a, &ks[n], sh, 0, &s));
-			KVS_CHECK_OK(fill_publish(a, &s, 100 + (uint64_t)n, sh));
+			KVS_TRY(fill_publish(a, &s, 100 + (uint64_t)n, sh));
 			KVS_CHECK_OK(kvs_slot_release(a, &s));
 		}
 	KVS_CHECK_OK(kvs_cache_get(a, &ks[3], 0, 0, &s));
@@ -190,16 +191,16 @@ static int test_lookups(void)
 }
 
 /* Fill (n, 0) READY and unpin it. */
-static int put(struct kvs_cache *a, uint64_t n)
+static kvs_test_rc put(struct kvs_cache *a, uint64_t n)
 {
 	struct kvs_slot s;
 	struct kvs_block_id k = core_block(n);
 
 	KVS_CHECK_OK(kvs_cache_get(a, &k, 0, 0, &s));
 	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
-	KVS_CHECK_OK(fill_publish(a, &s, n, 0));
+	KVS_TRY(fill_publish(a, &s, n, 0));
 	KVS_CHECK_OK(kvs_slot_release(a, &s));
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 static int has(struct kvs_cache *a, uint64_t n)
@@ -209,7 +210,7 @@ static int has(struct kvs_cache *a, uint64_t n)
 	return kvs_cache_exists(a, &k, 0);
 }
 
-static int test_eviction_order(void)
+static kvs_test_rc test_eviction_order(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a;
@@ -218,17 +219,17 @@ static int test_eviction_order(void)
 	core_cfg(&cfg, "evict", 4, 4096, 1);
 	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
 	for (uint64_t n = 0; n < 4; n++)
-		KVS_CHECK_OK(put(a, n));
+		KVS_TRY(put(a, n));
 	for (uint64_t n = 0; n < 4; n++)
 		KVS_CHECK_EQ(has(a, n), 1);
 	/* All four carry the allocation bit: one sweep clears them, the hand's
 	 * first slot (block 0) goes. */
-	KVS_CHECK_OK(put(a, 4));
+	KVS_TRY(put(a, 4));
 	KVS_CHECK_EQ(has(a, 0), 0);
 	/* Touched block 2 survives the next sweep; untouched 1 and 3 do not. */
 	KVS_CHECK_EQ(kvs_cache_touch(a, &k2, 1), 1);
-	KVS_CHECK_OK(put(a, 5));
-	KVS_CHECK_OK(put(a, 6));
+	KVS_TRY(put(a, 5));
+	KVS_TRY(put(a, 6));
 	KVS_CHECK_EQ(has(a, 1), 0);
 	KVS_CHECK_EQ(has(a, 3), 0);
 	KVS_CHECK_EQ(has(a, 2), 1);
@@ -244,7 +245,7 @@ static int test_eviction_order(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_capacity(void)
+static kvs_test_rc test_capacity(void)
 {
 	enum { N = 16, BATCHES = 60 };
 	struct kvs_cache_config cfg;
@@ -268,7 +269,7 @@ static int test_capacity(void)
 		k = core_block(bt * 1000 + 999);
 		KVS_CHECK_ERR(kvs_cache_get(a, &k, 0, 0, &s[N]), -ENOSPC);
 		for (int j = 0; j < N; j++) {
-			KVS_CHECK_OK(fill_publish(a, &s[j], bt * 1000 + (uint64_t)j / 2, (uint32_t)j % 2));
+			KVS_TRY(fill_publish(a, &s[j], bt * 1000 + (uint64_t)j / 2, (uint32_t)j % 2));
 			KVS_CHECK_OK(kvs_slot_release(a, &s[j]));
 		}
 		for (int j = 0; j < N; j++) {
@@ -288,7 +289,7 @@ static int test_capacity(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_reserved_pool(void)
+static kvs_test_rc test_reserved_pool(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a;
@@ -318,7 +319,7 @@ static int test_reserved_pool(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_pin_table_full(void)
+static kvs_test_rc test_pin_table_full(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a;
@@ -342,7 +343,7 @@ static int test_pin_table_full(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_watcher(void)
+static kvs_test_rc test_watcher(void)
 {
 	struct kvs_cache_config cfg, wcfg;
 	struct kvs_cache *a, *w;
@@ -353,7 +354,7 @@ static int test_watcher(void)
 
 	core_cfg(&cfg, "watch", 8, 4096, 1);
 	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
-	KVS_CHECK_OK(put(a, 5));
+	KVS_TRY(put(a, 5));
 	/* A watcher by unique_id alone: geometry from the segment. */
 	kvs_cache_config_init(&wcfg);
 	memcpy(wcfg.unique_id, cfg.unique_id, sizeof(wcfg.unique_id));
@@ -384,7 +385,7 @@ static int test_watcher(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_check_finds_corruption(void)
+static kvs_test_rc test_check_finds_corruption(void)
 {
 	struct kvs_cache_config cfg;
 	struct kvs_cache *a;

@@ -1,18 +1,32 @@
 /*
  * tests/harness.h — the one test harness of kvshare (header-only).
  *
- * A test program is a table of cases, each `static int test_<case>(void)` returning
- * KVS_TEST_PASS, KVS_TEST_FAIL or KVS_TEST_SKIP (77, with the reason printed).
- * KVS_TEST_MAIN(table) runs them all (or those named on the command line, or
- * dispatches to a child entry point, see below), prints one line per case and a
- * closing "N passed, N failed, N skipped" line, and exits 0 / 1 / 77 (77 when every
- * case skipped).  Checks print file:line, both values and kvs_strerror().
+ * A test program is a table of cases, each `static kvs_test_rc test_<case>(void)`
+ * returning KVS_TEST_PASS, KVS_TEST_FAIL or KVS_TEST_SKIP (77, with the reason
+ * printed).  KVS_TEST_MAIN(table) runs them all (or those named on the command
+ * line, or dispatches to a child entry point, see below), prints one line per case
+ * and a closing "N passed, N failed, N skipped" line, and exits 0 / 1 / 77 (77
+ * when every case skipped).  Checks print file:line, both values and
+ * kvs_strerror().
+ *
+ * The convention, enforced by the types: a test case, and every helper that can
+ * fail or skip, returns kvs_test_rc -- a struct, so it cannot be mistaken for an
+ * int.  KVS_CHECK*, KVS_FAILF and KVS_SKIP return one from the function they are
+ * in; a caller propagates a helper's failure or skip with KVS_TRY(helper(...)),
+ * which returns the helper's result unless it passed.  KVS_CHECK_OK(helper()),
+ * if (helper()), rc == KVS_TEST_PASS and int rc = helper() do not compile, and a
+ * discarded result is a warning (an error under KVS_WERROR).  Library calls and
+ * helpers that compute a value (a count, a pointer, a predicate, a -errno) keep
+ * returning plain values and are checked with KVS_CHECK*.
  *
  * Multi-process cases fork children (kvs_test_fork) or exec this same binary
  * (kvs_test_spawn: a fresh image, so shared segments land at other addresses) and
  * reap them with a deadline (kvs_test_reap: stragglers are killed, never waited
  * for forever).  An exec'd child enters through the table's "child" entries:
  * `prog --child <name> args...` calls the entry with argc/argv after the name.
+ * Children return kvs_test_rc too, and their exit status is its .code; a child
+ * whose parent needs another status (a protocol: "took over", "cannot install
+ * the filter") returns KVS_TEST_EXIT(n), and the parent checks for n.
  */
 #ifndef KVS_TESTS_HARNESS_H
 #define KVS_TESTS_HARNESS_H
@@ -36,21 +50,57 @@
 #define KVS_TEST_VARIANT "unknown"
 #endif
 
-#define KVS_TEST_PASS 0
-#define KVS_TEST_FAIL 1
-#define KVS_TEST_SKIP 77
+/* A discarded kvs_test_rc is a warning (-Wunused-result): a helper's failure
+ * cannot be dropped by calling it as a statement. */
+#if defined(__clang__)
+#define KVS_TEST_NODISCARD __attribute__((warn_unused_result))
+#elif defined(__has_c_attribute)
+#if __has_c_attribute(nodiscard)
+#define KVS_TEST_NODISCARD [[nodiscard]]
+#endif
+#endif
+#ifndef KVS_TEST_NODISCARD
+#define KVS_TEST_NODISCARD
+#endif
+
+/* The result of a test case, a helper or a child: code 0 pass, 1 fail, 77 skip. */
+typedef struct KVS_TEST_NODISCARD kvs_test_rc {
+	int code;
+} kvs_test_rc;
+
+#define KVS_TEST_PASS ((kvs_test_rc){ 0 })
+#define KVS_TEST_FAIL ((kvs_test_rc){ 1 })
+#define KVS_TEST_SKIP ((kvs_test_rc){ 77 })
+/* A child's exit status other than pass / fail / skip, for a protocol with its
+ * parent (e.g. 3 = "took over"); never a test case's result. */
+#define KVS_TEST_EXIT(n) ((kvs_test_rc){ (n) })
+
+/* Run a helper returning kvs_test_rc; return its result from the caller unless it
+ * passed (a failure also names the call site). */
+#define KVS_TRY(call)                                                                   \
+	do {                                                                            \
+		kvs_test_rc kvs_try_ = (call);                                          \
+		if (kvs_try_.code != KVS_TEST_PASS.code) {                              \
+			if (kvs_try_.code != KVS_TEST_SKIP.code)                        \
+				fprintf(stderr, "%s:%d: from %s\n", __FILE__, __LINE__, #call); \
+			return kvs_try_;                                                \
+		}                                                                       \
+	} while (0)
 
 struct kvs_test_case {
 	const char *name;
-	int (*fn)(void);
+	kvs_test_rc (*fn)(void);
 };
 
-/* Entry points for exec'd children: `prog --child <name> args...`. */
+/* Entry points for exec'd children: `prog --child <name> args...`; the process
+ * exits with the result's code. */
 struct kvs_test_child {
 	const char *name;
-	int (*fn)(int argc, char **argv);
+	kvs_test_rc (*fn)(int argc, char **argv);
 };
 
+/* KVS_FAILF, KVS_CHECK* and KVS_SKIP return a kvs_test_rc from the enclosing
+ * function (a test case, a helper or a child entry). */
 #define KVS_FAILF(...)                                                                  \
 	do {                                                                            \
 		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
@@ -72,7 +122,8 @@ struct kvs_test_child {
 			KVS_FAILF("%s == %s: %lld != %lld", #a, #b, kvs_a_, kvs_b_);    \
 	} while (0)
 
-/* rc >= 0 expected. */
+/* rc >= 0 expected: a library call or a value-returning helper (a kvs_test_rc
+ * does not compile here; propagate it with KVS_TRY). */
 #define KVS_CHECK_OK(rc)                                                                \
 	do {                                                                            \
 		long long kvs_rc_ = (long long)(rc);                                    \
@@ -104,15 +155,19 @@ static inline const char *kvs_test_unique_id(char *buf, size_t len, const char *
 	return buf;
 }
 
-/* Fork a child running fn(arg); the child exits with fn's return. */
-static inline pid_t kvs_test_fork(int (*fn)(void *), void *arg)
+/* Fork a child running fn(arg); the child exits with fn's result's code. */
+static inline pid_t kvs_test_fork(kvs_test_rc (*fn)(void *), void *arg)
 {
 	pid_t pid;
 
 	fflush(NULL);
 	pid = fork();
-	if (pid == 0)
-		_exit(fn(arg));
+	if (pid == 0) {
+		int code = fn(arg).code;
+
+		fflush(NULL); /* _exit does not: keep what the child printed */
+		_exit(code);
+	}
 	return pid;
 }
 
@@ -195,7 +250,7 @@ static inline int kvs_test_run(int argc, char **argv, const struct kvs_test_case
 	if (argc >= 3 && strcmp(argv[1], "--child") == 0) {
 		for (size_t i = 0; i < nchildren; i++)
 			if (strcmp(children[i].name, argv[2]) == 0)
-				return children[i].fn(argc - 3, argv + 3);
+				return children[i].fn(argc - 3, argv + 3).code;
 		fprintf(stderr, "no child entry '%s'\n", argv[2]);
 		return 2;
 	}
@@ -206,21 +261,22 @@ static inline int kvs_test_run(int argc, char **argv, const struct kvs_test_case
 		if (!selected)
 			continue;
 		uint64_t t0 = kvs_now_ns();
-		int rc = cases[i].fn();
+		int code = cases[i].fn().code;
 		double ms = (double)(kvs_now_ns() - t0) / 1e6;
-		const char *what = rc == KVS_TEST_PASS ? "ok" : rc == KVS_TEST_SKIP ? "skip" : "FAIL";
+		const char *what = code == KVS_TEST_PASS.code ? "ok"
+				 : code == KVS_TEST_SKIP.code ? "skip" : "FAIL";
 		printf("%-5s %s/%s (%.1f ms)\n", what, KVS_TEST_VARIANT, cases[i].name, ms);
-		if (rc == KVS_TEST_PASS)
+		if (code == KVS_TEST_PASS.code)
 			passed++;
-		else if (rc == KVS_TEST_SKIP)
+		else if (code == KVS_TEST_SKIP.code)
 			skipped++;
 		else
 			failed++;
 	}
 	printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
 	if (failed)
-		return KVS_TEST_FAIL;
-	return passed == 0 && skipped > 0 ? KVS_TEST_SKIP : KVS_TEST_PASS;
+		return KVS_TEST_FAIL.code;
+	return passed == 0 && skipped > 0 ? KVS_TEST_SKIP.code : KVS_TEST_PASS.code;
 }
 
 #define KVS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

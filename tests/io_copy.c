@@ -30,14 +30,16 @@ static void fill_pattern(unsigned char *p, uint64_t n, unsigned seed)
 }
 
 /* Scatter src into the tensors at dst[], gather into back, compare. */
-static int roundtrip(struct kvs_copy_engine *eng, const uint64_t dst[], const uint64_t bytes[],
-		     uint64_t total)
+static kvs_test_rc roundtrip(struct kvs_copy_engine *eng, const uint64_t dst[],
+			     const uint64_t bytes[], uint64_t total)
 {
 	unsigned char *src = malloc(total), *back = malloc(total);
-	int rc = KVS_TEST_FAIL;
+	kvs_test_rc rc = KVS_TEST_FAIL;
 
-	if (!src || !back)
+	if (!src || !back) {
+		fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
 		goto out;
+	}
 	fill_pattern(src, total, 7);
 	memset(back, 0, total);
 	if (kvs_copy_h2d_scatter(eng, src, dst, bytes, NT) < 0 ||
@@ -58,13 +60,14 @@ out:
 	return rc;
 }
 
-static int test_host_roundtrip(void)
+static kvs_test_rc test_host_roundtrip(void)
 {
 	struct kvs_copy_opts o = { .kind = KVS_COPY_HOST };
 	struct kvs_copy_engine *eng;
 	uint64_t bytes[NT], dst[NT], total;
 	unsigned char *tensors[NT];
-	int rc;
+	kvs_test_rc rc;
+	int same = 1;
 
 	fill_sizes(bytes, &total);
 	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
@@ -77,13 +80,17 @@ static int test_host_roundtrip(void)
 	KVS_CHECK_OK(kvs_copy_register(eng, tensors[0], bytes[0]));
 	rc = roundtrip(eng, dst, bytes, total);
 	/* Tensor i holds exactly its slice of the slot. */
-	if (rc == KVS_TEST_PASS) {
+	if (rc.code == KVS_TEST_PASS.code) {
 		unsigned char *slot = malloc(total);
 		uint64_t off = 0;
+		KVS_CHECK(slot != NULL);
 		fill_pattern(slot, total, 7);
-		for (int i = 0; i < NT && rc == KVS_TEST_PASS; i++) {
-			if (memcmp(tensors[i], slot + off, bytes[i]) != 0)
-				rc = KVS_TEST_FAIL;
+		for (int i = 0; i < NT && same; i++) {
+			if (memcmp(tensors[i], slot + off, bytes[i]) != 0) {
+				fprintf(stderr, "%s:%d: tensor %d differs from its slice of the slot\n",
+					__FILE__, __LINE__, i);
+				same = 0;
+			}
 			off += bytes[i];
 		}
 		free(slot);
@@ -92,10 +99,12 @@ static int test_host_roundtrip(void)
 	for (int i = 0; i < NT; i++)
 		free(tensors[i]);
 	kvs_copy_close(eng);
-	return rc;
+	KVS_TRY(rc);
+	KVS_CHECK(same);
+	return KVS_TEST_PASS;
 }
 
-static int test_bad_kind(void)
+static kvs_test_rc test_bad_kind(void)
 {
 	struct kvs_copy_opts o = { .kind = 99 };
 	struct kvs_copy_engine *eng = (void *)1;
@@ -106,7 +115,7 @@ static int test_bad_kind(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_cuda_roundtrip(void)
+static kvs_test_rc test_cuda_roundtrip(void)
 {
 	struct kvs_copy_opts o = { .kind = KVS_COPY_CUDA, .device_id = 0 };
 	struct kvs_copy_engine *eng = NULL;
@@ -130,11 +139,11 @@ static int test_cuda_roundtrip(void)
 		dst[i] = (uint64_t)(uintptr_t)(dev + off);
 		off += (bytes[i] + 255) & ~255ull;
 	}
-	rc = roundtrip(eng, dst, bytes, total);
+	kvs_test_rc rt = roundtrip(eng, dst, bytes, total);
 	/* Per-tensor path too: fewer tensors than the batching threshold. */
 	cudaFree(dev);
 	kvs_copy_close(eng);
-	return rc;
+	return rt;
 #else
 	KVS_CHECK_ERR(rc, -EOPNOTSUPP);
 	KVS_CHECK(eng == NULL);

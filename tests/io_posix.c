@@ -175,7 +175,7 @@ static bool have_uring_engine(void)
 	} while (0)
 
 /* The whole round trip with one engine (and optionally O_DIRECT). */
-static int roundtrip(uint32_t engine, uint32_t flags)
+static kvs_test_rc roundtrip(uint32_t engine, uint32_t flags)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -281,29 +281,29 @@ static int roundtrip(uint32_t engine, uint32_t flags)
 	return KVS_TEST_PASS;
 }
 
-static int test_roundtrip_pool(void)
+static kvs_test_rc test_roundtrip_pool(void)
 {
 	return roundtrip(KVS_IO_ENGINE_POOL, 0);
 }
 
-static int test_roundtrip_uring(void)
+static kvs_test_rc test_roundtrip_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return roundtrip(KVS_IO_ENGINE_URING, 0);
 }
 
-static int test_direct_pool(void)
+static kvs_test_rc test_direct_pool(void)
 {
 	return roundtrip(KVS_IO_ENGINE_POOL, KVS_BACKEND_F_IO_DIRECT);
 }
 
-static int test_direct_uring(void)
+static kvs_test_rc test_direct_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return roundtrip(KVS_IO_ENGINE_URING, KVS_BACKEND_F_IO_DIRECT);
 }
 
-static int test_fixed_buffers(void)
+static kvs_test_rc test_fixed_buffers(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -339,7 +339,7 @@ static int test_fixed_buffers(void)
 }
 
 /* A block file cut in the middle of shard 1: shard 0 reads, shard 1..3 -EIO. */
-static int truncated(uint32_t engine)
+static kvs_test_rc truncated(uint32_t engine)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -376,19 +376,19 @@ static int truncated(uint32_t engine)
 	return KVS_TEST_PASS;
 }
 
-static int test_truncated_pool(void)
+static kvs_test_rc test_truncated_pool(void)
 {
 	return truncated(KVS_IO_ENGINE_POOL);
 }
 
-static int test_truncated_uring(void)
+static kvs_test_rc test_truncated_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return truncated(KVS_IO_ENGINE_URING);
 }
 
 /* Fault wrapper over posix: every read -EIO (error), then every read short (-EIO). */
-static int test_fault_eio_short(void)
+static kvs_test_rc test_fault_eio_short(void)
 {
 	struct kvs_backend_config inner, cfg;
 	struct kvs_backend *b = NULL, *w = NULL;
@@ -428,7 +428,7 @@ static int test_fault_eio_short(void)
 }
 
 /* queue_depth transfers in flight: the next submit is -EAGAIN until a poll. */
-static int test_queue_full(void)
+static kvs_test_rc test_queue_full(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -464,7 +464,7 @@ static int test_queue_full(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_bad_config(void)
+static kvs_test_rc test_bad_config(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = (struct kvs_backend *)&cfg;
@@ -543,7 +543,7 @@ static int test_bad_config(void)
 
 /* More blocks than fd cache entries (CLOCK eviction), and a block dumped again
  * while its old file is cached: later reads see the new file. */
-static int fd_cache(uint32_t engine)
+static kvs_test_rc fd_cache(uint32_t engine)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -597,12 +597,12 @@ static int fd_cache(uint32_t engine)
 	return KVS_TEST_PASS;
 }
 
-static int test_fd_cache_pool(void)
+static kvs_test_rc test_fd_cache_pool(void)
 {
 	return fd_cache(KVS_IO_ENGINE_POOL);
 }
 
-static int test_fd_cache_uring(void)
+static kvs_test_rc test_fd_cache_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return fd_cache(KVS_IO_ENGINE_URING);
@@ -655,29 +655,29 @@ static int count_temps(const char *root, int *finals)
 }
 
 /* Exec'd writer: dump SPB - 1 shards of block 7, report on fd argv[1], hang. */
-static int child_writer(int argc, char **argv)
+static kvs_test_rc child_writer(int argc, char **argv)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
 	int fd;
 
-	if (argc < 2 || !buf)
-		return 2;
+	if (argc < 2)
+		KVS_FAILF("usage: --child writer <fd> <root>");
+	KVS_CHECK(buf != NULL);
 	fd = atoi(argv[0]);
 	snprintf(g_root, sizeof(g_root), "%s", argv[1]);
 	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	if (kvs_backend_open(&cfg, &b) < 0 || dump_block(b, 7, buf, SPB - 1) < 0)
-		return 3;
-	if (write(fd, "w", 1) != 1)
-		return 4;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(dump_block(b, 7, buf, SPB - 1));
+	KVS_CHECK_EQ(write(fd, "w", 1), 1);
 	/* Wait to be killed; bounded so a lost parent cannot leave us forever. */
 	for (int i = 0; i < 300; i++)
 		poll(NULL, 0, 100);
-	return 5;
+	KVS_FAILF("writer: not killed within 30 s");
 }
 
-static int test_kill9_mid_dump(void)
+static kvs_test_rc test_kill9_mid_dump(void)
 {
 	int pfd[2];
 	char fdarg[16], c;
@@ -723,16 +723,16 @@ static int test_kill9_mid_dump(void)
 	return KVS_TEST_PASS;
 }
 
-static int exit_at_once(void *arg)
+static kvs_test_rc exit_at_once(void *arg)
 {
 	(void)arg;
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 /* The cleanup rules on hand-made temp files: this host's dead writer -> removed;
  * another host's (pid meaningless here) -> kept unless older than 24 h; a live
  * writer -> kept. */
-static int test_temp_rules(void)
+static kvs_test_rc test_temp_rules(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -793,7 +793,7 @@ static int test_temp_rules(void)
 }
 
 /* Closing with a half-written dump discards it (temp file removed, block absent). */
-static int test_close_discards_partial(void)
+static kvs_test_rc test_close_discards_partial(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -818,30 +818,31 @@ static int test_close_discards_partial(void)
 }
 
 /* Exec'd dumper: blocks 200..209 in full; argv: root, flags. */
-static int child_dumper(int argc, char **argv)
+static kvs_test_rc child_dumper(int argc, char **argv)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
 	int rc = 0;
 
-	if (argc < 2 || !buf)
-		return 2;
+	if (argc < 2)
+		KVS_FAILF("usage: --child dumper <root> <flags>");
+	KVS_CHECK(buf != NULL);
 	snprintf(g_root, sizeof(g_root), "%s", argv[0]);
 	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
 	cfg.flags = (uint32_t)strtoul(argv[1], NULL, 0);
-	if (kvs_backend_open(&cfg, &b) < 0)
-		return 3;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
 	for (uint32_t blk = 200; blk < 210 && rc == 0; blk++)
 		rc = dump_block(b, blk, buf, SPB);
 	kvs_backend_close(b);
 	free(buf);
-	return rc < 0 ? 4 : 0;
+	KVS_CHECK_OK(rc);
+	return KVS_TEST_PASS;
 }
 
 /* Two processes dump the same blocks at once (two ranks, or two nodes on a shared
  * mount): every block ends complete and correct, no temp file is left. */
-static int test_concurrent_dumps(void)
+static kvs_test_rc test_concurrent_dumps(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;

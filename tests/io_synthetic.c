@@ -45,7 +45,7 @@ static void cfg_kind(struct kvs_backend_config *cfg, uint32_t kind)
 	g_log[0] = '\0';
 }
 
-static int test_none(void)
+static kvs_test_rc test_none(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -67,7 +67,7 @@ static int test_none(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_latency_fill(void)
+static kvs_test_rc test_latency_fill(void)
 {
 	static unsigned char whole[3 * 1024 + 5], part[1000], other[64];
 	struct kvs_block_id id = block_of(2);
@@ -85,7 +85,7 @@ static int test_latency_fill(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_latency_content(void)
+static kvs_test_rc test_latency_content(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -122,7 +122,7 @@ static int test_latency_content(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_latency_queue_depth(void)
+static kvs_test_rc test_latency_queue_depth(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
@@ -189,7 +189,7 @@ static int fault_run(uint32_t error_ppm, uint32_t short_ppm, uint64_t seed, int 
 	return got;
 }
 
-static int test_fault_rates(void)
+static kvs_test_rc test_fault_rates(void)
 {
 	enum { N = 2000 };
 	static int64_t a[N], b2[N];
@@ -212,7 +212,7 @@ static int test_fault_rates(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_fault_delay(void)
+static kvs_test_rc test_fault_delay(void)
 {
 	struct kvs_backend_config inner, cfg;
 	struct kvs_backend *b = NULL;
@@ -315,7 +315,7 @@ static void mem_close(void *s)
 	free(s);
 }
 
-static int test_user_ops(void)
+static kvs_test_rc test_user_ops(void)
 {
 	/* A table as an older provider would compile it: no optional members. */
 	struct kvs_backend_ops ops = {
@@ -370,7 +370,7 @@ static int test_user_ops(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_bad_calls(void)
+static kvs_test_rc test_bad_calls(void)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;

@@ -61,8 +61,11 @@ static void cfg_posix(struct kvs_backend_config *cfg, uint32_t engine)
 	cfg->roots[0] = g_root;
 }
 
-/* Child: runs under the filter; returns 0 when every expectation holds. */
-static int refused_child(void *arg)
+/* The refused child's exit status when it cannot install the filter. */
+#define NO_FILTER 10
+
+/* Child: runs under the filter; passes when every expectation holds. */
+static kvs_test_rc refused_child(void *arg)
 {
 	int err = (int)(intptr_t)arg;
 	struct kvs_backend_config cfg;
@@ -73,30 +76,31 @@ static int refused_child(void *arg)
 	char wbuf[SHARD], rbuf[SHARD];
 
 	if (deny_io_uring_setup(err) < 0)
-		return 10;
+		return KVS_TEST_EXIT(NO_FILTER);
 	cfg_posix(&cfg, KVS_IO_ENGINE_URING);
-	if (kvs_backend_open(&cfg, &b) != -err || b)
-		return 11;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -err);
+	KVS_CHECK(b == NULL);
 	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	if (kvs_backend_open(&cfg, &b) < 0)
-		return 12;
-	if (kvs_backend_info(b, &info) < 0 || info.io_engine != KVS_IO_ENGINE_POOL ||
-	    !(info.flags & KVS_BACKEND_INFO_FALLBACK) || info.fallback_err != -err)
-		return 13;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(kvs_backend_info(b, &info));
+	KVS_CHECK_EQ(info.io_engine, KVS_IO_ENGINE_POOL);
+	KVS_CHECK(info.flags & KVS_BACKEND_INFO_FALLBACK);
+	KVS_CHECK_ERR(info.fallback_err, -err);
 	memset(wbuf, 0x5a, sizeof(wbuf));
 	struct kvs_backend_io io = { .block = id, .buf = wbuf, .len = SHARD, .token = 1 };
-	if (kvs_backend_submit_write(b, &io) < 0 || kvs_backend_poll(b, &c, 1, 10 * KVS_NSEC_PER_SEC) != 1 ||
-	    c.result != SHARD)
-		return 14;
+	KVS_CHECK_OK(kvs_backend_submit_write(b, &io));
+	KVS_CHECK_EQ(kvs_backend_poll(b, &c, 1, 10 * KVS_NSEC_PER_SEC), 1);
+	KVS_CHECK_EQ(c.result, SHARD);
 	io.buf = rbuf;
-	if (kvs_backend_submit_read(b, &io) < 0 || kvs_backend_poll(b, &c, 1, 10 * KVS_NSEC_PER_SEC) != 1 ||
-	    c.result != SHARD || memcmp(wbuf, rbuf, SHARD) != 0)
-		return 15;
+	KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+	KVS_CHECK_EQ(kvs_backend_poll(b, &c, 1, 10 * KVS_NSEC_PER_SEC), 1);
+	KVS_CHECK_EQ(c.result, SHARD);
+	KVS_CHECK(memcmp(wbuf, rbuf, SHARD) == 0);
 	kvs_backend_close(b);
-	return 0;
+	return KVS_TEST_PASS;
 }
 
-static int run_refused(int err)
+static kvs_test_rc run_refused(int err)
 {
 	char id[128];
 	int rc;
@@ -107,29 +111,29 @@ static int run_refused(int err)
 	KVS_CHECK(pid > 0);
 	rc = kvs_test_reap(pid, 20000);
 	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	if (rc == 10)
+	if (rc == NO_FILTER)
 		KVS_SKIP("cannot install a seccomp filter here");
 	KVS_CHECK_EQ(rc, 0);
 	return KVS_TEST_PASS;
 }
 
-static int test_refused_eperm(void)
+static kvs_test_rc test_refused_eperm(void)
 {
 	return run_refused(EPERM);
 }
 
-static int test_refused_enosys(void)
+static kvs_test_rc test_refused_enosys(void)
 {
 	return run_refused(ENOSYS);
 }
 
-static int test_refused_eacces(void)
+static kvs_test_rc test_refused_eacces(void)
 {
 	return run_refused(EACCES);
 }
 
 /* Without the filter, auto picks io_uring and reports no fallback. */
-static int test_not_refused(void)
+static kvs_test_rc test_not_refused(void)
 {
 	char id[128];
 	struct kvs_backend_config cfg;

@@ -56,7 +56,7 @@ static struct kvs_numa_seg_opts huge_opts(uint32_t mode, const struct kvs_log *l
 	return o;
 }
 
-static int test_mmap_reserves(void)
+static kvs_test_rc test_mmap_reserves(void)
 {
 	char mount[PATH_MAX], path[PATH_MAX + 64], id[64];
 	const long long n = 4;
@@ -91,7 +91,7 @@ static int test_mmap_reserves(void)
 
 /* --child attach <id> <page_bytes> <bytes>: attach the hugetlb segment, check it
  * faulted nothing in and reserved nothing, check the first half, write the second. */
-static int child_attach(int argc, char **argv)
+static kvs_test_rc child_attach(int argc, char **argv)
 {
 	struct kvs_numa_seg seg;
 	struct kvs_numa_seg_info info;
@@ -99,7 +99,7 @@ static int child_attach(int argc, char **argv)
 	uint64_t bytes;
 
 	if (argc != 3)
-		return 2;
+		KVS_FAILF("usage: --child attach <id> <page_bytes> <bytes>");
 	bytes = strtoull(argv[2], NULL, 0);
 	KVS_CHECK_OK(kvs_numa_seg_attach(argv[0], 0, KVS_NUMA_BACKING_HUGETLB,
 					 strtoull(argv[1], NULL, 0), bytes, NULL, &seg));
@@ -120,7 +120,7 @@ static int child_attach(int argc, char **argv)
 	return KVS_TEST_PASS;
 }
 
-static int test_pool_accounting(void)
+static kvs_test_rc test_pool_accounting(void)
 {
 	char mount[PATH_MAX], id[64], a_page[32], a_bytes[32];
 	struct numa_test_log l;
@@ -195,7 +195,7 @@ static int file_absent(const char *mount, const char *id)
 	return stat(path, &st) != 0 && errno == ENOENT;
 }
 
-static int test_too_big_required(void)
+static kvs_test_rc test_too_big_required(void)
 {
 	char mount[PATH_MAX], id[64];
 	struct numa_test_log l;
@@ -227,7 +227,7 @@ static int test_too_big_required(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_too_big_auto(void)
+static kvs_test_rc test_too_big_auto(void)
 {
 	char mount[PATH_MAX], id[64];
 	struct numa_test_log l;
@@ -258,7 +258,7 @@ static int test_too_big_auto(void)
 }
 
 /* A page size the kernel knows (or not) but nobody mounted: 1 GiB. */
-static int test_no_mount(void)
+static kvs_test_rc test_no_mount(void)
 {
 	struct numa_test_log l;
 	struct kvs_log log;
@@ -299,7 +299,7 @@ static int test_no_mount(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_plain_fallback(void)
+static kvs_test_rc test_plain_fallback(void)
 {
 	struct numa_test_log l;
 	struct kvs_log log;
@@ -324,7 +324,7 @@ static int test_plain_fallback(void)
 
 /* A hugetlbfs segment made without this library (as a kernel-build creator
  * would): both builds find the mount and attach it. */
-static int test_attach_foreign(void)
+static kvs_test_rc test_attach_foreign(void)
 {
 	char mount[PATH_MAX], path[PATH_MAX + 128], id[64];
 	struct kvs_numa_seg seg;

@@ -9,7 +9,7 @@
 
 #include "numa_util.h"
 
-static int test_pci_normalize(void)
+static kvs_test_rc test_pci_normalize(void)
 {
 	static const struct {
 		const char *in, *out;
@@ -39,7 +39,7 @@ static int test_pci_normalize(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_node_of_pci(void)
+static kvs_test_rc test_node_of_pci(void)
 {
 	DIR *d = opendir("/sys/bus/pci/devices");
 	struct dirent *e;
@@ -73,7 +73,7 @@ static int test_node_of_pci(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_node_count(void)
+static kvs_test_rc test_node_count(void)
 {
 	int n = kvs_numa_node_count();
 
@@ -85,7 +85,7 @@ static int test_node_count(void)
 }
 
 /* Place a segment on the last node and find its pages there. */
-static int test_bind_other_node(void)
+static kvs_test_rc test_bind_other_node(void)
 {
 	struct kvs_numa_seg_opts o;
 	struct kvs_numa_seg seg;
@@ -112,7 +112,7 @@ static int test_bind_other_node(void)
 }
 
 /* The plain build is libc only; the kernel build loads both libraries. */
-static int test_link(void)
+static kvs_test_rc test_link(void)
 {
 	char line[512];
 	int numa = 0, huge = 0;

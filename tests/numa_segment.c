@@ -31,7 +31,7 @@ static void fill(uint8_t *p, uint64_t from, uint64_t to, uint64_t seed)
 		p[off] = numa_test_byte(seed, off);
 }
 
-static int check(const uint8_t *p, uint64_t from, uint64_t to, uint64_t seed)
+static kvs_test_rc check(const uint8_t *p, uint64_t from, uint64_t to, uint64_t seed)
 {
 	for (uint64_t off = from; off < to; off += STRIDE)
 		if (p[off] != numa_test_byte(seed, off))
@@ -41,14 +41,14 @@ static int check(const uint8_t *p, uint64_t from, uint64_t to, uint64_t seed)
 
 /* --child attach <id> <backing> <page_bytes> <bytes>: attach, check that the
  * attach faulted nothing in, check the first half, write the second half. */
-static int child_attach(int argc, char **argv)
+static kvs_test_rc child_attach(int argc, char **argv)
 {
 	struct kvs_numa_seg seg;
 	struct kvs_numa_seg_info info;
 	uint64_t bytes;
 
 	if (argc != 4)
-		return 2;
+		KVS_FAILF("usage: --child attach <id> <backing> <page_bytes> <bytes>");
 	bytes = strtoull(argv[3], NULL, 0);
 	KVS_CHECK_OK(kvs_numa_seg_attach(argv[0], KVS_NUMA_NODE_NONE, (uint32_t)atoi(argv[1]),
 					 strtoull(argv[2], NULL, 0), bytes, NULL, &seg));
@@ -56,14 +56,13 @@ static int child_attach(int argc, char **argv)
 	KVS_CHECK_OK(kvs_numa_seg_query(&seg, &info));
 	KVS_CHECK_EQ(info.mapped_bytes, 0);       /* attach touched no page */
 	KVS_CHECK_EQ(info.resident_bytes, bytes); /* the creator's pages are all there */
-	if (check(seg.base, 0, bytes / 2, SEED) != KVS_TEST_PASS)
-		return KVS_TEST_FAIL;
+	KVS_TRY(check(seg.base, 0, bytes / 2, SEED));
 	fill(seg.base, bytes / 2, bytes, SEED + 1);
 	kvs_numa_seg_detach(&seg);
 	return KVS_TEST_PASS;
 }
 
-static int test_create_attach_exec(void)
+static kvs_test_rc test_create_attach_exec(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
@@ -86,11 +85,13 @@ static int test_create_attach_exec(void)
 	pid_t pid = kvs_test_spawn("attach", args);
 	KVS_CHECK(pid > 0);
 	int rc = kvs_test_reap(pid, 20000);
+	kvs_test_rc seen = KVS_TEST_PASS;
 	if (rc == 0)
-		rc = check(seg.base, seg.bytes / 2, seg.bytes, SEED + 1);
+		seen = check(seg.base, seg.bytes / 2, seg.bytes, SEED + 1);
 	kvs_numa_seg_detach(&seg);
 	KVS_CHECK_OK(kvs_numa_seg_unlink(id, KVS_NUMA_NODE_NONE, KVS_NUMA_BACKING_SHM, 0, NULL));
 	KVS_CHECK_EQ(rc, 0);
+	KVS_TRY(seen);
 	return KVS_TEST_PASS;
 }
 
@@ -99,7 +100,7 @@ static int file_stat(const char *path, struct stat *st)
 	return stat(path, st) == 0 ? 0 : -errno;
 }
 
-static int test_mode_0600(void)
+static kvs_test_rc test_mode_0600(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
@@ -120,7 +121,7 @@ static int test_mode_0600(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_mode_0660_group(void)
+static kvs_test_rc test_mode_0660_group(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
@@ -144,21 +145,20 @@ static int test_mode_0660_group(void)
 #define NOBODY 65534
 
 /* Forked: become nobody:nogroup and create the segment with group nogroup. */
-static int create_as_nobody(void *arg)
+static kvs_test_rc create_as_nobody(void *arg)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
 
 	if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
-		return 3;
+		KVS_FAILF("cannot become nobody: %s", strerror(errno));
 	o.gid = NOBODY;
-	if (kvs_numa_seg_create(arg, 0, 1, &o, &seg) != 0)
-		return 4;
+	KVS_CHECK_ERR(kvs_numa_seg_create(arg, 0, 1, &o, &seg), 0);
 	kvs_numa_seg_detach(&seg); /* the file stays */
-	return 0;
+	return KVS_TEST_PASS;
 }
 
-static int test_other_uid_refused(void)
+static kvs_test_rc test_other_uid_refused(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct numa_test_log l;
@@ -191,7 +191,7 @@ static int test_other_uid_refused(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_exists(void)
+static kvs_test_rc test_exists(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg, seg2;
@@ -208,7 +208,7 @@ static int test_exists(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_truncated(void)
+static kvs_test_rc test_truncated(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
@@ -232,7 +232,7 @@ static int test_truncated(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_bad_args(void)
+static kvs_test_rc test_bad_args(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
@@ -279,7 +279,7 @@ static int test_bad_args(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_query_shm(void)
+static kvs_test_rc test_query_shm(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;
@@ -305,7 +305,7 @@ static int test_query_shm(void)
 }
 
 /* The pre-fault splits the pages over any number of threads, evenly or not. */
-static int test_prefault_threads(void)
+static kvs_test_rc test_prefault_threads(void)
 {
 	static const uint32_t threads[] = { 1, 3, 7, 64, 0 };
 	struct kvs_numa_seg_opts o = shm_opts();
@@ -329,7 +329,7 @@ static int test_prefault_threads(void)
 }
 
 /* numa=required needs a node to bind to; the plain build never binds. */
-static int test_numa_required(void)
+static kvs_test_rc test_numa_required(void)
 {
 	struct kvs_numa_seg_opts o = shm_opts();
 	struct kvs_numa_seg seg;

@@ -37,7 +37,7 @@ static void set_lists(_Atomic uint32_t *ptrs[], uint32_t busy[], unsigned n)
 	}
 }
 
-static int test_any_fast_lowest(void)
+static kvs_test_rc test_any_fast_lowest(void)
 {
 	_Atomic uint32_t *ptrs[8];
 	uint32_t busy[8];
@@ -60,7 +60,7 @@ static int test_any_fast_lowest(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_any_invalid(void)
+static kvs_test_rc test_any_invalid(void)
 {
 	_Atomic uint32_t *ptrs[KVS_WAIT_ANY_MAX + 1];
 	uint32_t busy[KVS_WAIT_ANY_MAX + 1] = { 0 };
@@ -83,7 +83,7 @@ static int test_any_invalid(void)
 }
 
 /* Sleeping (or spinning) on all KVS_WAIT_ANY_MAX words, woken by one of them. */
-static int any_wakes(void)
+static kvs_test_rc any_wakes(void)
 {
 	static const unsigned which[] = { 0, 1, 63, KVS_WAIT_ANY_MAX - 1 };
 	_Atomic uint32_t *ptrs[KVS_WAIT_ANY_MAX];
@@ -114,7 +114,7 @@ static int objecting_hook(void *arg)
 	return -KVS_EOWNERDEAD;
 }
 
-static int any_deadline_and_hook(void)
+static kvs_test_rc any_deadline_and_hook(void)
 {
 	_Atomic uint32_t *ptrs[16];
 	uint32_t busy[16];
@@ -140,13 +140,13 @@ static int any_deadline_and_hook(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_any_wakes(void)
+static kvs_test_rc test_any_wakes(void)
 {
 	KVS_CHECK_OK(setup_words());
 	return any_wakes();
 }
 
-static int test_any_deadline(void)
+static kvs_test_rc test_any_deadline(void)
 {
 	KVS_CHECK_OK(setup_words());
 	return any_deadline_and_hook();
@@ -174,26 +174,27 @@ static int refuse_futex_waitv(void)
 	return 0;
 }
 
-static int fallback_child(void *arg)
+/* The fallback child's exit status when it cannot install the filter. */
+#define NO_FILTER 3
+
+static kvs_test_rc fallback_child(void *arg)
 {
 	int rc = refuse_futex_waitv();
 
 	(void)arg;
 	if (rc < 0) {
 		fprintf(stderr, "seccomp filter: %s\n", kvs_strerror(rc));
-		return 3;
+		return KVS_TEST_EXIT(NO_FILTER);
 	}
-	rc = any_wakes();
-	if (rc == KVS_TEST_PASS)
-		rc = any_deadline_and_hook();
-	return rc;
+	KVS_TRY(any_wakes());
+	return any_deadline_and_hook();
 }
 
-static int test_any_fallback_enosys(void)
+static kvs_test_rc test_any_fallback_enosys(void)
 {
 	KVS_CHECK_OK(setup_words());
 	int rc = kvs_test_reap(kvs_test_fork(fallback_child, NULL), 60000);
-	if (rc == 3)
+	if (rc == NO_FILTER)
 		KVS_SKIP("cannot install a seccomp filter here");
 	KVS_CHECK_EQ(rc, 0);
 	return KVS_TEST_PASS;

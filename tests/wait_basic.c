@@ -15,7 +15,7 @@
 
 #define MS (1000000ull)
 
-static int test_publish_rmw(void)
+static kvs_test_rc test_publish_rmw(void)
 {
 	_Atomic uint32_t w = 5;
 
@@ -29,7 +29,7 @@ static int test_publish_rmw(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_fast_path(void)
+static kvs_test_rc test_fast_path(void)
 {
 	_Atomic uint32_t w = 3 | KVS_WAIT_WAITERS;
 
@@ -43,7 +43,7 @@ static int test_fast_path(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_invalid_args(void)
+static kvs_test_rc test_invalid_args(void)
 {
 	_Atomic uint32_t w = 0;
 	struct kvs_wait_opts o = wt_opts(KVS_WAIT_AUTO, 0);
@@ -56,7 +56,7 @@ static int test_invalid_args(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_futex_mode_by_build(void)
+static kvs_test_rc test_futex_mode_by_build(void)
 {
 	_Atomic uint32_t w = 1;
 	struct kvs_wait_opts o = wt_opts(KVS_WAIT_FUTEX, 10 * MS);
@@ -71,7 +71,7 @@ static int test_futex_mode_by_build(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_wake_each_mode(void)
+static kvs_test_rc test_wake_each_mode(void)
 {
 	for (size_t m = 0; m < WT_NMODES; m++) {
 		for (int round = 0; round < 200; round++) {
@@ -90,7 +90,7 @@ static int test_wake_each_mode(void)
 
 /* KVS_DEADLINE_NONE (no deadline, no hook): the sleep has no finite end, and a
  * publish still ends it. */
-static int test_no_deadline_wake(void)
+static kvs_test_rc test_no_deadline_wake(void)
 {
 	for (size_t m = 0; m < WT_NMODES; m++) {
 		_Atomic uint32_t w = 0;
@@ -104,7 +104,7 @@ static int test_no_deadline_wake(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_deadline(void)
+static kvs_test_rc test_deadline(void)
 {
 	const uint64_t timeout = 50 * MS, slack = 2000 * MS; /* a generous bound, not a timing */
 
@@ -139,7 +139,7 @@ static int hook(void *arg)
 	return h->calls == h->stop_at ? -KVS_EOWNERDEAD : 0;
 }
 
-static int test_check_hook_stops(void)
+static kvs_test_rc test_check_hook_stops(void)
 {
 	for (size_t m = 0; m < WT_NMODES; m++) {
 		_Atomic uint32_t w = 0;
@@ -157,7 +157,7 @@ static int test_check_hook_stops(void)
 	return KVS_TEST_PASS;
 }
 
-static int test_check_hook_period(void)
+static kvs_test_rc test_check_hook_period(void)
 {
 	for (size_t m = 0; m < WT_NMODES; m++) {
 		_Atomic uint32_t w = 0;
@@ -198,7 +198,7 @@ static void *signaller(void *arg)
 	return NULL;
 }
 
-static int test_signals(void)
+static kvs_test_rc test_signals(void)
 {
 	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: EINTR */
 	pthread_t self = pthread_self(), sig_thread;
@@ -264,7 +264,7 @@ static void *waiter_main(void *arg)
 	return NULL;
 }
 
-static int test_spinner_and_sleeper(void)
+static kvs_test_rc test_spinner_and_sleeper(void)
 {
 	for (int round = 0; round < 100; round++) {
 		_Atomic uint32_t w = 0;
@@ -309,7 +309,7 @@ static void *foreign_sleeper(void *arg)
 	return NULL;
 }
 
-static int test_wakes_foreign_sleeper(void)
+static kvs_test_rc test_wakes_foreign_sleeper(void)
 {
 	for (int round = 0; round < 100; round++) {
 		_Atomic uint32_t w = 0;
@@ -338,7 +338,7 @@ static int count_probes(const struct kvs_wait_spin *s, uint64_t t0, uint64_t per
 	return probes;
 }
 
-static int test_adaptive_policy(void)
+static kvs_test_rc test_adaptive_policy(void)
 {
 	struct kvs_wait_spin s;
 	const uint32_t b = 10000;
@@ -371,7 +371,7 @@ static int test_adaptive_policy(void)
 }
 
 /* Budget 0 in AUTO mode sleeps at once (WAITERS set); the wait still works. */
-static int test_auto_no_spin_sleeps(void)
+static kvs_test_rc test_auto_no_spin_sleeps(void)
 {
 	_Atomic uint32_t w = 0;
 	struct kvs_wait_spin s;

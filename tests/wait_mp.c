@@ -31,7 +31,7 @@ static _Atomic uint32_t *mp_word(void *region, int i) /* 0: round; 1..: acks */
 	return (_Atomic uint32_t *)region + MP_STRIDE * i;
 }
 
-static int mp_waiter(void *region, int idx, uint32_t rounds, uint32_t mode)
+static kvs_test_rc mp_waiter(void *region, int idx, uint32_t rounds, uint32_t mode)
 {
 	struct kvs_wait_spin spin;
 
@@ -42,17 +42,15 @@ static int mp_waiter(void *region, int idx, uint32_t rounds, uint32_t mode)
 
 		o.spin = &spin;
 		rc = kvs_wait_while(mp_word(region, 0), r - 1, &o);
-		if (rc != (int)r) {
-			fprintf(stderr, "waiter %d (%s): round %u: got %d (%s)\n", idx,
-				wt_mode_name(mode), r, rc, kvs_strerror(rc));
-			return 1;
-		}
+		if (rc != (int)r)
+			KVS_FAILF("waiter %d (%s): round %u: got %d (%s)", idx, wt_mode_name(mode),
+				  r, rc, kvs_strerror(rc));
 		kvs_wait_publish(mp_word(region, 1 + idx), r);
 	}
-	return 0;
+	return KVS_TEST_PASS;
 }
 
-static int mp_publisher(void *region, uint32_t rounds)
+static kvs_test_rc mp_publisher(void *region, uint32_t rounds)
 {
 	struct kvs_wait_spin spin;
 
@@ -65,14 +63,12 @@ static int mp_publisher(void *region, uint32_t rounds)
 
 			o.spin = &spin;
 			rc = kvs_wait_while(mp_word(region, 1 + i), r - 1, &o);
-			if (rc != (int)r) {
-				fprintf(stderr, "publisher: ack %d of round %u: got %d (%s)\n", i, r,
-					rc, kvs_strerror(rc));
-				return 1;
-			}
+			if (rc != (int)r)
+				KVS_FAILF("publisher: ack %d of round %u: got %d (%s)", i, r, rc,
+					  kvs_strerror(rc));
 		}
 	}
-	return 0;
+	return KVS_TEST_PASS;
 }
 
 struct fork_arg {
@@ -80,14 +76,14 @@ struct fork_arg {
 	int idx;
 };
 
-static int fork_waiter(void *arg)
+static kvs_test_rc fork_waiter(void *arg)
 {
 	struct fork_arg *a = arg;
 
 	return mp_waiter(a->region, a->idx, KVS_MP_ROUNDS, wt_modes[a->idx % WT_NMODES]);
 }
 
-/* Reap every child (each within the deadline); 0 when all exited 0. */
+/* Reap every child (each within the deadline); the number that did not exit 0. */
 static int reap_all(const pid_t *pids, int n)
 {
 	int bad = 0;
@@ -97,18 +93,17 @@ static int reap_all(const pid_t *pids, int n)
 
 		if (rc != 0) {
 			fprintf(stderr, "waiter %d: exit %d\n", i, rc);
-			bad = 1;
+			bad++;
 		}
 	}
 	return bad;
 }
 
-static int test_fork_round_trip(void)
+static kvs_test_rc test_fork_round_trip(void)
 {
 	void *region = wt_shared(MP_BYTES);
 	struct fork_arg args[MP_WAITERS];
 	pid_t pids[MP_WAITERS];
-	int rc;
 
 	KVS_CHECK(region != NULL);
 	printf("%u rounds, %d waiter processes (fork), modes by index:", KVS_MP_ROUNDS, MP_WAITERS);
@@ -119,36 +114,36 @@ static int test_fork_round_trip(void)
 		args[i] = (struct fork_arg){ region, i };
 		pids[i] = kvs_test_fork(fork_waiter, &args[i]);
 	}
-	rc = mp_publisher(region, KVS_MP_ROUNDS);
-	rc |= reap_all(pids, MP_WAITERS);
+	kvs_test_rc pub = mp_publisher(region, KVS_MP_ROUNDS);
+	int bad = reap_all(pids, MP_WAITERS);
 	munmap(region, MP_BYTES);
-	return rc ? KVS_TEST_FAIL : KVS_TEST_PASS;
+	KVS_TRY(pub);
+	KVS_CHECK_EQ(bad, 0);
+	return KVS_TEST_PASS;
 }
 
 /* Exec'd child: <shm name> <index> <rounds> <mode>. */
-static int child_waiter(int argc, char **argv)
+static kvs_test_rc child_waiter(int argc, char **argv)
 {
-	int fd, rc;
+	int fd;
 	void *region;
 
 	if (argc != 4)
-		return 2;
+		KVS_FAILF("usage: --child waiter <shm name> <index> <rounds> <mode>");
 	fd = shm_open(argv[0], O_RDWR, 0);
-	if (fd < 0) {
-		perror("child shm_open");
-		return 2;
-	}
+	if (fd < 0)
+		KVS_FAILF("shm_open %s: %s", argv[0], strerror(errno));
 	region = mmap(NULL, MP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (region == MAP_FAILED)
-		return 2;
-	rc = mp_waiter(region, atoi(argv[1]), (uint32_t)strtoul(argv[2], NULL, 10),
-		       (uint32_t)strtoul(argv[3], NULL, 10));
+		KVS_FAILF("mmap %s: %s", argv[0], strerror(errno));
+	kvs_test_rc rc = mp_waiter(region, atoi(argv[1]), (uint32_t)strtoul(argv[2], NULL, 10),
+				   (uint32_t)strtoul(argv[3], NULL, 10));
 	munmap(region, MP_BYTES);
 	return rc;
 }
 
-static int test_exec_round_trip(void)
+static kvs_test_rc test_exec_round_trip(void)
 {
 	char name[96], id[80], idx[MP_WAITERS][8], rounds[16], mode[MP_WAITERS][8];
 	pid_t pids[MP_WAITERS];
@@ -178,11 +173,13 @@ static int test_exec_round_trip(void)
 		const char *args[] = { name, idx[i], rounds, mode[i], NULL };
 		pids[i] = kvs_test_spawn("waiter", args);
 	}
-	rc = mp_publisher(region, KVS_MP_EXEC_ROUNDS);
-	rc |= reap_all(pids, MP_WAITERS);
+	kvs_test_rc pub = mp_publisher(region, KVS_MP_EXEC_ROUNDS);
+	int bad = reap_all(pids, MP_WAITERS);
 	munmap(region, MP_BYTES);
 	shm_unlink(name);
-	return rc ? KVS_TEST_FAIL : KVS_TEST_PASS;
+	KVS_TRY(pub);
+	KVS_CHECK_EQ(bad, 0);
+	return KVS_TEST_PASS;
 }
 
 static const struct kvs_test_case cases[] = {

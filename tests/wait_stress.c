@@ -129,22 +129,22 @@ static void *observer_main(void *arg)
 
 /* Run relays [r0, r0 + nr) and observers [o0, o0 + no) of one process; after the
  * relays, run between(), then join the observers. */
-static int run_side(int r0, int o0, void (*between)(void))
+static kvs_test_rc run_side(int r0, int o0, void (*between)(void))
 {
 	pthread_t relays[RELAYS / 2], obs[OBSERVERS / 2];
 
 	for (int i = 0; i < OBSERVERS / 2; i++)
-		if (pthread_create(&obs[i], NULL, observer_main, (void *)(intptr_t)(o0 + i)))
-			return 2;
+		KVS_CHECK_OK(-pthread_create(&obs[i], NULL, observer_main, (void *)(intptr_t)(o0 + i)));
 	for (int i = 0; i < RELAYS / 2; i++)
-		if (pthread_create(&relays[i], NULL, relay_main, (void *)(intptr_t)(r0 + i)))
-			return 2;
+		KVS_CHECK_OK(-pthread_create(&relays[i], NULL, relay_main, (void *)(intptr_t)(r0 + i)));
 	for (int i = 0; i < RELAYS / 2; i++)
 		pthread_join(relays[i], NULL);
 	between();
 	for (int i = 0; i < OBSERVERS / 2; i++)
 		pthread_join(obs[i], NULL);
-	return atomic_load(&rg->failed) ? 1 : 0;
+	if (atomic_load(&rg->failed))
+		KVS_FAILF("a relay or observer failed (above)");
+	return KVS_TEST_PASS;
 }
 
 static void child_between(void)
@@ -161,16 +161,16 @@ static void parent_between(void)
 	kvs_wait_publish(&rg->done, 1);
 }
 
-static int child_side(void *arg)
+static kvs_test_rc child_side(void *arg)
 {
 	(void)arg;
 	return run_side(RELAYS / 2, OBSERVERS / 2, child_between);
 }
 
-static int test_relay_ring(void)
+static kvs_test_rc test_relay_ring(void)
 {
 	pid_t child;
-	int rc, crc;
+	int crc;
 
 	rg = wt_shared(sizeof(*rg));
 	KVS_CHECK(rg != NULL);
@@ -180,13 +180,13 @@ static int test_relay_ring(void)
 		atomic_store(&rg->word[j][0], initial_tokens(j));
 	child = kvs_test_fork(child_side, NULL);
 	KVS_CHECK(child > 0);
-	rc = run_side(0, 0, parent_between);
+	kvs_test_rc side = run_side(0, 0, parent_between);
 	crc = kvs_test_reap(child, 60000);
 	printf("relay wakes: %u, observer wakes: %u\n", atomic_load(&rg->relayed),
 	       atomic_load(&rg->observed));
 	munmap(rg, sizeof(*rg));
 	KVS_CHECK_EQ(crc, 0);
-	KVS_CHECK_EQ(rc, 0);
+	KVS_TRY(side);
 	return KVS_TEST_PASS;
 }
 
