@@ -96,10 +96,14 @@ int kvs_core_config_validate(const struct kvs_cache_config *cfg, const struct kv
 		return 0; /* geometry comes from the segment */
 	if (cfg->local_rank_size == 0 || cfg->local_rank_size > KVS_MAX_RANKS)
 		BAD("local_rank_size", "%u", cfg->local_rank_size);
-	if (cfg->slot_bytes == 0 || cfg->slot_bytes > (UINT64_C(1) << 40))
-		BAD("slot_bytes", "%llu", (unsigned long long)cfg->slot_bytes);
-	if (cfg->slot_count == 0 || cfg->slot_count > (UINT64_C(1) << 31))
-		BAD("slot_count", "%llu", (unsigned long long)cfg->slot_count);
+	if (cfg->slot_bytes == 0 || cfg->slot_bytes > KVS_MAX_SLOT_BYTES)
+		BAD("slot_bytes", "%llu (want 1 .. 2^40)", (unsigned long long)cfg->slot_bytes);
+	if (cfg->slot_count == 0 || cfg->slot_count > KVS_MAX_SLOTS)
+		BAD("slot_count", "%llu (want 1 .. 2^31 - 1)", (unsigned long long)cfg->slot_count);
+	/* Both are below 2^41 and 2^31: the product cannot overflow. */
+	if (cfg->slot_bytes * cfg->slot_count > KVS_MAX_DATA_BYTES)
+		BAD("slot_count", "%llu (slot_bytes * slot_count above 2^50 bytes)",
+		    (unsigned long long)cfg->slot_count);
 	if (cfg->shards_per_block == 0)
 		BAD("shards_per_block", "%u", cfg->shards_per_block);
 	if (cfg->reserved_slots >= cfg->slot_count)
@@ -177,11 +181,11 @@ uint64_t kvs_core_tensor_hash(const uint64_t *tensor_bytes, uint32_t n)
 	return h;
 }
 
-static uint64_t next_pow2(uint64_t v)
+uint64_t kvs_core_bucket_count(uint64_t slot_count)
 {
 	uint64_t p = 1;
 
-	while (p < v)
+	while (p < slot_count && p < (UINT64_C(1) << 62))
 		p <<= 1;
 	return p;
 }
@@ -194,7 +198,7 @@ void kvs_core_fingerprint(const struct kvs_cache_config *cfg, uint32_t seg_count
 	memset(fp, 0, sizeof(*fp));
 	fp->slot_bytes = cfg->slot_bytes;
 	fp->slot_count = cfg->slot_count;
-	fp->bucket_count = next_pow2(cfg->slot_count);
+	fp->bucket_count = kvs_core_bucket_count(cfg->slot_count);
 	fp->shards_per_block = cfg->shards_per_block;
 	fp->tensor_count = cfg->tensor_count ? cfg->tensor_count : 1;
 	fp->local_rank_size = cfg->local_rank_size;
@@ -204,20 +208,31 @@ void kvs_core_fingerprint(const struct kvs_cache_config *cfg, uint32_t seg_count
 					    : kvs_core_tensor_hash(&one, 1);
 }
 
-static uint64_t align_up(uint64_t v, uint64_t a)
+/* *out = off + n * size rounded up to align (a power of two); false on overflow. */
+static bool region_end(uint64_t off, uint64_t n, uint64_t size, uint64_t align, uint64_t *out)
 {
-	return (v + a - 1) / a * a;
+	uint64_t bytes, end;
+
+	if (__builtin_mul_overflow(n, size, &bytes) || __builtin_add_overflow(off, bytes, &end) ||
+	    __builtin_add_overflow(end, align - 1, &end))
+		return false;
+	*out = end & ~(align - 1);
+	return true;
 }
 
-void kvs_core_regions(const struct kvs_shm_fingerprint *fp, struct kvs_core_regions *r)
+int kvs_core_regions(const struct kvs_shm_fingerprint *fp, struct kvs_core_regions *r)
 {
+	/* The fingerprint may come from shared memory: every step is checked. */
 	r->ranks_off = KVS_SHM_HEADER_BYTES;
-	r->buckets_off = align_up(r->ranks_off + (uint64_t)KVS_MAX_RANKS * sizeof(struct kvs_shm_rank),
-				  KVS_CACHE_LINE);
-	r->slots_off = align_up(r->buckets_off + fp->bucket_count * sizeof(struct kvs_shm_bucket),
-				KVS_CACHE_LINE);
-	r->states_off = align_up(r->slots_off + fp->slot_count * sizeof(struct kvs_shm_slot),
-				 KVS_CACHE_LINE);
-	r->refbits_off = align_up(r->states_off + fp->slot_count * sizeof(uint32_t), KVS_CACHE_LINE);
-	r->ctl_bytes = align_up(r->refbits_off + fp->slot_count, KVS_SHM_PAGE);
+	if (!region_end(r->ranks_off, KVS_MAX_RANKS, sizeof(struct kvs_shm_rank), KVS_CACHE_LINE,
+			&r->buckets_off) ||
+	    !region_end(r->buckets_off, fp->bucket_count, sizeof(struct kvs_shm_bucket),
+			KVS_CACHE_LINE, &r->slots_off) ||
+	    !region_end(r->slots_off, fp->slot_count, sizeof(struct kvs_shm_slot), KVS_CACHE_LINE,
+			&r->states_off) ||
+	    !region_end(r->states_off, fp->slot_count, sizeof(uint32_t), KVS_CACHE_LINE,
+			&r->refbits_off) ||
+	    !region_end(r->refbits_off, fp->slot_count, 1, KVS_SHM_PAGE, &r->ctl_bytes))
+		return -EOVERFLOW;
+	return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * core/index.c — the hash index: bucket locks, chains, repair, CLOCK eviction.
+ * core/index.c — the hash index: bucket locks, chains, repair, lookup.
  *
  * Every slot is always on exactly one bucket chain: its bucket_idx field says
  * which (the truth), the chain links are a cache of it.  A keyed slot sits on
@@ -7,20 +7,14 @@
  * sits on bucket i, buckets >= slots).  Chains, keys, refs and pins of a
  * bucket's slots change only under that bucket's lock.
  *
- * Locks are robust process-shared mutexes taken with a deadline
- * (pthread_mutex_timedlock).  EOWNERDEAD means the holder
+ * Locks are robust process-shared mutexes taken with a deadline, in slices
+ * (see kvs_core_bucket_lock for why).  EOWNERDEAD means the holder
  * died at some instruction of a chain edit, a re-key or a pin update; the new
  * holder rebuilds the chain from bucket_idx, recounts refs from the pin tables
  * (dead ranks' pins included: the reaper drops them later, one by one) and
  * only then marks the mutex consistent.  Nothing is ever "ignored".
  *
- * CLOCK, per data segment and pool (main / reserved): the hand is a shared
- * counter advanced with fetch_add (no lock).  A candidate that is pinned is
- * skipped; one with its reference bit set loses the bit; an unreferenced one is
- * taken if its bucket can be locked: the caller already holds its own bucket B,
- * and takes the victim's bucket A only with trylock (A before B would be the
- * usual order; trylock cannot deadlock, a busy A just means "next candidate").
- * At most two sweeps, then -ENOSPC: never spin under a bucket lock.
+ * CLOCK eviction (clock.c) moves slots between chains with kvs_core_chain_move.
  *
  * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
  * else is commented where it happens.
@@ -93,9 +87,10 @@ void kvs_core_bucket_repair(struct kvs_cache *c, uint32_t b)
 		for (uint32_t p = 0; p < KVS_RANK_PINS; p++) {
 			/* relaxed: written under the bucket lock we hold (or by a
 			 * dead process, whose writes the kernel made visible) */
-			uint32_t v = atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed);
+			uint32_t v = atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed) &
+				     KVS_PIN_SLOT_MASK;
 
-			if (v == 0 || v - 1 >= c->slot_count)
+			if (v == 0 || v > c->slot_count)
 				continue;
 			if (atomic_load_explicit(&c->slots[v - 1].bucket_idx, memory_order_relaxed) == b)
 				atomic_fetch_add_explicit(&c->slots[v - 1].ref, 1, memory_order_relaxed);
@@ -132,32 +127,77 @@ static int bucket_acquired(struct kvs_cache *c, uint32_t b, int rc)
 	return 0;
 }
 
+/*
+ * One timed attempt on a contended mutex, until `until` (CLOCK_MONOTONIC).
+ *
+ * pthread_mutex_clocklock keeps the slice on the monotonic clock; under TSan it
+ * is pthread_mutex_timedlock (CLOCK_REALTIME) instead, the only one its runtime
+ * intercepts (an unintercepted lock makes every access it guards a reported
+ * race); there a realtime clock step can stretch one slice, never the deadline.
+ */
+static int lock_slice(pthread_mutex_t *m, uint64_t until)
+{
+	struct timespec ts;
+	int rc;
+
+#if defined(__SANITIZE_THREAD__)
+	uint64_t left = until - kvs_now_ns();
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts = kvs_ns_to_timespec((uint64_t)ts.tv_sec * KVS_NSEC_PER_SEC + (uint64_t)ts.tv_nsec + left);
+	rc = pthread_mutex_timedlock(m, &ts);
+	/* TSan's timedlock interceptor records the lock only for rc 0 (its
+	 * trylock one handles EOWNERDEAD): tell it we hold the mutex. */
+	if (rc == EOWNERDEAD) {
+		__tsan_mutex_pre_lock(m, __tsan_mutex_try_lock);
+		__tsan_mutex_post_lock(m, __tsan_mutex_try_lock, 0);
+	}
+#else
+	ts = kvs_ns_to_timespec(until);
+	rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+#endif
+	return rc;
+}
+
+/*
+ * Why slices.  glibc's robust mutexes can lose a wake when a waiter is killed:
+ * waiters V and W sleep; V is SIGKILLed while still queued; the holder's unlock
+ * wakes V (one wake); the holder re-takes the lock with the uncontended CAS,
+ * which clears FUTEX_WAITERS; V's exit path re-wakes only if the word is 0, so
+ * nobody wakes W, and the holder's next unlock sees no waiters.  W would sleep
+ * its whole deadline on a free mutex and glibc returns ETIMEDOUT without looking
+ * at the word again.  A fresh attempt every KVS_LOCK_SLICE_NS re-reads the word
+ * and re-arms FUTEX_WAITERS, so such a wake costs one slice, not the deadline.
+ */
 int kvs_core_bucket_lock(struct kvs_cache *c, uint32_t b)
 {
 	pthread_mutex_t *m = &c->buckets[b].lock;
 	int rc = pthread_mutex_trylock(m);
 
 	if (rc == EBUSY) {
-		/* pthread_mutex_timedlock (CLOCK_REALTIME), not clocklock: the
-		 * sanitizers intercept only the former, and this deadline is a
-		 * safety bound (a stopped holder) that a clock step may stretch
-		 * or shorten without harm. */
-		struct timespec ts;
+		uint64_t deadline = kvs_deadline_after(c->cfg.lock_timeout_ns);
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts = kvs_ns_to_timespec((uint64_t)ts.tv_sec * KVS_NSEC_PER_SEC + (uint64_t)ts.tv_nsec +
-					c->cfg.lock_timeout_ns);
-		rc = pthread_mutex_timedlock(m, &ts);
-#if defined(__SANITIZE_THREAD__)
-		/* TSan's timedlock interceptor records the lock only for rc 0 (its
-		 * trylock one handles EOWNERDEAD): tell it we hold the mutex. */
-		if (rc == EOWNERDEAD) {
-			__tsan_mutex_pre_lock(m, __tsan_mutex_try_lock);
-			__tsan_mutex_post_lock(m, __tsan_mutex_try_lock, 0);
+		for (;;) {
+			uint64_t now = kvs_now_ns();
+
+			if (now >= deadline) {
+				rc = ETIMEDOUT;
+				break;
+			}
+			rc = lock_slice(m, deadline - now > KVS_LOCK_SLICE_NS ? now + KVS_LOCK_SLICE_NS
+									 : deadline);
+			if (rc != ETIMEDOUT)
+				break;
 		}
-#endif
 	}
 	return bucket_acquired(c, b, rc);
+}
+
+int kvs_core_bucket_trylock(struct kvs_cache *c, uint32_t b)
+{
+	int rc = pthread_mutex_trylock(&c->buckets[b].lock);
+
+	return rc == EBUSY ? -EBUSY : bucket_acquired(c, b, rc);
 }
 
 void kvs_core_bucket_unlock(struct kvs_cache *c, uint32_t b)
@@ -203,11 +243,12 @@ uint32_t kvs_core_find(struct kvs_cache *c, uint32_t b, const struct kvs_block_i
 	return KVS_IDX_NONE;
 }
 
-static void chain_unlink(struct kvs_cache *c, uint32_t b, uint32_t v)
+/* Unlink v from bucket a's chain (bounded walk: a corrupt chain just ends it). */
+static void chain_unlink(struct kvs_cache *c, uint32_t a, uint32_t v)
 {
-	uint32_t *link = &c->buckets[b].head;
+	uint32_t *link = &c->buckets[a].head;
 
-	for (uint32_t n = 0; *link != KVS_IDX_NONE && n <= c->slot_count; n++) {
+	for (uint32_t n = 0; *link != KVS_IDX_NONE && *link < c->slot_count && n <= c->slot_count; n++) {
 		if (*link == v) {
 			*link = c->slots[v].next;
 			return;
@@ -216,95 +257,16 @@ static void chain_unlink(struct kvs_cache *c, uint32_t b, uint32_t v)
 	}
 }
 
-/* Try to take slot v for bucket b (b locked).  true: v is EMPTY, unpinned and on
- * b's chain (its old key gone). */
-static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
+void kvs_core_chain_move(struct kvs_cache *c, uint32_t v, uint32_t a, uint32_t b)
 {
 	struct kvs_shm_slot *s = &c->slots[v];
-	/* relaxed: rechecked under the lock below */
-	uint32_t a = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
-	bool locked_a = false, ok = false;
-	uint32_t st;
 
-	if (a > c->bucket_mask)
-		return false;
-	if (a != b) {
-		int rc = pthread_mutex_trylock(&c->buckets[a].lock);
-
-		if (rc == EBUSY || bucket_acquired(c, a, rc))
-			return false;
-		locked_a = true;
-		if (atomic_load_explicit(&s->bucket_idx, memory_order_relaxed) != a)
-			goto out;
-	}
-	if (atomic_load_explicit(&s->ref, memory_order_relaxed) != 0)
-		goto out;
-	st = state_of(c, v);
-	if (st != KVS_SHM_SLOT_EMPTY) {
-		KVS_COUNT(c, evictions, 1);
-		/* EMPTY first: from here the old key is gone even if we die.  No
-		 * waiter can be sleeping (ref is 0): a plain publish suffices. */
-		kvs_wait_publish(&c->states[v], KVS_SHM_SLOT_EMPTY);
-	}
-	if (a != b) {
-		/* bucket_idx first (the truth), then the chains: a death in
-		 * between is repaired from bucket_idx by both buckets' next holders. */
-		atomic_store_explicit(&s->bucket_idx, b, memory_order_relaxed);
-		chain_unlink(c, a, v);
-		s->next = c->buckets[b].head;
-		c->buckets[b].head = v;
-	}
-	ok = true;
-out:
-	if (locked_a)
-		kvs_core_bucket_unlock(c, a);
-	return ok;
-}
-
-/* One pool: slots [first, first + count) with its hand. */
-static int clock_pool(struct kvs_cache *c, uint32_t b, _Atomic uint64_t *hand, uint64_t first,
-		      uint64_t count, uint32_t *victim)
-{
-	if (count == 0)
-		return -ENOSPC;
-	for (uint64_t n = 0; n < 2 * count; n++) {
-		/* relaxed: the hand only spreads candidates; the claim is decided
-		 * under the bucket locks */
-		uint64_t h = atomic_fetch_add_explicit(hand, 1, memory_order_relaxed);
-		uint32_t v = (uint32_t)(first + h % count);
-
-		if (h % count == count - 1)
-			KVS_COUNT(c, clock_sweeps, 1);
-		if (atomic_load_explicit(&c->slots[v].ref, memory_order_relaxed) != 0)
-			continue; /* pinned: racy peek, claim() rechecks */
-		/* relaxed: the reference bit is a heuristic (layout.h) */
-		if (atomic_load_explicit(&c->refbits[v], memory_order_relaxed)) {
-			atomic_store_explicit(&c->refbits[v], 0, memory_order_relaxed);
-			continue;
-		}
-		if (claim(c, b, v)) {
-			*victim = v;
-			return 0;
-		}
-	}
-	return -ENOSPC;
-}
-
-int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, bool allow_reserved, uint32_t *victim)
-{
-	for (uint32_t k = 0; k < c->seg_count; k++) {
-		struct kvs_shm_seg *sg = &c->hdr->segs[(c->home_seg + k) % c->seg_count];
-		uint64_t main_count = sg->slot_count - sg->reserved_count;
-
-		if (clock_pool(c, b, &sg->hand, sg->first_slot, main_count, victim) == 0)
-			return 0;
-		if (allow_reserved &&
-		    clock_pool(c, b, &sg->reserved_hand, sg->first_slot + main_count,
-			       sg->reserved_count, victim) == 0)
-			return 0;
-	}
-	KVS_COUNT(c, enospc, 1);
-	return -ENOSPC;
+	/* bucket_idx first (the truth), then the chains: a death in between is
+	 * repaired from bucket_idx by both buckets' next holders. */
+	atomic_store_explicit(&s->bucket_idx, b, memory_order_relaxed);
+	chain_unlink(c, a, v);
+	s->next = c->buckets[b].head;
+	c->buckets[b].head = v;
 }
 
 int kvs_core_test_hold_bucket(struct kvs_cache *c, const struct kvs_block_id *block,

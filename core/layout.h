@@ -64,7 +64,7 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 1u
+#define KVS_LAYOUT_VERSION 2u
 #define KVS_SHM_MAGIC UINT64_C(0x4b56534852435431) /* "KVSHRCT1" */
 #define KVS_CACHE_LINE 64u
 #define KVS_SHM_PAGE 4096u
@@ -73,8 +73,20 @@
 #define KVS_MAX_RANKS 64u     /* attached processes (ranks and watchers) */
 #define KVS_RANK_PINS 4096u   /* slots one process may hold pinned at once */
 #define KVS_MAX_SEGS 16u      /* data segments (NUMA nodes in use) */
+#define KVS_MAX_SLOTS ((UINT64_C(1) << 31) - 1) /* slots of one cache */
+#define KVS_MAX_SLOT_BYTES (UINT64_C(1) << 40)  /* bytes of one slot */
+#define KVS_MAX_DATA_BYTES (UINT64_C(1) << 50)  /* slot_bytes * slot_count */
 
 #define KVS_IDX_NONE UINT32_MAX /* empty chain link */
+#define KVS_SHM_DIR_MAX 256u    /* hugetlbfs mount recorded by the creator, NUL included */
+
+/* Pin entry: slot index + 1 in the low 31 bits (0 = free entry); KVS_PIN_OWNER
+ * marks the one pin that owns the slot's fill (its get made it LOADING, or its
+ * wait took it over).  Publishing requires that bit and the slot's filler. */
+#define KVS_PIN_OWNER (UINT32_C(1) << 31)
+#define KVS_PIN_SLOT_MASK (KVS_PIN_OWNER - 1)
+/* Filler of a slot nobody is filling (a preallocated LOADING slot). */
+#define KVS_FILLER_NONE UINT64_MAX
 
 /* Header state word. */
 enum kvs_shm_state {
@@ -157,6 +169,7 @@ struct kvs_shm_header {
 	uint32_t fallbacks;             /* KVS_FALLBACK_* bits (numa/ decisions) */
 	uint32_t creator_uid;
 	_Atomic uint32_t adopt_count;   /* times a stale segment was adopted */
+	char hugetlb_dir[KVS_SHM_DIR_MAX]; /* mount of the hugetlb data segments, "" if none */
 	uint64_t tensor_bytes[KVS_MAX_TENSORS];
 	struct kvs_shm_seg segs[KVS_MAX_SEGS];
 	alignas(KVS_CACHE_LINE) struct kvs_shm_stats departed; /* folded in at detach / reap */
@@ -170,9 +183,10 @@ struct kvs_shm_rank {
 	int32_t device_id;        /* -1 = watcher */
 	uint64_t pad[6];
 	struct kvs_shm_stats stats;
-	/* slot index + 1 per pinned slot, 0 = free entry.  Written under the
-	 * slot's bucket lock (before ref++ / after ref--); read by repair and the
-	 * reaper under that same lock. */
+	/* One entry per pinned slot: slot index + 1, | KVS_PIN_OWNER for the pin
+	 * that owns the fill; 0 = free entry.  Written under the slot's bucket
+	 * lock (before ref++ / after ref--); read by repair and the reaper under
+	 * that same lock. */
 	_Atomic uint32_t pins[KVS_RANK_PINS];
 };
 
@@ -190,7 +204,8 @@ struct kvs_shm_slot {
 	uint32_t next;                   /* chain link (cache of bucket_idx) */
 	_Atomic uint32_t generation;     /* bumped at every re-key */
 	_Atomic int32_t error;           /* FAILED code; stored before the publish */
-	_Atomic uint64_t filler;         /* rank index << 32 | rank epoch of the owner */
+	_Atomic uint64_t filler;         /* rank index << 32 | rank epoch of the owner,
+					  * KVS_FILLER_NONE when nobody fills it */
 	uint64_t pad[2];
 };
 
@@ -213,6 +228,7 @@ _Static_assert((int)KVS_SHM_SLOT_EMPTY == (int)KVS_SLOT_EMPTY &&
 	       (int)KVS_SHM_SLOT_FAILED == (int)KVS_SLOT_FAILED,
 	       "public slot states are the shared state word's values");
 _Static_assert(KVS_MAX_RANKS * KVS_RANK_PINS < UINT32_MAX, "pin counts fit a ref");
+_Static_assert(KVS_MAX_SLOTS <= KVS_PIN_SLOT_MASK, "every slot index + 1 fits a pin");
 
 /* OFD lock bytes of the control file: byte i = rank entry i's liveness; the
  * lifecycle byte serialises create/attach/detach/adopt/reap/remove. */

@@ -3,10 +3,12 @@
  * and the read-only questions (exists, lookup, lookup_prefix) plus prealloc and
  * touch.
  *
- * A pin is two writes under the slot's bucket lock: an entry in this process's
- * pin table (slot index + 1) and ref++.  Release undoes both under the same
- * lock.  So whoever repairs a bucket can recount refs from the pin tables, and
- * whoever reaps a dead rank knows exactly which refs were its.
+ * Every get records a pin (pin.c); the pin of the get that made the slot
+ * LOADING carries the owner bit.  A struct kvs_slot is the caller's memory, so
+ * every kvs_slot_* call checks it against shared state before acting: its pin
+ * entry, the slot's generation, and for publishing the owner bit, the slot's
+ * filler and state.  A stale or forged handle gets -ESTALE or -EPERM and never
+ * touches another key's slot.
  *
  * The state word lives in its own array (layout.h), away from the slot line
  * that get and release write.  The owner publishes READY or FAILED with one
@@ -18,7 +20,9 @@
  * epoch) learns it from the per-slice check hook; it reaps the dead rank and
  * takes the slot over under the bucket lock: it becomes the owner
  * (KVS_SLOT_WAIT_OWNER) and re-reads.  It never waits out a timeout that cannot
- * end well.
+ * end well.  The owner's error and the wait's own failure have separate
+ * channels: a FAILED slot is the positive KVS_SLOT_WAIT_FAILED with the code in
+ * slot->error; a negative return is always the wait's own (-ETIMEDOUT ...).
  *
  * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
  * else is commented where it happens.
@@ -33,37 +37,6 @@
 static inline uint32_t state_value(struct kvs_cache *c, uint32_t i, memory_order mo)
 {
 	return atomic_load_explicit(&c->states[i], mo) & KVS_WAIT_VALUE_MASK;
-}
-
-int kvs_core_pin_add(struct kvs_cache *c, uint32_t i, uint32_t *pin)
-{
-	/* relaxed: only a starting point for the scan */
-	uint32_t start = atomic_load_explicit(&c->pin_hint, memory_order_relaxed);
-
-	for (uint32_t n = 0; n < KVS_RANK_PINS; n++) {
-		uint32_t p = (start + n) % KVS_RANK_PINS;
-		uint32_t zero = 0;
-
-		/* relaxed: the entry is ordered for readers by the bucket lock we
-		 * hold (repair, reaper, check all read under it); the CAS only
-		 * arbitrates between this process's threads */
-		if (atomic_compare_exchange_strong_explicit(&c->me->pins[p], &zero, i + 1,
-							    memory_order_relaxed,
-							    memory_order_relaxed)) {
-			atomic_store_explicit(&c->pin_hint, p + 1, memory_order_relaxed);
-			*pin = p;
-			return 0;
-		}
-	}
-	kvs_log_warn(&c->log, "pin table full (%u slots pinned by this process)", KVS_RANK_PINS);
-	return -ENOSPC;
-}
-
-void kvs_core_pin_del(struct kvs_cache *c, uint32_t pin)
-{
-	/* relaxed: under the slot's bucket lock, like kvs_core_pin_add */
-	atomic_store_explicit(&c->me->pins[pin], 0, memory_order_relaxed);
-	atomic_store_explicit(&c->pin_hint, pin, memory_order_relaxed);
 }
 
 static void set_refbit(struct kvs_cache *c, uint32_t i)
@@ -110,10 +83,11 @@ static void make_owner(struct kvs_cache *c, uint32_t i)
 KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 			  uint32_t flags, struct kvs_slot *slot)
 {
-	uint32_t b, i, pin, st, out_flags = 0;
+	uint32_t b, i, pin, st, ref;
+	bool owner;
 	int rc;
 
-	if (!c || !block || !slot || shard >= c->hdr->fp.shards_per_block ||
+	if (!c || !block || !slot || shard >= c->shards_per_block ||
 	    (flags & ~(KVS_GET_BYPASS_HIT | KVS_GET_ALLOW_RESERVED)))
 		return -EINVAL;
 	if (c->cfg.device_id < 0)
@@ -126,7 +100,7 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 	if (i == KVS_IDX_NONE) {
 		rc = kvs_core_clock_victim(c, b, flags & KVS_GET_ALLOW_RESERVED, &i);
 		if (rc == 0)
-			rc = kvs_core_pin_add(c, i, &pin);
+			rc = kvs_core_pin_add(c, i, true, &pin);
 		if (rc)
 			goto out;
 		/* i is EMPTY on our chain: key it (EMPTY while the key is
@@ -141,39 +115,74 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 		fill_slot(c, slot, i, pin, KVS_SLOT_OWNER, KVS_SHM_SLOT_LOADING);
 		goto out;
 	}
-	rc = kvs_core_pin_add(c, i, &pin);
-	if (rc)
-		goto out;
 	/* relaxed: ref and state are stable under the bucket lock except for
 	 * the owner's publish, which only moves LOADING to READY/FAILED */
-	uint32_t ref = atomic_fetch_add_explicit(&c->slots[i].ref, 1, memory_order_relaxed);
+	ref = atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed);
 	st = state_value(c, i, memory_order_acquire); /* acquire: pairs with the publish */
+	/* LOADING or FAILED unpinned (retry, or preallocated), or a forced reload */
+	owner = ref == 0 && (st != KVS_SHM_SLOT_READY || (flags & KVS_GET_BYPASS_HIT));
+	rc = kvs_core_pin_add(c, i, owner, &pin);
+	if (rc)
+		goto out;
+	atomic_store_explicit(&c->slots[i].ref, ref + 1, memory_order_relaxed);
 	set_refbit(c, i);
-	if (ref == 0 && (st != KVS_SHM_SLOT_READY || (flags & KVS_GET_BYPASS_HIT))) {
-		/* LOADING or FAILED unpinned (retry), or a forced reload */
+	if (owner) {
 		make_owner(c, i);
-		out_flags = KVS_SLOT_OWNER;
 		st = KVS_SHM_SLOT_LOADING;
 		KVS_COUNT(c, misses, 1);
 	} else if (st == KVS_SHM_SLOT_READY) {
 		KVS_COUNT(c, hits, 1);
 	}
-	fill_slot(c, slot, i, pin, out_flags, st);
+	fill_slot(c, slot, i, pin, owner ? KVS_SLOT_OWNER : 0, st);
 out:
 	kvs_core_bucket_unlock(c, b);
 	return rc;
 }
 
-static bool slot_valid(struct kvs_cache *c, const struct kvs_slot *slot)
+/*
+ * The handle is checked against shared state, never trusted: its pin entry
+ * must name its slot (else it was released, or never got: -ESTALE), and the
+ * slot's generation must be the handle's (a pinned slot is never re-keyed, so a
+ * difference means the handle is older than the residency: -ESTALE).  Returns
+ * the pin entry's value.  The entry is this process's own, read relaxed: only
+ * the thread that owns the handle changes it.
+ */
+static int slot_check(struct kvs_cache *c, const struct kvs_slot *slot, uint32_t *pinv)
 {
-	return slot && slot->index < c->slot_count && slot->pin < KVS_RANK_PINS &&
-	       atomic_load_explicit(&c->me->pins[slot->pin], memory_order_relaxed) == slot->index + 1;
+	uint32_t v;
+
+	if (!c || !slot || slot->index >= c->slot_count || slot->pin >= KVS_RANK_PINS)
+		return -EINVAL;
+	v = atomic_load_explicit(&c->me->pins[slot->pin], memory_order_relaxed);
+	if ((v & KVS_PIN_SLOT_MASK) != slot->index + 1 ||
+	    atomic_load_explicit(&c->slots[slot->index].generation, memory_order_relaxed) !=
+		    slot->generation)
+		return -ESTALE;
+	*pinv = v;
+	return 0;
+}
+
+/* Is the handle whose pin entry is v the unpublished owner of its slot?  Its
+ * pin must carry the owner bit, the slot's filler must be this rank, and the
+ * slot must still be LOADING. */
+static bool slot_owned(struct kvs_cache *c, const struct kvs_slot *slot, uint32_t v)
+{
+	uint32_t i = slot->index;
+
+	/* relaxed: the filler and state of a slot we pin as its owner change
+	 * only by our own publish or a takeover (which needs us dead) */
+	return (v & KVS_PIN_OWNER) && state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_LOADING &&
+	       atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) ==
+		       kvs_core_filler((uint32_t)c->rank_idx, c->rank_epoch);
 }
 
 KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
 {
-	if (!c || !slot_valid(c, slot))
-		return -EINVAL;
+	uint32_t v;
+	int rc = slot_check(c, slot, &v);
+
+	if (rc)
+		return rc;
 	/* acquire: pairs with the owner's publish (the bytes and error code) */
 	slot->state = state_value(c, slot->index, memory_order_acquire);
 	if (slot->state == KVS_SHM_SLOT_FAILED)
@@ -184,11 +193,12 @@ KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
 struct takeover {
 	struct kvs_cache *c;
 	struct kvs_slot *slot;
+	uint32_t flags;
 	bool owner; /* set when this waiter took the slot over */
 };
 
 /* Wait check hook, once per slice: is the filler alive?  If not, reap it and
- * take its slot over. */
+ * take its slot over (or fail it, KVS_SLOT_WAIT_NO_TAKEOVER). */
 static int filler_check(void *arg)
 {
 	struct takeover *t = arg;
@@ -208,7 +218,7 @@ static int filler_check(void *arg)
 	if (state_value(c, i, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
 	    atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) != f) {
 		/* published meanwhile, or already taken over by a peer */
-	} else if (t->slot->flags & KVS_SLOT_NO_TAKEOVER) {
+	} else if (t->flags & KVS_SLOT_WAIT_NO_TAKEOVER) {
 		/* relaxed: the publish (release) orders it */
 		atomic_store_explicit(&c->slots[i].error, -KVS_EOWNERDEAD, memory_order_relaxed);
 		kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_FAILED);
@@ -218,6 +228,7 @@ static int filler_check(void *arg)
 		/* Only the filler changes: the word stays LOADING with its WAITERS
 		 * bit, so the other sleepers are woken by our publish later. */
 		set_filler(c, i);
+		kvs_core_pin_set_owner(c, t->slot->pin);
 		t->owner = true;
 		KVS_COUNT(c, takeovers, 1);
 		kvs_log_info(&c->log, "slot %u: filler rank %u died; taken over", i, (uint32_t)(f >> 32));
@@ -226,21 +237,39 @@ static int filler_check(void *arg)
 	return t->owner || failed ? -KVS_EOWNERDEAD : 0;
 }
 
-KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint64_t timeout_ns)
+/* What a wait that saw state st returns. */
+static int wait_result(struct kvs_cache *c, struct kvs_slot *slot, int st)
 {
-	struct takeover t = { .c = c, .slot = slot, .owner = false };
+	slot->state = (uint32_t)st;
+	if (st == KVS_SHM_SLOT_READY)
+		return KVS_SLOT_WAIT_READY;
+	if (st == KVS_SHM_SLOT_FAILED) {
+		/* relaxed: ordered by the acquire that saw FAILED */
+		slot->error = atomic_load_explicit(&c->slots[slot->index].error, memory_order_relaxed);
+		return KVS_SLOT_WAIT_FAILED;
+	}
+	/* LOADING -> EMPTY (or garbage) cannot happen while we pin it */
+	kvs_log_error(&c->log, "slot %u: pinned slot left LOADING for state %d", slot->index, st);
+	return -KVS_ECORRUPT;
+}
+
+KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint32_t flags,
+			  uint64_t timeout_ns)
+{
+	struct takeover t = { .c = c, .slot = slot, .flags = flags, .owner = false };
 	struct kvs_wait_opts o;
 	uint64_t t0;
-	int rc;
+	uint32_t v;
+	int rc = slot_check(c, slot, &v);
 
-	if (!c || !slot_valid(c, slot))
+	if (rc)
+		return rc;
+	if (flags & ~KVS_SLOT_WAIT_NO_TAKEOVER)
 		return -EINVAL;
 	rc = kvs_slot_state(c, slot);
-	if (rc == KVS_SHM_SLOT_READY)
-		return 0;
-	if (rc == KVS_SHM_SLOT_FAILED)
-		return slot->error;
-	if (slot->flags & KVS_SLOT_OWNER)
+	if (rc != KVS_SHM_SLOT_LOADING)
+		return wait_result(c, slot, rc);
+	if (slot_owned(c, slot, v))
 		return -EDEADLK;
 	memset(&o, 0, sizeof(o));
 	o.deadline_ns = kvs_deadline_after(timeout_ns);
@@ -257,33 +286,32 @@ KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint64_t t
 		slot->state = KVS_SHM_SLOT_LOADING;
 		return KVS_SLOT_WAIT_OWNER;
 	}
+	if (rc == -KVS_EOWNERDEAD) /* failed by our own check: read what we published */
+		rc = (int)state_value(c, slot->index, memory_order_acquire);
 	if (rc < 0)
 		return rc;
-	slot->state = (uint32_t)rc;
-	if (rc == KVS_SHM_SLOT_READY)
-		return 0;
-	if (rc == KVS_SHM_SLOT_FAILED) {
-		slot->error = atomic_load_explicit(&c->slots[slot->index].error, memory_order_relaxed);
-		return slot->error;
-	}
-	/* LOADING -> EMPTY cannot happen while we pin it */
-	kvs_log_error(&c->log, "slot %u: pinned slot left LOADING for state %d", slot->index, rc);
-	return -KVS_ECORRUPT;
+	return wait_result(c, slot, rc);
 }
 
 KVS_API int kvs_slot_data(struct kvs_cache *c, const struct kvs_slot *slot, void **ptr)
 {
+	uint32_t v;
+	int rc;
+
 	if (ptr)
 		*ptr = NULL;
-	if (!c || !ptr || !slot || slot->index >= c->slot_count)
+	if (!c || !ptr)
 		return -EINVAL;
 	if (c->cfg.device_id < 0)
 		return -EOPNOTSUPP;
+	rc = slot_check(c, slot, &v);
+	if (rc)
+		return rc;
 	for (uint32_t s = 0; s < c->seg_count; s++) {
-		const struct kvs_shm_seg *sg = &c->hdr->segs[s];
-		uint64_t rel = slot->index - sg->first_slot;
+		const struct kvs_core_seg *g = &c->geo[s];
+		uint64_t rel = slot->index - g->first_slot;
 
-		if (slot->index < sg->first_slot || rel >= sg->slot_count)
+		if (slot->index < g->first_slot || rel >= g->slot_count)
 			continue;
 		rel = c->slot_shift >= 0 ? rel << c->slot_shift : rel * c->slot_bytes;
 		*ptr = (char *)c->segs[s].base + rel;
@@ -294,14 +322,14 @@ KVS_API int kvs_slot_data(struct kvs_cache *c, const struct kvs_slot *slot, void
 
 static int publish(struct kvs_cache *c, struct kvs_slot *slot, uint32_t state, int err)
 {
-	uint32_t i;
+	uint32_t i, v;
+	int rc = slot_check(c, slot, &v);
 
-	if (!c || !slot_valid(c, slot))
-		return -EINVAL;
-	i = slot->index;
-	if (!(slot->flags & KVS_SLOT_OWNER) ||
-	    state_value(c, i, memory_order_relaxed) != KVS_SHM_SLOT_LOADING)
+	if (rc)
+		return rc;
+	if (!slot_owned(c, slot, v))
 		return -EPERM;
+	i = slot->index;
 	if (state == KVS_SHM_SLOT_FAILED) {
 		/* relaxed: the publish below (release) orders it for the waiters */
 		atomic_store_explicit(&c->slots[i].error, err, memory_order_relaxed);
@@ -330,12 +358,12 @@ KVS_API int kvs_slot_publish_failed(struct kvs_cache *c, struct kvs_slot *slot, 
 
 KVS_API int kvs_slot_release(struct kvs_cache *c, struct kvs_slot *slot)
 {
-	uint32_t b;
-	int rc;
+	uint32_t b, v;
+	int rc = slot_check(c, slot, &v);
 
-	if (!c || !slot_valid(c, slot))
-		return -EINVAL;
-	if (slot->flags & KVS_SLOT_OWNER)
+	if (rc)
+		return rc;
+	if (slot_owned(c, slot, v))
 		publish(c, slot, KVS_SHM_SLOT_FAILED, -ECANCELED);
 	rc = kvs_core_slot_lock(c, slot->index, &b);
 	if (rc)
@@ -357,8 +385,8 @@ static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 
 	if (shard == KVS_ALL_SHARDS) {
 		lo = 0;
-		hi = c->hdr->fp.shards_per_block;
-	} else if (shard >= c->hdr->fp.shards_per_block) {
+		hi = c->shards_per_block;
+	} else if (shard >= c->shards_per_block) {
 		return -EINVAL;
 	}
 	for (uint32_t s = lo; s < hi; s++) {
@@ -439,31 +467,35 @@ KVS_API int kvs_cache_touch(struct kvs_cache *c, const struct kvs_block_id *bloc
 
 KVS_API int kvs_cache_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard)
 {
-	struct kvs_slot slot;
-	bool made;
+	uint32_t b, i;
 	int rc;
 
-	if (!c || !block || shard >= c->hdr->fp.shards_per_block)
+	if (!c || !block || shard >= c->shards_per_block)
 		return -EINVAL;
-	{
-		uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, shard)), i;
-
-		rc = kvs_core_bucket_lock(c, b);
-		if (rc)
-			return rc;
-		i = kvs_core_find(c, b, block, shard);
-		kvs_core_bucket_unlock(c, b);
-		if (i != KVS_IDX_NONE)
-			return 0; /* resident in any state: nothing to prepare */
-	}
-	rc = kvs_cache_get(c, block, shard, KVS_GET_ALLOW_RESERVED, &slot);
+	if (c->cfg.device_id < 0)
+		return -EOPNOTSUPP;
+	/* One lock section: the slot is keyed LOADING, unpinned, with no filler,
+	 * so the next get owns it at once (row "LOADING, ref 0") and no get can
+	 * ever find it pinned and wait for a fill nobody makes. */
+	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
+	rc = kvs_core_bucket_lock(c, b);
 	if (rc)
 		return rc;
-	made = slot.flags & KVS_SLOT_OWNER;
-	/* Leave it LOADING and unpinned: the next get becomes its owner (row
-	 * "LOADING, ref 0") without a CLOCK search.  Release would publish
-	 * FAILED for an owner, so drop the pin directly. */
-	slot.flags &= ~KVS_SLOT_OWNER;
-	rc = kvs_slot_release(c, &slot);
-	return rc < 0 ? rc : made;
+	if (kvs_core_find(c, b, block, shard) != KVS_IDX_NONE) {
+		rc = 0; /* resident in any state: nothing to prepare */
+	} else {
+		rc = kvs_core_clock_victim(c, b, true, &i);
+		if (rc == 0) {
+			c->slots[i].block = *block;
+			c->slots[i].shard = shard;
+			atomic_fetch_add_explicit(&c->slots[i].generation, 1, memory_order_relaxed);
+			atomic_store_explicit(&c->slots[i].filler, KVS_FILLER_NONE, memory_order_relaxed);
+			atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);
+			kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
+			set_refbit(c, i);
+			rc = 1;
+		}
+	}
+	kvs_core_bucket_unlock(c, b);
+	return rc;
 }

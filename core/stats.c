@@ -1,6 +1,7 @@
 /*
  * core/stats.c — what the cache can say about itself: counters per rank and for
- * the node (kvs_cache_stats), and the invariant checker (kvs_cache_check).
+ * the node (kvs_cache_stats), and the invariant checker (kvs_cache_check): the
+ * header and segment table, the rank table, then every bucket.
  *
  * Counters are relaxed atomics written by the rank that counts and summed racily
  * here: they are statistics.  The checker verifies each invariant of layout.h
@@ -14,6 +15,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/core.h"
 #include "wait/wait.h"
@@ -89,7 +91,8 @@ static uint32_t pins_of(struct kvs_cache *c, uint32_t i)
 
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
 		for (uint32_t p = 0; p < KVS_RANK_PINS; p++)
-			n += atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed) == i + 1;
+			n += (atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed) &
+			      KVS_PIN_SLOT_MASK) == i + 1;
 	return n;
 }
 
@@ -134,8 +137,8 @@ static int check_bucket(struct kvs_cache *c, uint32_t b, const uint32_t *pins,
 			BROKEN("slot %u: state %u", i, st);
 		if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_FAILED)
 			continue;
-		if (s->shard >= c->hdr->fp.shards_per_block)
-			BROKEN("slot %u: shard %u >= %u", i, s->shard, c->hdr->fp.shards_per_block);
+		if (s->shard >= c->shards_per_block)
+			BROKEN("slot %u: shard %u >= %u", i, s->shard, c->shards_per_block);
 		if (kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
 			BROKEN("slot %u: key hashes to bucket %u, sits on %u", i,
 			       kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)), b);
@@ -156,6 +159,64 @@ static int check_bucket(struct kvs_cache *c, uint32_t b, const uint32_t *pins,
 	return bad;
 }
 
+/* The header still says what it said at open: valid, and the geometry this
+ * handle copied (a header rewritten under live ranks is corruption). */
+static int check_header(struct kvs_cache *c)
+{
+	const struct kvs_shm_header *h = c->hdr;
+	struct stat st;
+	int bad = 0;
+
+	if (fstat(c->ctl_fd, &st) != 0)
+		return -errno;
+	if (kvs_core_header_validate(h, (uint64_t)st.st_size, c->cfg.unique_id, &c->log))
+		return 1;
+	if (h->fp.slot_count != c->slot_count || h->fp.slot_bytes != c->slot_bytes ||
+	    h->fp.bucket_count != c->bucket_mask + 1 || h->fp.shards_per_block != c->shards_per_block ||
+	    h->fp.seg_count != c->seg_count)
+		BROKEN("header geometry changed since this process attached");
+	for (uint32_t s = 0; s < c->seg_count && s < h->fp.seg_count; s++)
+		if (h->segs[s].first_slot != c->geo[s].first_slot ||
+		    h->segs[s].slot_count != c->geo[s].slot_count ||
+		    h->segs[s].reserved_count != c->geo[s].reserved_count)
+			BROKEN("header segs[%u] changed since this process attached", s);
+	return bad;
+}
+
+/* Pre-pass over the rank table, under the lifecycle lock: pins per slot (hints:
+ * live ranks pin and release meanwhile), and entries that cannot be right
+ * whatever is running (bad state, pins of free entries, pins naming no slot). */
+static int check_ranks(struct kvs_cache *c, uint32_t *pins)
+{
+	int bad = 0;
+
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
+		struct kvs_shm_rank *e = &c->ranks[r];
+		uint32_t state = atomic_load_explicit(&e->state, memory_order_acquire);
+		uint32_t held = 0;
+
+		if (state > KVS_SHM_RANK_ATTACHED)
+			BROKEN("rank %u: state %u", r, state);
+		for (uint32_t p = 0; p < KVS_RANK_PINS; p++) {
+			uint32_t v = atomic_load_explicit(&e->pins[p], memory_order_relaxed) &
+				     KVS_PIN_SLOT_MASK;
+
+			if (v == 0)
+				continue;
+			held++;
+			if (v > c->slot_count)
+				BROKEN("rank %u pin %u names slot %u of %u", r, p, v - 1, c->slot_count);
+			else
+				pins[v - 1]++;
+		}
+		/* A free entry's pins would hold refs nobody drops (entries go
+		 * free and get taken under the lifecycle lock, which we hold). */
+		if (held && state == KVS_SHM_RANK_FREE)
+			BROKEN("rank %u is free but holds %u pins", r, held);
+	}
+	return bad;
+}
+
 KVS_API int kvs_cache_check(struct kvs_cache *c)
 {
 	uint32_t *pins, *members;
@@ -163,6 +224,11 @@ KVS_API int kvs_cache_check(struct kvs_cache *c)
 
 	if (!c)
 		return -EINVAL;
+	rc = check_header(c);
+	if (rc < 0)
+		return rc;
+	if (rc > 0)
+		return -KVS_ECORRUPT; /* nothing below can be trusted */
 	pins = calloc(c->slot_count, sizeof(*pins));
 	members = calloc(c->bucket_mask + 1, sizeof(*members));
 	if (!pins || !members) {
@@ -170,23 +236,11 @@ KVS_API int kvs_cache_check(struct kvs_cache *c)
 		free(members);
 		return -ENOMEM;
 	}
-	/* Pre-pass, unlocked (relaxed: hints, verified under the locks). */
-	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
-		struct kvs_shm_rank *e = &c->ranks[r];
-		uint32_t state = atomic_load_explicit(&e->state, memory_order_acquire);
-
-		if (state > KVS_SHM_RANK_ATTACHED)
-			BROKEN("rank %u: state %u", r, state);
-		for (uint32_t p = 0; p < KVS_RANK_PINS; p++) {
-			uint32_t v = atomic_load_explicit(&e->pins[p], memory_order_relaxed);
-
-			if (v == 0)
-				continue;
-			if (v - 1 >= c->slot_count)
-				BROKEN("rank %u pin %u names slot %u of %u", r, p, v - 1, c->slot_count);
-			else
-				pins[v - 1]++;
-		}
+	/* Pre-pass (relaxed: hints, verified under the bucket locks). */
+	rc = kvs_core_lifecycle_enter(c);
+	if (rc == 0) {
+		bad += check_ranks(c, pins);
+		kvs_core_lifecycle_exit(c);
 	}
 	for (uint32_t i = 0; i < c->slot_count; i++) {
 		uint32_t b = atomic_load_explicit(&c->slots[i].bucket_idx, memory_order_relaxed);

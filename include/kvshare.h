@@ -167,7 +167,8 @@ struct kvs_cache_config {
 	int32_t device_id;         /* >= 0: a rank (maps the data plane); -1: a watcher */
 	uint32_t local_rank_size;  /* ranks per node sharing the cache (default 8) */
 	uint64_t slot_bytes;       /* bytes of one shard (required, > 0) */
-	uint64_t slot_count;       /* slots in the cache (required, 1 .. 2^31) */
+	uint64_t slot_count;       /* slots in the cache (required, 1 .. 2^31 - 1;
+				      slot_bytes * slot_count <= 2^50) */
 	uint32_t shards_per_block; /* shards of one block (default 1) */
 	uint32_t tensor_count;     /* 0: one tensor of slot_bytes; else entries of tensor_bytes */
 	uint64_t tensor_bytes[KVS_MAX_TENSORS]; /* per-tensor sizes, summing to slot_bytes */
@@ -239,14 +240,16 @@ enum kvs_slot_state {
 	KVS_SLOT_FAILED = 3,  /* the owner failed; kvs_slot.error holds its code */
 };
 
-/* kvs_slot.flags */
+/* kvs_slot.flags (output: set by the library, never read from the caller) */
 #define KVS_SLOT_OWNER (1u << 0) /* this handle must fill the slot and publish */
-#define KVS_SLOT_NO_TAKEOVER (1u << 1) /* set by the caller before kvs_slot_wait: if the
-					* filler dies, fail the slot with -KVS_EOWNERDEAD
-					* for every waiter instead of taking it over */
 
-/* A pinned slot: the caller's handle, filled by kvs_cache_get().  Plain data
- * owned by the caller; valid until kvs_slot_release(). */
+/*
+ * A pinned slot: the caller's handle, filled by kvs_cache_get().  Plain data
+ * owned by the caller; valid until kvs_slot_release().  The library never trusts
+ * it: every kvs_slot_* call checks it against the shared state (its pin, the
+ * slot's generation, for publishing the slot's recorded owner), so a released,
+ * stale or forged handle gets -ESTALE or -EPERM and never reaches another key.
+ */
 struct kvs_slot {
 	uint32_t index;       /* slot index in the cache */
 	uint32_t generation;  /* residency of that slot (bumped at every re-key) */
@@ -278,31 +281,47 @@ KVS_API int kvs_cache_get(struct kvs_cache *cache, const struct kvs_block_id *bl
 			  uint32_t shard, uint32_t flags, struct kvs_slot *slot);
 
 /* Current state of a pinned slot: returns enum kvs_slot_state (acquire: a READY
- * slot's bytes are visible), or -EINVAL (slot not pinned by this cache); also
- * updates slot->state and slot->error.  Never blocks. */
+ * slot's bytes are visible), or -EINVAL (malformed handle), -ESTALE (released,
+ * or older than the slot's residency); also updates slot->state and
+ * slot->error.  Never blocks. */
 KVS_API int kvs_slot_state(struct kvs_cache *cache, struct kvs_slot *slot);
 
-/* kvs_slot_wait() positive result: the filler died; the caller is now the owner. */
-#define KVS_SLOT_WAIT_OWNER 1
+/* kvs_slot_wait() results (>= 0).  A negative return is always the wait's own
+ * failure, never the owner's error. */
+enum kvs_slot_wait_result {
+	KVS_SLOT_WAIT_READY = 0,  /* READY: the bytes are valid */
+	KVS_SLOT_WAIT_OWNER = 1,  /* the filler died and this caller took the slot over:
+				   * fill it and publish (slot->flags has KVS_SLOT_OWNER) */
+	KVS_SLOT_WAIT_FAILED = 2, /* the owner published FAILED: its code is in slot->error
+				   * (-KVS_EOWNERDEAD when it died and the slot was failed
+				   * for it) */
+};
+
+/* kvs_slot_wait() flags */
+#define KVS_SLOT_WAIT_NO_TAKEOVER (1u << 0) /* if the filler dies, fail the slot with
+					     * -KVS_EOWNERDEAD for every waiter instead
+					     * of taking it over */
 
 /*
- * Wait until a pinned slot leaves LOADING.  Returns 0 (READY); the owner's
- * negative error (FAILED); KVS_SLOT_WAIT_OWNER (the filler died and this caller
- * took the slot over: fill it and publish); -KVS_EOWNERDEAD (the filler died and
- * slot->flags has KVS_SLOT_NO_TAKEOVER, or a peer failed it so); -ETIMEDOUT;
- * -EDEADLK (the caller is the owner of the unpublished slot).  Blocks: up to timeout_ns (spin, then futex
- * or yield per cfg->wait), checking the filler's liveness every 10 ms.
+ * Wait until a pinned slot leaves LOADING.  Returns enum kvs_slot_wait_result;
+ * or -ETIMEDOUT (this wait's timeout_ns passed), -EDEADLK (the caller is the
+ * owner of the unpublished slot), -EINVAL (bad flags or handle), -ESTALE (the
+ * handle was released or is older than the slot's residency), -KVS_ECORRUPT.
+ * Blocks: up to timeout_ns (spin, then futex or yield per cfg->wait), checking
+ * the filler's liveness every 10 ms.
  */
-KVS_API int kvs_slot_wait(struct kvs_cache *cache, struct kvs_slot *slot, uint64_t timeout_ns);
+KVS_API int kvs_slot_wait(struct kvs_cache *cache, struct kvs_slot *slot, uint32_t flags,
+			  uint64_t timeout_ns);
 
 /* Address of a pinned slot's slot_bytes bytes in this process.  Returns 0 and
- * *ptr; -EINVAL; -EOPNOTSUPP for a watcher (*ptr NULL on failure).  Never
- * blocks.  Ownership: the bytes are the cache's; the pointer is valid while the
+ * *ptr; -EINVAL; -ESTALE (not pinned by this handle); -EOPNOTSUPP for a watcher
+ * (*ptr NULL on failure).  Never blocks.  Ownership: the bytes are the cache's; the pointer is valid while the
  * slot is pinned, writable by its owner until it publishes. */
 KVS_API int kvs_slot_data(struct kvs_cache *cache, const struct kvs_slot *slot, void **ptr);
 
 /* Owner: the bytes are in; publish READY and wake the waiters.  Returns 0;
- * -EPERM (not the owner, or already published).  Never blocks. */
+ * -EPERM (not the owner recorded in shared memory, or already published);
+ * -EINVAL, -ESTALE (as kvs_slot_state).  Never blocks. */
 KVS_API int kvs_slot_publish_ready(struct kvs_cache *cache, struct kvs_slot *slot);
 
 /* Owner: publish FAILED with err (< 0, e.g. -EIO); every waiter returns err at
@@ -310,7 +329,8 @@ KVS_API int kvs_slot_publish_ready(struct kvs_cache *cache, struct kvs_slot *slo
 KVS_API int kvs_slot_publish_failed(struct kvs_cache *cache, struct kvs_slot *slot, int err);
 
 /* Drop the pin.  An owner that never published publishes FAILED(-ECANCELED).
- * Returns 0; -EINVAL (slot not pinned by this cache); -ETIMEDOUT (bucket lock).
+ * Returns 0; -EINVAL, -ESTALE (as kvs_slot_state: a second release is -ESTALE);
+ * -ETIMEDOUT (bucket lock).
  * Blocks: only on the bucket lock.  slot is cleared. */
 KVS_API int kvs_slot_release(struct kvs_cache *cache, struct kvs_slot *slot);
 
@@ -334,9 +354,11 @@ KVS_API int kvs_cache_lookup(struct kvs_cache *cache, const struct kvs_block_id 
 KVS_API int kvs_cache_lookup_prefix(struct kvs_cache *cache, const struct kvs_block_id *blocks,
 				    size_t n, uint32_t shard);
 
-/* Allocate (block, shard) from the reserved pool too, then release it, so the
- * next get is a cheap owner hit.  Returns 1 if a slot was prepared, 0 if the key
- * was already resident, or kvs_cache_get's errors.  Blocks: bucket lock. */
+/* Key a slot for (block, shard) (the reserved pool allowed) LOADING, unpinned
+ * and with no filler, in one lock section, so the next get owns it at once
+ * without a CLOCK search and no get ever waits on it.  Returns 1 if a slot was
+ * prepared, 0 if the key was already resident, -EOPNOTSUPP (watcher), or
+ * kvs_cache_get's errors.  Blocks: one bucket lock. */
 KVS_API int kvs_cache_prealloc(struct kvs_cache *cache, const struct kvs_block_id *block,
 			       uint32_t shard);
 

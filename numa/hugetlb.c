@@ -2,11 +2,13 @@
  * numa/hugetlb.c — where hugetlbfs is mounted, and how much of its pool is left.
  *
  * The kernel build asks libhugetlbfs for the mount of a page size
- * (hugetlbfs_find_path_for_size: it scanned the mounts when it was loaded).  The
- * plain build does not link libhugetlbfs, yet must attach hugetlb segments that a
- * kernel-build creator made on the same node (same ABI, same protocol), so it
- * reads /proc/self/mounts itself: the kernel always prints "pagesize=" in the
- * options of a hugetlbfs mount.
+ * (hugetlbfs_find_path_for_size: it scanned the mounts when it was loaded); that
+ * is the only mount lookup.  Only a creator needs it: the creator records the
+ * directory in the cache's header, and attachers of either build (the plain one
+ * attaches a kernel creator's hugetlb segments on a mixed node) open the file
+ * where the record says, checking with fstatfs that it is on hugetlbfs.  So
+ * ranks never disagree on the mount (libhugetlbfs reads HUGETLB_PATH from each
+ * process's environment), and the plain build needs no lookup at all.
  *
  * The pool is read from sysfs, per page size, machine-wide
  * (/sys/kernel/mm/hugepages/hugepages-<kB>kB/) or per node
@@ -30,15 +32,13 @@
 #if KVS_KERNEL
 #include <stddef.h> /* hugetlbfs.h uses size_t without including it */
 #include <hugetlbfs.h>
-#else
-#include <mntent.h>
 #endif
 
 #include "numa/internal.h"
 
 #if KVS_KERNEL
 
-int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len)
+int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len)
 {
 	const char *mount;
 
@@ -56,49 +56,12 @@ int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len)
 
 #else
 
-/* "2M", "1024M", "2048K", "1G" -> bytes; 0 if malformed. */
-static uint64_t parse_pagesize(const char *s)
+int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len)
 {
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	if (end == s)
-		return 0;
-	switch (*end) {
-	case 'K': case 'k': return (uint64_t)v << 10;
-	case 'M': case 'm': return (uint64_t)v << 20;
-	case 'G': case 'g': return (uint64_t)v << 30;
-	case '\0': case ',': return (uint64_t)v;
-	default: return 0;
-	}
-}
-
-int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len)
-{
-	struct mntent ent, *m;
-	char line[4096];
-	int rc = -ENOENT;
-	FILE *f = setmntent("/proc/self/mounts", "re");
-
-	if (!f)
-		return -errno;
-	while (rc == -ENOENT && (m = getmntent_r(f, &ent, line, sizeof(line)))) {
-		const char *ps;
-
-		if (strcmp(m->mnt_type, "hugetlbfs") != 0)
-			continue;
-		ps = strstr(m->mnt_opts, "pagesize=");
-		if (!ps || parse_pagesize(ps + strlen("pagesize=")) != page_bytes)
-			continue;
-		if (strlen(m->mnt_dir) >= len)
-			rc = -ENAMETOOLONG;
-		else {
-			strcpy(buf, m->mnt_dir);
-			rc = 0;
-		}
-	}
-	endmntent(f);
-	return rc;
+	(void)page_bytes;
+	(void)buf;
+	(void)len;
+	return -ENOENT;
 }
 
 #endif

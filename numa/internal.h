@@ -18,10 +18,6 @@
 
 #include "numa/numa.h"
 
-/* Mount point of the hugetlbfs for page_bytes, copied into buf.  Returns 0,
- * -ENOENT (no mount for that size, or the kernel lacks the size), -ENAMETOOLONG. */
-int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len);
-
 /* Can the pool back need pages of page_bytes (on node, or anywhere when node < 0)
  * right now?  Returns 0, or -KVS_ENOHUGE after logging
  * "need N pages of <kB> kB on node X, M free"; -errno if sysfs cannot be read. */

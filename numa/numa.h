@@ -52,6 +52,9 @@ enum kvs_numa_backing {
 
 #define KVS_NUMA_NODE_NONE (-1)
 
+/* Directory of shm-backed segments (and of the control files). */
+#define KVS_NUMA_SHM_DIR "/dev/shm"
+
 /* Huge page size used when opts->page_bytes is 0. */
 #define KVS_NUMA_DEFAULT_PAGE_BYTES (UINT64_C(2) << 20)
 
@@ -62,6 +65,9 @@ struct kvs_numa_seg_opts {
 	uint32_t file_mode;      /* 0 = 0600 (0660 when gid >= 0); else a subset of 0660 */
 	int64_t gid;             /* group for 0660 files; -1 = none (NOT 0: use opts_init) */
 	uint32_t prefault_threads; /* 0 = one per CPU of the node, at most 8 */
+	const char *dir;         /* attach: the directory of the file, as its creator
+				  * recorded it; NULL = the backing's default (/dev/shm,
+				  * or this build's hugetlbfs mount for page_bytes) */
 	const struct kvs_log *log;
 };
 
@@ -99,9 +105,10 @@ int kvs_numa_seg_create(const char *unique_id, int32_t node, uint64_t bytes,
 /* Map an existing segment made by kvs_numa_seg_create with the recorded node
  * (the one passed to create, which names the file; not the creator's seg->node),
  * backing and page size; bytes must match the file (the creator's seg->bytes).
- * Never touches its pages.  opts: only log and gid are used (NULL = defaults): a
- * file owned by another uid is accepted only when gid >= 0 and the file's group
- * is gid (the 0660 + group configuration).
+ * Never touches its pages.  opts: only dir, log and gid are used (NULL =
+ * defaults): a file owned by another uid is accepted only when gid >= 0 and the
+ * file's group is gid (the 0660 + group configuration); a hugetlb file must be
+ * on a hugetlbfs of page_bytes pages, wherever opts->dir says it is.
  * Returns 0; -ENOENT (no file, or no hugetlbfs mount for page_bytes); -EACCES
  * (owned by another uid: refused, not mapped; the log names the owner);
  * -KVS_ECORRUPT (size mismatch, not a regular file, not on hugetlbfs of that page
@@ -114,11 +121,21 @@ int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 /* Unmap and close.  Tolerates a zeroed or half-built seg; idempotent. */
 void kvs_numa_seg_detach(struct kvs_numa_seg *seg);
 
-/* Remove the segment file (no-op -ENOENT if absent).  Returns 0, -ENOENT,
- * -EINVAL, -errno.  Mappings stay valid until detached; the pages (and their
- * pool reservation) go back when the last one is. */
+/* Remove the segment file (no-op -ENOENT if absent) from the backing's default
+ * directory.  Returns 0, -ENOENT, -EINVAL, -errno.  Mappings stay valid until
+ * detached; the pages (and their pool reservation) go back when the last one
+ * is. */
 int kvs_numa_seg_unlink(const char *unique_id, int32_t node, uint32_t backing,
 			uint64_t page_bytes, const struct kvs_log *log);
+
+/* The same, in directory dir (as recorded by the creator). */
+int kvs_numa_seg_unlink_at(const char *dir, const char *unique_id, int32_t node,
+			   const struct kvs_log *log);
+
+/* This build's hugetlbfs mount for page_bytes pages, copied into buf (kernel
+ * build: libhugetlbfs).  Returns 0, -ENOENT (no such mount; always in the plain
+ * build, which never creates hugetlb segments), -ENAMETOOLONG. */
+int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len);
 
 /* "hugetlb", "shm" or "none": for logs and stats. */
 const char *kvs_numa_backing_name(uint32_t backing);
@@ -136,6 +153,10 @@ int kvs_numa_pci_normalize(const char *pci_bus_id, char *out, size_t out_len);
 /* Number of NUMA nodes with memory (1 when libnuma is absent or NUMA is off;
  * always 1 in the plain build). */
 int kvs_numa_node_count(void);
+
+/* Test hook (static library only): when > 0, kvs_numa_node_count returns this,
+ * so tests can make a creator plan several data segments on a one-node machine. */
+extern int kvs_numa_test_node_count;
 
 #define KVS_NUMA_MAX_NODES 64
 

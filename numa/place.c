@@ -39,9 +39,11 @@
 #define PREFAULT_MAX_THREADS 64
 #define PREFAULT_DEFAULT_MAX 8
 
+int kvs_numa_test_node_count;
+
 #if KVS_KERNEL
 
-int kvs_numa_node_count(void)
+static int real_node_count(void)
 {
 	int n;
 
@@ -104,7 +106,7 @@ static bool node_cpus(int32_t node, cpu_set_t *set)
 
 #else /* plain */
 
-int kvs_numa_node_count(void)
+static int real_node_count(void)
 {
 	return 1;
 }
@@ -208,4 +210,9 @@ int kvs_numa_prefault(void *base, uint64_t bytes, uint64_t step, int32_t node,
 			rc = jobs[i].rc;
 	}
 	return rc;
+}
+
+int kvs_numa_node_count(void)
+{
+	return kvs_numa_test_node_count > 0 ? kvs_numa_test_node_count : real_node_count();
 }

@@ -48,7 +48,7 @@
 #define HUGETLBFS_MAGIC 0x958458f6 /* <linux/magic.h> */
 #endif
 
-#define SHM_DIR "/dev/shm"
+
 #define ID_MAX 64
 #define QUERY_BATCH 1024
 #define MAX_PAGE_BYTES (UINT64_C(16) << 30)
@@ -116,30 +116,38 @@ static int check_id(const char *id)
 	return 0;
 }
 
-static int seg_path(char *buf, size_t len, const char *id, int32_t node, uint32_t backing,
-		    uint64_t page_bytes)
+static int seg_path_in(char *buf, size_t len, const char *dir, const char *id, int32_t node)
 {
-	char dir[PATH_MAX];
 	int rc = check_id(id), n;
 
 	if (rc < 0)
 		return rc;
-	if (node < KVS_NUMA_NODE_NONE || node >= KVS_NUMA_MAX_NODES)
+	if (!dir || dir[0] != '/' || node < KVS_NUMA_NODE_NONE || node >= KVS_NUMA_MAX_NODES)
 		return -EINVAL;
-	if (backing == KVS_NUMA_BACKING_HUGETLB) {
-		rc = kvs_numa_hugetlb_mount(page_bytes ? page_bytes : KVS_NUMA_DEFAULT_PAGE_BYTES,
-					    dir, sizeof(dir));
-		if (rc < 0)
-			return rc;
-	} else if (backing == KVS_NUMA_BACKING_SHM) {
-		strcpy(dir, SHM_DIR);
-	} else {
-		return -EINVAL;
-	}
 	n = snprintf(buf, len, "%s/kvshare.%s.data.%d", dir, id, node < 0 ? 0 : (int)node);
 	if (n < 0 || (size_t)n >= len)
 		return -ENAMETOOLONG;
 	return 0;
+}
+
+/* The path in dir, or without one in the backing's default directory. */
+static int seg_path(char *buf, size_t len, const char *dir, const char *id, int32_t node,
+		    uint32_t backing, uint64_t page_bytes)
+{
+	char mount[PATH_MAX];
+
+	if (!dir && backing == KVS_NUMA_BACKING_HUGETLB) {
+		int rc = kvs_numa_hugetlb_dir(page_bytes ? page_bytes : KVS_NUMA_DEFAULT_PAGE_BYTES,
+					      mount, sizeof(mount));
+		if (rc < 0)
+			return rc;
+		dir = mount;
+	} else if (!dir && backing == KVS_NUMA_BACKING_SHM) {
+		dir = KVS_NUMA_SHM_DIR;
+	} else if (backing != KVS_NUMA_BACKING_HUGETLB && backing != KVS_NUMA_BACKING_SHM) {
+		return -EINVAL;
+	}
+	return seg_path_in(buf, len, dir, id, node);
 }
 
 static uint64_t base_page_bytes(void)
@@ -169,7 +177,95 @@ static int32_t decide_node(int32_t node, const struct kvs_numa_seg_opts *o)
 	return KVS_NUMA_NODE_NONE;
 }
 
-/* Create the segment file in one backing.  bind_node is decided already. */
+/* The new file: exclusive, group and mode set (umask-independent), sized. */
+static int create_file(const char *path, uint64_t bytes, const struct kvs_numa_seg_opts *o, int *fdp)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), rc;
+
+	if (fd < 0) {
+		rc = -errno;
+		if (rc != -EEXIST)
+			kvs_log_warn(o->log, "numa: create %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	*fdp = fd;
+	if (o->gid >= 0 && fchown(fd, (uid_t)-1, (gid_t)o->gid) != 0) {
+		rc = -errno;
+		kvs_log_error(o->log, "numa: %s: group %" PRId64 ": %s", path, o->gid, strerror(-rc));
+		return rc;
+	}
+	if (fchmod(fd, (mode_t)o->file_mode) != 0 || ftruncate(fd, (off_t)bytes) != 0) {
+		rc = -errno;
+		kvs_log_error(o->log, "numa: %s: mode/size: %s", path, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* mmap the new file.  On hugetlbfs a shared mapping reserves every page of the
+ * range here: a short pool is -KVS_ENOHUGE now, never a SIGBUS later. */
+static int map_new(int fd, uint64_t bytes, bool huge, uint64_t page, const char *path,
+		   const struct kvs_numa_seg_opts *o, void **basep)
+{
+	void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	int rc;
+
+	if (base != MAP_FAILED) {
+		*basep = base;
+		return 0;
+	}
+	rc = -errno;
+	if (huge && rc == -ENOMEM) {
+		kvs_log_warn(o->log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB: the pool "
+			     "refused the reservation", bytes / page, page >> 10);
+		return -KVS_ENOHUGE;
+	}
+	kvs_log_error(o->log, "numa: mmap %s: %s", path, strerror(-rc));
+	return rc;
+}
+
+/* Bind the mapping to *node (numa=auto: a failure leaves it unbound, *node
+ * becomes KVS_NUMA_NODE_NONE), then pre-fault every page from the node. */
+static int place_new(void *base, uint64_t bytes, bool huge, uint64_t page, const char *path,
+		     int32_t *node, const struct kvs_numa_seg_opts *o)
+{
+	int rc;
+
+	if (*node >= 0) {
+		rc = kvs_numa_bind(base, bytes, *node);
+		if (rc < 0 && o->numa == KVS_NUMA_REQUIRED) {
+			kvs_log_error(o->log, "numa: mbind to node %d: %s", (int)*node, strerror(-rc));
+			return -EOPNOTSUPP;
+		}
+		if (rc < 0) {
+			kvs_log_info(o->log, "numa: mbind to node %d: %s: segment left unbound",
+				     (int)*node, strerror(-rc));
+			*node = KVS_NUMA_NODE_NONE;
+		}
+	}
+	/* Transparent huge pages for shmem, where the administrator allows them
+	 * (shmem_enabled=advise or above); without THP it is only a hint. */
+	if (!huge)
+		(void)madvise(base, bytes, MADV_HUGEPAGE);
+	rc = kvs_numa_prefault(base, bytes, page, *node, o->prefault_threads);
+	if (rc == 0)
+		return 0;
+	if (huge && (rc == -EFAULT || rc == -ENOMEM)) {
+		kvs_log_warn(o->log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on node %d: "
+			     "pre-fault failed (%s)", bytes / page, page >> 10, (int)*node, strerror(-rc));
+		return -KVS_ENOHUGE;
+	}
+	if (rc == -EFAULT) {
+		kvs_log_error(o->log, "numa: %s: " KVS_NUMA_SHM_DIR " cannot hold %" PRIu64 " bytes", path, bytes);
+		return -ENOSPC;
+	}
+	kvs_log_error(o->log, "numa: pre-fault %s: %s", path, strerror(-rc));
+	return rc;
+}
+
+/* Create the segment file in one backing.  bind_node is decided already.  Any
+ * failure after the file exists truncates it first (freeing the pages and the
+ * hugetlb reservation even if it is open elsewhere), then unlinks it. */
 static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t bytes,
 		      uint32_t backing, const struct kvs_numa_seg_opts *o, struct kvs_numa_seg *seg)
 {
@@ -177,105 +273,42 @@ static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t 
 	const uint64_t page = huge ? o->page_bytes : base_page_bytes();
 	char path[PATH_MAX];
 	void *base = MAP_FAILED;
-	int fd, rc;
+	int fd = -1, rc;
 
-	rc = seg_path(path, sizeof(path), id, node, backing, o->page_bytes);
+	rc = seg_path(path, sizeof(path), NULL, id, node, backing, o->page_bytes);
 	if (rc == -ENOENT && huge) {
 		kvs_log_warn(o->log, "numa: no hugetlbfs mount for %" PRIu64 " kB pages",
 			     o->page_bytes >> 10);
 		return -KVS_ENOHUGE;
 	}
-	if (rc < 0)
-		return rc;
-	if (huge) {
+	if (rc == 0 && huge)
 		rc = kvs_numa_hugetlb_check(page, bind_node, bytes / page, o->log);
-		if (rc < 0)
-			return rc;
+	if (rc == 0)
+		rc = create_file(path, bytes, o, &fd);
+	if (rc == 0)
+		rc = map_new(fd, bytes, huge, page, path, o, &base);
+	if (rc == 0)
+		rc = place_new(base, bytes, huge, page, path, &bind_node, o);
+	if (rc == 0) {
+		seg->base = base;
+		seg->bytes = bytes;
+		seg->fd = fd;
+		seg->node = bind_node;
+		seg->backing = backing;
+		seg->page_bytes = page;
+		strcpy(seg->path, path);
+		kvs_log_info(o->log, "numa: created %s: %" PRIu64 " bytes, %s, %" PRIu64 " kB pages, node %d",
+			     path, bytes, kvs_numa_backing_name(backing), page >> 10, (int)bind_node);
+		return 0;
 	}
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		rc = -errno;
-		if (rc != -EEXIST)
-			kvs_log_warn(o->log, "numa: create %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	if (o->gid >= 0 && fchown(fd, (uid_t)-1, (gid_t)o->gid) != 0) {
-		rc = -errno;
-		kvs_log_error(o->log, "numa: %s: group %" PRId64 ": %s", path, o->gid, strerror(-rc));
-		goto fail;
-	}
-	if (fchmod(fd, (mode_t)o->file_mode) != 0 || ftruncate(fd, (off_t)bytes) != 0) {
-		rc = -errno;
-		kvs_log_error(o->log, "numa: %s: mode/size: %s", path, strerror(-rc));
-		goto fail;
-	}
-	/* On hugetlbfs a shared mapping reserves every page of the range here. */
-	base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (base == MAP_FAILED) {
-		rc = -errno;
-		if (huge && rc == -ENOMEM) {
-			kvs_log_warn(o->log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB: the pool "
-				     "refused the reservation", bytes / page, page >> 10);
-			rc = -KVS_ENOHUGE;
-		} else {
-			kvs_log_error(o->log, "numa: mmap %s: %s", path, strerror(-rc));
-		}
-		goto fail;
-	}
-	if (bind_node >= 0) {
-		rc = kvs_numa_bind(base, bytes, bind_node);
-		if (rc < 0 && o->numa == KVS_NUMA_REQUIRED) {
-			kvs_log_error(o->log, "numa: mbind to node %d: %s", (int)bind_node, strerror(-rc));
-			rc = -EOPNOTSUPP;
-			goto fail;
-		}
-		if (rc < 0) {
-			kvs_log_info(o->log, "numa: mbind to node %d: %s: segment left unbound",
-				     (int)bind_node, strerror(-rc));
-			bind_node = KVS_NUMA_NODE_NONE;
-		}
-	}
-	/* Transparent huge pages for shmem, where the administrator allows them
-	 * (shmem_enabled=advise or above); without THP it is only a hint. */
-	if (!huge)
-		(void)madvise(base, bytes, MADV_HUGEPAGE);
-	rc = kvs_numa_prefault(base, bytes, page, bind_node, o->prefault_threads);
-	if (rc < 0) {
-		if (huge && (rc == -EFAULT || rc == -ENOMEM)) {
-			kvs_log_warn(o->log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on node %d: "
-				     "pre-fault failed (%s)", bytes / page, page >> 10, (int)bind_node,
-				     strerror(-rc));
-			rc = -KVS_ENOHUGE;
-		} else if (rc == -EFAULT) {
-			kvs_log_error(o->log, "numa: %s: " SHM_DIR " cannot hold %" PRIu64 " bytes",
-				      path, bytes);
-			rc = -ENOSPC;
-		} else {
-			kvs_log_error(o->log, "numa: pre-fault %s: %s", path, strerror(-rc));
-		}
-		goto fail;
-	}
-	seg->base = base;
-	seg->bytes = bytes;
-	seg->fd = fd;
-	seg->node = bind_node;
-	seg->backing = backing;
-	seg->page_bytes = page;
-	strcpy(seg->path, path);
-	kvs_log_info(o->log, "numa: created %s: %" PRIu64 " bytes, %s, %" PRIu64 " kB pages, node %d",
-		     path, bytes, kvs_numa_backing_name(backing), page >> 10, (int)bind_node);
-	return 0;
-
-fail:
 	if (base != MAP_FAILED)
 		munmap(base, bytes);
-	/* Truncate first: frees the pages and the hugetlb reservation even if the
-	 * file is still open elsewhere (if it fails, the unlink and close below
-	 * free them once the last descriptor goes). */
-	if (ftruncate(fd, 0) != 0)
-		kvs_log_debug(o->log, "numa: truncate %s: %s", path, strerror(errno));
-	unlink(path);
-	close(fd);
+	if (fd >= 0) {
+		if (ftruncate(fd, 0) != 0)
+			kvs_log_debug(o->log, "numa: truncate %s: %s", path, strerror(errno));
+		unlink(path);
+		close(fd);
+	}
 	return rc;
 }
 
@@ -311,10 +344,53 @@ int kvs_numa_seg_create(const char *unique_id, int32_t node, uint64_t bytes,
 		if (rc == 0 || rc == -EEXIST || rc == -EINVAL || o.hugetlb == KVS_HUGETLB_REQUIRED)
 			return rc;
 		kvs_log_warn(o.log, "numa: hugetlbfs not usable for kvshare.%s.data.%d (%s): falling "
-			     "back to " SHM_DIR " + MADV_HUGEPAGE", unique_id, node < 0 ? 0 : (int)node,
+			     "back to " KVS_NUMA_SHM_DIR " + MADV_HUGEPAGE", unique_id, node < 0 ? 0 : (int)node,
 			     kvs_strerror(rc));
 	}
 	return create_one(unique_id, node, bind_node, bytes, KVS_NUMA_BACKING_SHM, &o, seg);
+}
+
+/* Open an existing segment file and check it before mapping: a regular file,
+ * ours (or the configured group's), exactly bytes long, and for hugetlb on a
+ * hugetlbfs of page_bytes pages. */
+static int open_checked(const char *path, uint64_t bytes, bool huge, uint64_t page_bytes,
+			const struct kvs_numa_seg_opts *o, int *fdp)
+{
+	struct statfs sfs;
+	struct stat st;
+	int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+
+	if (fd < 0) {
+		rc = -errno;
+		if (rc != -ENOENT)
+			kvs_log_error(o->log, "numa: attach %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+	} else if (!S_ISREG(st.st_mode)) {
+		kvs_log_error(o->log, "numa: attach %s: not a regular file", path);
+		rc = -KVS_ECORRUPT;
+	} else if (st.st_uid != geteuid() && !(o->gid >= 0 && st.st_gid == (gid_t)o->gid)) {
+		kvs_log_error(o->log, "numa: attach %s: owned by uid %u, not by this process (uid %u): "
+			      "refused", path, (unsigned)st.st_uid, (unsigned)geteuid());
+		rc = -EACCES;
+	} else if ((uint64_t)st.st_size != bytes) {
+		kvs_log_error(o->log, "numa: attach %s: %" PRIu64 " bytes, expected %" PRIu64, path,
+			      (uint64_t)st.st_size, bytes);
+		rc = -KVS_ECORRUPT;
+	} else if (huge && (fstatfs(fd, &sfs) != 0 || (uint64_t)sfs.f_type != HUGETLBFS_MAGIC ||
+			    (uint64_t)sfs.f_bsize != page_bytes)) {
+		kvs_log_error(o->log, "numa: attach %s: not on hugetlbfs with %" PRIu64 " kB pages",
+			      path, page_bytes >> 10);
+		rc = -KVS_ECORRUPT;
+	}
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	*fdp = fd;
+	return 0;
 }
 
 int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
@@ -323,10 +399,8 @@ int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 {
 	struct kvs_numa_seg_opts o;
 	const bool huge = backing == KVS_NUMA_BACKING_HUGETLB;
-	struct statfs sfs;
-	struct stat st;
 	void *base;
-	int fd, rc;
+	int fd = -1, rc;
 
 	if (!seg)
 		return -EINVAL;
@@ -338,46 +412,16 @@ int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 		page_bytes = KVS_NUMA_DEFAULT_PAGE_BYTES;
 	if (bytes == 0 || bytes > (uint64_t)INT64_MAX || bytes > SIZE_MAX)
 		return -EINVAL;
-	rc = seg_path(seg->path, sizeof(seg->path), unique_id, node, backing, page_bytes);
+	rc = seg_path(seg->path, sizeof(seg->path), o.dir, unique_id, node, backing, page_bytes);
 	if (rc == -ENOENT && huge)
 		kvs_log_error(o.log, "numa: attach kvshare.%s.data.%d: no hugetlbfs mount for %" PRIu64
-			      " kB pages here", unique_id, node < 0 ? 0 : (int)node, page_bytes >> 10);
-	if (rc < 0)
-		goto out;
-	fd = open(seg->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		if (rc != -ENOENT)
-			kvs_log_error(o.log, "numa: attach %s: %s", seg->path, strerror(-rc));
-		goto out;
-	}
-	if (fstat(fd, &st) != 0) {
-		rc = -errno;
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		kvs_log_error(o.log, "numa: attach %s: not a regular file", seg->path);
-		rc = -KVS_ECORRUPT;
-		goto out_close;
-	}
-	if (st.st_uid != geteuid() && !(o.gid >= 0 && st.st_gid == (gid_t)o.gid)) {
-		kvs_log_error(o.log, "numa: attach %s: owned by uid %u, not by this process (uid %u): "
-			      "refused", seg->path, (unsigned)st.st_uid, (unsigned)geteuid());
-		rc = -EACCES;
-		goto out_close;
-	}
-	if ((uint64_t)st.st_size != bytes) {
-		kvs_log_error(o.log, "numa: attach %s: %" PRIu64 " bytes, expected %" PRIu64,
-			      seg->path, (uint64_t)st.st_size, bytes);
-		rc = -KVS_ECORRUPT;
-		goto out_close;
-	}
-	if (huge && (fstatfs(fd, &sfs) != 0 || (uint64_t)sfs.f_type != HUGETLBFS_MAGIC ||
-		     (uint64_t)sfs.f_bsize != page_bytes)) {
-		kvs_log_error(o.log, "numa: attach %s: not on hugetlbfs with %" PRIu64 " kB pages",
-			      seg->path, page_bytes >> 10);
-		rc = -KVS_ECORRUPT;
-		goto out_close;
+			      " kB pages known here (give the creator's directory)", unique_id,
+			      node < 0 ? 0 : (int)node, page_bytes >> 10);
+	if (rc == 0)
+		rc = open_checked(seg->path, bytes, huge, page_bytes, &o, &fd);
+	if (rc < 0) {
+		seg_reset(seg);
+		return rc;
 	}
 	/* No MAP_POPULATE, no touching: attach costs the same at any size.  On
 	 * hugetlbfs the creator's pages already back the whole file, so this mapping
@@ -386,7 +430,9 @@ int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		kvs_log_error(o.log, "numa: attach %s: mmap: %s", seg->path, strerror(-rc));
-		goto out_close;
+		close(fd);
+		seg_reset(seg);
+		return rc;
 	}
 	if (!huge)
 		(void)madvise(base, bytes, MADV_HUGEPAGE);
@@ -397,12 +443,6 @@ int kvs_numa_seg_attach(const char *unique_id, int32_t node, uint32_t backing,
 	seg->backing = backing;
 	seg->page_bytes = huge ? page_bytes : base_page_bytes();
 	return 0;
-
-out_close:
-	close(fd);
-out:
-	seg_reset(seg);
-	return rc;
 }
 
 void kvs_numa_seg_detach(struct kvs_numa_seg *seg)
@@ -418,22 +458,35 @@ void kvs_numa_seg_detach(struct kvs_numa_seg *seg)
 	seg_reset(seg);
 }
 
-int kvs_numa_seg_unlink(const char *unique_id, int32_t node, uint32_t backing,
-			uint64_t page_bytes, const struct kvs_log *log)
+static int unlink_path(const char *path, const struct kvs_log *log)
 {
-	char path[PATH_MAX];
-	int rc = seg_path(path, sizeof(path), unique_id, node, backing, page_bytes);
-
-	if (rc < 0)
-		return rc;
 	if (unlink(path) != 0) {
-		rc = -errno;
+		int rc = -errno;
+
 		if (rc != -ENOENT)
 			kvs_log_warn(log, "numa: unlink %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	kvs_log_debug(log, "numa: removed %s", path);
 	return 0;
+}
+
+int kvs_numa_seg_unlink(const char *unique_id, int32_t node, uint32_t backing,
+			uint64_t page_bytes, const struct kvs_log *log)
+{
+	char path[PATH_MAX];
+	int rc = seg_path(path, sizeof(path), NULL, unique_id, node, backing, page_bytes);
+
+	return rc < 0 ? rc : unlink_path(path, log);
+}
+
+int kvs_numa_seg_unlink_at(const char *dir, const char *unique_id, int32_t node,
+			   const struct kvs_log *log)
+{
+	char path[PATH_MAX];
+	int rc = seg_path_in(path, sizeof(path), dir, unique_id, node);
+
+	return rc < 0 ? rc : unlink_path(path, log);
 }
 
 int kvs_numa_seg_query(const struct kvs_numa_seg *seg, struct kvs_numa_seg_info *info)

@@ -60,7 +60,7 @@ static kvs_test_rc wait_and_verify(struct kvs_cache *c, struct kvs_slot *s, uint
 {
 	void *p;
 
-	KVS_CHECK_ERR(kvs_slot_wait(c, s, MIX_TIMEOUT_NS), 0);
+	KVS_CHECK_ERR(kvs_slot_wait(c, s, 0, MIX_TIMEOUT_NS), KVS_SLOT_WAIT_READY);
 	KVS_CHECK_OK(kvs_slot_data(c, s, &p));
 	KVS_CHECK(core_verify(p, MIX_SLOT_BYTES, n, 0));
 	return KVS_TEST_PASS;

@@ -331,10 +331,10 @@ static kvs_test_rc test_corrupt_geometry(void)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	h = kvs_core_test_header(c);
 	h->fp.bucket_count = 48; /* not a power of two */
-	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "geometry"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "bucket_count"));
 	h->fp.bucket_count = 32;
 	h->slots_off += 64;
-	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "truncated"));
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "slots_off"));
 	h->slots_off -= 64;
 	h->tensor_bytes[0]++;
 	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "tensor"));
@@ -683,7 +683,244 @@ static kvs_test_rc test_fork_child_close(void)
 	return KVS_TEST_PASS;
 }
 
+/* Values a forged header could carry that look consistent to a careless
+ * reader: a bucket count whose region size wraps 64 bits (offsets shifted to
+ * match the wrapped arithmetic), a segment table pointing past the slots, and
+ * the same through KVS_CACHE_ATTACH (geometry from the segment). */
+static kvs_test_rc test_forged_header(void)
+{
+	struct kvs_cache_config cfg, wcfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_shm_header *h, save;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "forged"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	h = kvs_core_test_header(c);
+	save = *h;
+	/* 2^58 buckets of 64 bytes = 2^64 bytes: the old arithmetic wrapped to a
+	 * buckets region of 0 bytes, so shift everything after it down */
+	uint64_t shrink = h->slots_off - h->buckets_off;
+	h->fp.bucket_count = UINT64_C(1) << 58;
+	h->slots_off -= shrink;
+	h->states_off -= shrink;
+	h->refbits_off -= shrink;
+	h->ctl_bytes = (h->refbits_off + h->fp.slot_count + 4095) / 4096 * 4096;
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "bucket_count"));
+	kvs_cache_config_init(&wcfg);
+	memcpy(wcfg.unique_id, cfg.unique_id, sizeof(wcfg.unique_id));
+	wcfg.device_id = -1;
+	wcfg.flags = KVS_CACHE_ATTACH;
+	wcfg.log = core_log;
+	KVS_TRY(expect_open(&wcfg, -KVS_ECORRUPT, "bucket_count"));
+	*h = save;
+	h->segs[0].first_slot = UINT64_C(1) << 30;
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "first_slot"));
+	KVS_TRY(expect_open(&wcfg, -KVS_ECORRUPT, "first_slot"));
+	*h = save;
+	h->segs[0].slot_count = 1000;
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "slot_count"));
+	*h = save;
+	h->segs[0].bytes = 4096;
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "bytes"));
+	*h = save;
+	h->fp.tensor_count = 300;
+	KVS_TRY(expect_open(&wcfg, -KVS_ECORRUPT, "tensor_count"));
+	*h = save;
+	KVS_CHECK_OK(kvs_cache_check(c));
+	h->segs[0].reserved_count = 31; /* rewritten under a live rank: check sees it */
+	core_log_quiet = 1;
+	KVS_CHECK_ERR(kvs_cache_check(c), -KVS_ECORRUPT);
+	core_log_quiet = 0;
+	*h = save;
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+/* A live cache whose header does not say READY (a bug, a hostile member) is
+ * -KVS_ECORRUPT for the attacher, and nothing is removed or re-created: the
+ * live rank keeps its data. */
+static kvs_test_rc test_live_bad_header(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_shm_header *h;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "livebad"));
+	cfg.attach_timeout_ns = 2000 * MS; /* the old judgement took 200 ms */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(put(c, 4));
+	h = kvs_core_test_header(c);
+	atomic_store(&h->state, 0);
+	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "live"));
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK(data_exists(uid));
+	atomic_store(&h->state, 1);
+	KVS_CHECK(holds(c, 4));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+/* Creation stalled at each point (test hook): a concurrent opener never sees a
+ * named file it could judge dead; both end up in one cache. */
+static unsigned stall_ms;
+static enum kvs_core_test_point stall_at;
+
+static void stall_hook(enum kvs_core_test_point point)
+{
+	if (point == stall_at) {
+		struct timespec ts = { 0, (long)stall_ms * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Poll (bounded) until (n, 0) is READY in c. */
+static int wait_key(struct kvs_cache *c, uint64_t n)
+{
+	struct kvs_block_id k = core_block(n);
+	uint64_t deadline = kvs_deadline_after(10000 * MS);
+
+	while (kvs_cache_exists(c, &k, 0) != 1) {
+		if (kvs_now_ns() >= deadline)
+			return 0;
+		usleep(1000);
+	}
+	return 1;
+}
+
+static const char *race_uid;
+
+/* forked: the stalled creator (or loser of the race); puts 1, sees 2 */
+static kvs_test_rc stalled_creator(void *arg)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+
+	(void)arg;
+	attach_cfg(&cfg, race_uid);
+	kvs_core_test_create_hook = stall_hook;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(put(c, 1));
+	KVS_CHECK(wait_key(c, 2));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc creation_race(enum kvs_core_test_point at)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_cache_stats st;
+	char uid[80];
+	pid_t pid;
+
+	stall_at = at;
+	stall_ms = 400; /* twice the old "dead creator" judgement */
+	race_uid = kvs_test_unique_id(uid, sizeof(uid), at == KVS_CORE_TEST_AFTER_LINK ? "stall1" : "stall0");
+	attach_cfg(&cfg, uid);
+	pid = kvs_test_fork(stalled_creator, NULL);
+	KVS_CHECK(pid > 0);
+	if (at == KVS_CORE_TEST_AFTER_LINK) {
+		/* open once the stalled creator's file is named */
+		uint64_t deadline = kvs_deadline_after(10000 * MS);
+		while (!ctl_exists(uid) && kvs_now_ns() < deadline)
+			usleep(1000);
+		KVS_CHECK(ctl_exists(uid));
+	}
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(put(c, 2));
+	KVS_CHECK(wait_key(c, 1));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.adoptions, 0);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 20000), 0);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_creation_stalled_before_link(void)
+{
+	return creation_race(KVS_CORE_TEST_BEFORE_LINK);
+}
+
+static kvs_test_rc test_creation_stalled_after_link(void)
+{
+	return creation_race(KVS_CORE_TEST_AFTER_LINK);
+}
+
+/* exec'd: --child nodes <uid>: attach without the injected topology and read
+ * blocks 0..7 (they span both segments). */
+static kvs_test_rc nodes_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+
+	if (argc != 1)
+		KVS_FAILF("usage: --child nodes <uid>");
+	attach_cfg(&cfg, argv[0]);
+	cfg.slot_count = 8;
+	cfg.numa = KVS_NUMA_OFF; /* would plan one segment: the record must win */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_EQ(c->seg_count, 2);
+	for (uint64_t n = 0; n < 8; n++)
+		KVS_CHECK(holds(c, n));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+/* A creator on a two-node machine (a test-only node map) makes two data
+ * segments; attachers that would plan otherwise (one node, numa=off, the plain
+ * build) read the creator's decision from the header. */
+static kvs_test_rc test_two_node_creator(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	char uid[80], path[256];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "nodes"));
+	cfg.slot_count = 8;
+	kvs_numa_test_node_count = 2;
+	int rc = kvs_cache_open(&cfg, &c);
+	kvs_numa_test_node_count = 0;
+	KVS_CHECK_OK(rc);
+	KVS_CHECK_EQ(c->seg_count, 2);
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.1", uid);
+	KVS_CHECK(access(path, F_OK) == 0);
+	/* Pinned while filled, so that CLOCK must move on to the second
+	 * segment instead of evicting in the first. */
+	struct kvs_slot s[8];
+	for (uint64_t n = 0; n < 8; n++) {
+		struct kvs_block_id k = core_block(n);
+		void *p;
+
+		KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s[n]));
+		KVS_CHECK_OK(kvs_slot_data(c, &s[n], &p));
+		core_fill(p, c->slot_bytes, n, 0);
+		KVS_CHECK_OK(kvs_slot_publish_ready(c, &s[n]));
+	}
+	const char *av[] = { uid, NULL };
+	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("nodes", av), 20000), 0);
+	for (uint64_t n = 0; n < 8; n++)
+		KVS_CHECK_OK(kvs_slot_release(c, &s[n]));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(access(path, F_OK) != 0);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
+	{ "forged_header", test_forged_header },
+	{ "live_bad_header", test_live_bad_header },
+	{ "creation_stalled_before_link", test_creation_stalled_before_link },
+	{ "creation_stalled_after_link", test_creation_stalled_after_link },
+	{ "two_node_creator", test_two_node_creator },
 	{ "fork_child_close", test_fork_child_close },
 	{ "open_close_storm", test_open_close_storm },
 	{ "exec_attach", test_exec_attach },
@@ -704,6 +941,7 @@ static const struct kvs_test_case cases[] = {
 };
 
 static const struct kvs_test_child children[] = {
+	{ "nodes", nodes_child },
 	{ "reader", reader_child },
 	{ "crasher", crasher_child },
 	{ "storm", storm_exec },

@@ -6,7 +6,9 @@
  * a random instant.  Nobody hangs, nothing is corrupt, pins are reclaimed.
  */
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "core/core.h"
 #include "core_util.h"
@@ -100,8 +102,8 @@ static kvs_test_rc peer_waiter(void *arg)
 	KVS_CHECK_ERR(kvs_cache_get(c, &k, 0, 0, &s), 0);
 	KVS_CHECK(!(s.flags & KVS_SLOT_OWNER));
 	kvs_slot_data(c, &s, &p);
-	rc = kvs_slot_wait(c, &s, 20000 * MS);
-	if (rc == 0 && core_verify(p, cfg.slot_bytes, KEY, 0))
+	rc = kvs_slot_wait(c, &s, 0, 20000 * MS);
+	if (rc == KVS_SLOT_WAIT_READY && core_verify(p, cfg.slot_bytes, KEY, 0))
 		out = KVS_TEST_PASS;
 	if (rc == KVS_SLOT_WAIT_OWNER) {
 		core_fill(p, cfg.slot_bytes, KEY, 0);
@@ -160,7 +162,7 @@ static kvs_test_rc test_owner_killed_mid_fill(void)
 	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 3);
 	kill(owner, SIGKILL);
 	KVS_CHECK_EQ(kvs_test_reap(owner, 10000), 128 + SIGKILL);
-	int rc = kvs_slot_wait(c, &s, 20000 * MS);
+	int rc = kvs_slot_wait(c, &s, 0, 20000 * MS);
 	KVS_CHECK_OK(kvs_slot_data(c, &s, &p));
 	if (rc == KVS_SLOT_WAIT_OWNER) {
 		took = 1;
@@ -204,8 +206,8 @@ static kvs_test_rc test_owner_killed_no_takeover(void)
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 	kill(owner, SIGKILL);
 	KVS_CHECK_EQ(kvs_test_reap(owner, 10000), 128 + SIGKILL);
-	s.flags |= KVS_SLOT_NO_TAKEOVER;
-	KVS_CHECK_ERR(kvs_slot_wait(c, &s, 20000 * MS), -KVS_EOWNERDEAD);
+	KVS_CHECK_EQ(kvs_slot_wait(c, &s, KVS_SLOT_WAIT_NO_TAKEOVER, 20000 * MS), KVS_SLOT_WAIT_FAILED);
+	KVS_CHECK_EQ(s.error, -KVS_EOWNERDEAD);
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
 	/* the next get retries */
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
@@ -300,10 +302,12 @@ static kvs_test_rc worker(const char *uid, unsigned seed)
 			KVS_FAILF("worker: get %s", kvs_strerror(rc));
 		kvs_slot_data(c, &s, &p);
 		if (!(s.flags & KVS_SLOT_OWNER)) {
-			rc = kvs_slot_wait(c, &s, 20000 * MS);
-			if (rc == 0 && !core_verify(p, cfg.slot_bytes, blk, sh))
+			rc = kvs_slot_wait(c, &s, 0, 20000 * MS);
+			if (rc == KVS_SLOT_WAIT_READY && !core_verify(p, cfg.slot_bytes, blk, sh))
 				KVS_FAILF("worker: bad bytes");
-			if (rc < 0 && rc != -ECANCELED)
+			if (rc == KVS_SLOT_WAIT_FAILED && s.error != -ECANCELED)
+				KVS_FAILF("worker: slot failed %s", kvs_strerror(s.error));
+			if (rc < 0)
 				KVS_FAILF("worker: wait %s", kvs_strerror(rc));
 		}
 		if (s.flags & KVS_SLOT_OWNER) {
@@ -392,7 +396,185 @@ static kvs_test_rc test_kill_random(void)
 	return KVS_TEST_PASS;
 }
 
+/* A thread of the test process holding a bucket lock while the handle that
+ * pins a slot of that bucket closes: close cannot drop the pin, so it keeps
+ * its rank entry (with the pin) for a reaper instead of freeing it and
+ * leaking the ref. */
+struct bucket_hold {
+	struct kvs_cache *c;
+	struct kvs_block_id k;
+	int go[2], done[2];
+};
+
+static void *hold_bucket_thread(void *arg)
+{
+	struct bucket_hold *h = arg;
+	char ch;
+
+	if (kvs_core_test_hold_bucket(h->c, &h->k, 0) == 0 && write(h->go[1], "x", 1) == 1 &&
+	    read(h->done[0], &ch, 1) == 1)
+		kvs_core_bucket_unlock(h->c, kvs_core_bucket_of(h->c, kvs_core_hash(&h->k, 0)));
+	return NULL;
+}
+
+static kvs_test_rc test_close_keeps_unreleased_pins(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL, *d = NULL, *e = NULL;
+	struct kvs_cache_stats st;
+	struct bucket_hold h;
+	struct kvs_slot s;
+	pthread_t t;
+	char ch;
+
+	fault_cfg(&cfg, "", 16);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "closepins");
+	cfg.lock_timeout_ns = 50 * MS;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &d));
+	h.c = c;
+	h.k = core_block(KEY);
+	KVS_CHECK_OK(pipe(h.go));
+	KVS_CHECK_OK(pipe(h.done));
+	KVS_CHECK_OK(kvs_cache_get(d, &h.k, 0, 0, &s));
+	KVS_CHECK_OK(kvs_slot_publish_ready(d, &s));
+	KVS_CHECK_OK(-pthread_create(&t, NULL, hold_bucket_thread, &h));
+	KVS_CHECK_EQ(read(h.go[0], &ch, 1), 1);
+	core_log_quiet = 1;
+	kvs_cache_close(d); /* its pin's bucket is held: the pin cannot be dropped */
+	core_log_quiet = 0;
+	KVS_CHECK_EQ(write(h.done[1], "x", 1), 1);
+	pthread_join(t, NULL);
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.slots_pinned, 1);
+	KVS_CHECK_OK(kvs_cache_check(c)); /* a dead entry with its pin: consistent */
+	/* the next attacher reaps the entry and its pin */
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &e));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.slots_pinned, 0);
+	KVS_CHECK_EQ(st.ranks_reaped, 1);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(e);
+	kvs_cache_close(c);
+	for (int i = 0; i < 2; i++) {
+		close(h.go[i]);
+		close(h.done[i]);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* A free rank entry holding pins (left by a broken or hostile peer): check
+ * reports it, and the attach that takes the entry gives the pins back with
+ * their refs. */
+static kvs_test_rc test_free_entry_pins_cleared(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL, *d = NULL;
+	struct kvs_cache_stats st;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	uint32_t b, free_r;
+
+	fault_cfg(&cfg, "", 16);
+	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "freepins");
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	/* forge: the next free entry names our slot, with its ref */
+	free_r = (uint32_t)kvs_cache_rank(c) + 1;
+	KVS_CHECK_OK(kvs_core_slot_lock(c, s.index, &b));
+	atomic_store(&c->ranks[free_r].pins[7], s.index + 1);
+	atomic_fetch_add(&c->slots[s.index].ref, 1);
+	kvs_core_bucket_unlock(c, b);
+	core_log_quiet = 1;
+	KVS_CHECK_ERR(kvs_cache_check(c), -KVS_ECORRUPT);
+	core_log_quiet = 0;
+	KVS_CHECK(strstr(core_last_log, "free but holds") != NULL);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &d)); /* takes entry free_r */
+	KVS_CHECK_EQ(kvs_cache_rank(d), free_r);
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 1);
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+	KVS_CHECK_EQ(st.slots_pinned, 0);
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(d);
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+/* forked: open, own KEY, fork a child that keeps the inherited descriptors
+ * (and would keep this rank's OFD locks), say so, wait to be killed. */
+static const char *forker_uid;
+static int forker_fd;
+static pid_t *forker_grandchild; /* shared page: the grandchild's pid */
+
+static kvs_test_rc forker(void *arg)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	pid_t g;
+
+	(void)arg;
+	fault_cfg(&cfg, forker_uid, 16);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK(s.flags & KVS_SLOT_OWNER);
+	g = fork();
+	if (g == 0) {
+		for (;;)
+			pause(); /* holds every descriptor it inherited */
+	}
+	*forker_grandchild = g;
+	KVS_CHECK_EQ(write(forker_fd, "x", 1), 1);
+	for (;;)
+		pause();
+}
+
+/* A rank that forked dies: its child must not keep it alive, so a waiter takes
+ * its slot over instead of waiting out its timeout. */
+static kvs_test_rc test_forked_child_keeps_no_liveness(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id k = core_block(KEY);
+	struct kvs_slot s;
+	int fds[2];
+	pid_t pid;
+
+	fault_cfg(&cfg, "", 16);
+	forker_uid = kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "forkalive");
+	forker_grandchild = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	KVS_CHECK(forker_grandchild != MAP_FAILED);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_CHECK_OK(pipe(fds));
+	forker_fd = fds[1];
+	pid = kvs_test_fork(forker, NULL);
+	KVS_TRY(wait_byte(fds[0]));
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags, 0);
+	kill(pid, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 128 + SIGKILL);
+	/* the grandchild is alive, holding the dead rank's descriptors */
+	KVS_CHECK_EQ(kill(*forker_grandchild, 0), 0);
+	int rc = kvs_slot_wait(c, &s, 0, 3000 * MS);
+	kill(*forker_grandchild, SIGKILL);
+	KVS_CHECK_EQ(rc, KVS_SLOT_WAIT_OWNER);
+	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	close(fds[0]);
+	close(fds[1]);
+	munmap(forker_grandchild, 4096);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
+	{ "close_keeps_unreleased_pins", test_close_keeps_unreleased_pins },
+	{ "free_entry_pins_cleared", test_free_entry_pins_cleared },
+	{ "forked_child_keeps_no_liveness", test_forked_child_keeps_no_liveness },
 	{ "owner_killed_mid_fill", test_owner_killed_mid_fill },
 	{ "owner_killed_no_takeover", test_owner_killed_no_takeover },
 	{ "lock_holder_killed", test_lock_holder_killed },

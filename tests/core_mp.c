@@ -48,7 +48,7 @@ static kvs_test_rc hammer(const char *uid, uint64_t slots, unsigned id)
 	rc = kvs_cache_get(c, &go, 0, 0, &gs);
 	if (rc || (gs.flags & KVS_SLOT_OWNER))
 		KVS_FAILF("proc %u: go get %d", id, rc);
-	rc = kvs_slot_wait(c, &gs, 30000 * MS);
+	rc = kvs_slot_wait(c, &gs, 0, 30000 * MS);
 	kvs_slot_release(c, &gs);
 	if (rc)
 		KVS_FAILF("proc %u: go wait %s", id, kvs_strerror(rc));
@@ -79,7 +79,7 @@ static kvs_test_rc hammer(const char *uid, uint64_t slots, unsigned id)
 			if (kvs_slot_data(c, &s, &p))
 				KVS_FAILF("proc %u: data", id);
 			if (!(s.flags & KVS_SLOT_OWNER)) {
-				rc = kvs_slot_wait(c, &s, 10000 * MS);
+				rc = kvs_slot_wait(c, &s, 0, 10000 * MS);
 				if (rc == KVS_SLOT_WAIT_OWNER)
 					KVS_FAILF("proc %u: takeover with nobody dead", id);
 				if (rc)
@@ -211,9 +211,10 @@ static kvs_test_rc failed_waiter(const char *uid, int want)
 	rc = kvs_cache_get(c, &b, 0, 0, &s);
 	if (rc || (s.flags & KVS_SLOT_OWNER))
 		KVS_FAILF("waiter: get %d flags %u", rc, s.flags);
-	rc = kvs_slot_wait(c, &s, 20000 * MS);
-	if (rc != want)
-		KVS_FAILF("waiter: wait %d (%s), want %d", rc, kvs_strerror(rc), want);
+	rc = kvs_slot_wait(c, &s, 0, 20000 * MS);
+	if (rc != KVS_SLOT_WAIT_FAILED || s.error != want)
+		KVS_FAILF("waiter: wait %d (%s), error %d, want FAILED with %d", rc, kvs_strerror(rc),
+			  s.error, want);
 	kvs_slot_release(c, &s);
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
@@ -301,7 +302,7 @@ static void *hammer_thread(void *arg)
 				core_fill(p, t->c->slot_bytes, (uint64_t)key / SHARDS, sh);
 				t->rc |= kvs_slot_publish_ready(t->c, &s) != 0;
 			} else {
-				t->rc |= kvs_slot_wait(t->c, &s, 10000 * MS) != 0 ||
+				t->rc |= kvs_slot_wait(t->c, &s, 0, 10000 * MS) != KVS_SLOT_WAIT_READY ||
 					 !core_verify(p, t->c->slot_bytes, (uint64_t)key / SHARDS, sh);
 			}
 			t->rc |= kvs_slot_release(t->c, &s) != 0;

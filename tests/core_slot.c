@@ -52,10 +52,11 @@ static kvs_test_rc test_get_table(void)
 	KVS_CHECK_EQ(s2.state, KVS_SLOT_LOADING);
 	KVS_CHECK_EQ(s2.index, s1.index);
 	KVS_CHECK_EQ(s2.generation, s1.generation);
-	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 5 * MS), -ETIMEDOUT);
-	KVS_CHECK_ERR(kvs_slot_wait(a, &s1, 5 * MS), -EDEADLK);
+	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 0, 5 * MS), -ETIMEDOUT);
+	KVS_CHECK_ERR(kvs_slot_wait(a, &s1, 0, 5 * MS), -EDEADLK);
+	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 0x80, 5 * MS), -EINVAL);
 	KVS_TRY(fill_publish(a, &s1, 1, 0));
-	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 1000 * MS), 0);
+	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 0, 1000 * MS), KVS_SLOT_WAIT_READY);
 	KVS_CHECK_OK(kvs_slot_data(b, &s2, &p));
 	KVS_CHECK(core_verify(p, cfg.slot_bytes, 1, 0));
 	KVS_CHECK_OK(kvs_slot_release(a, &s1));
@@ -65,7 +66,7 @@ static kvs_test_rc test_get_table(void)
 	KVS_CHECK_OK(kvs_cache_get(b, &k, 0, 0, &s2));
 	KVS_CHECK_EQ(s2.flags, 0);
 	KVS_CHECK_EQ(s2.state, KVS_SLOT_READY);
-	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 0), 0);
+	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 0, 0), KVS_SLOT_WAIT_READY);
 	/* READY pinned + BYPASS_HIT -> still a hit (somebody reads the bytes) */
 	KVS_CHECK_OK(kvs_cache_get(a, &k, 0, KVS_GET_BYPASS_HIT, &s1));
 	KVS_CHECK_EQ(s1.flags, 0);
@@ -82,13 +83,15 @@ static kvs_test_rc test_get_table(void)
 	KVS_CHECK_ERR(kvs_slot_publish_failed(a, &s1, 0), -EINVAL);
 	KVS_CHECK_OK(kvs_slot_publish_failed(a, &s1, -EIO));
 	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &s1), -EPERM);
-	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 1000 * MS), -EIO);
+	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 0, 1000 * MS), KVS_SLOT_WAIT_FAILED);
+	KVS_CHECK_EQ(s2.error, -EIO);
 	/* FAILED, pinned -> FAILED and the code, at once */
 	KVS_CHECK_OK(kvs_cache_get(b, &k, 0, 0, &s3));
 	KVS_CHECK_EQ(s3.state, KVS_SLOT_FAILED);
 	KVS_CHECK_EQ(s3.error, -EIO);
 	KVS_CHECK_EQ(s3.flags, 0);
-	KVS_CHECK_ERR(kvs_slot_wait(b, &s3, 0), -EIO);
+	KVS_CHECK_EQ(kvs_slot_wait(b, &s3, 0, 0), KVS_SLOT_WAIT_FAILED);
+	KVS_CHECK_EQ(s3.error, -EIO);
 	KVS_CHECK_OK(kvs_slot_release(b, &s3));
 	KVS_CHECK_OK(kvs_slot_release(b, &s2));
 	KVS_CHECK_OK(kvs_slot_release(a, &s1));
@@ -99,7 +102,8 @@ static kvs_test_rc test_get_table(void)
 	/* owner releases without publishing -> FAILED(-ECANCELED) for waiters */
 	KVS_CHECK_OK(kvs_cache_get(a, &k, 0, 0, &s1));
 	KVS_CHECK_OK(kvs_slot_release(b, &s2));
-	KVS_CHECK_ERR(kvs_slot_wait(a, &s1, 1000 * MS), -ECANCELED);
+	KVS_CHECK_EQ(kvs_slot_wait(a, &s1, 0, 1000 * MS), KVS_SLOT_WAIT_FAILED);
+	KVS_CHECK_EQ(s1.error, -ECANCELED);
 	KVS_CHECK_OK(kvs_slot_release(a, &s1));
 	/* LOADING, unpinned (prealloc) -> owner */
 	struct kvs_block_id k2 = core_block(2);
@@ -132,9 +136,11 @@ static kvs_test_rc test_bad_calls(void)
 	KVS_CHECK_ERR(kvs_cache_exists(a, &k, 2), -EINVAL);
 	memset(&junk, 0, sizeof(junk));
 	junk.index = 3;
+	KVS_CHECK_ERR(kvs_slot_release(a, &junk), -ESTALE);
+	KVS_CHECK_ERR(kvs_slot_wait(a, &junk, 0, 0), -ESTALE);
+	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &junk), -ESTALE);
+	junk.index = 8; /* out of range */
 	KVS_CHECK_ERR(kvs_slot_release(a, &junk), -EINVAL);
-	KVS_CHECK_ERR(kvs_slot_wait(a, &junk, 0), -EINVAL);
-	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &junk), -EINVAL);
 	KVS_CHECK_OK(kvs_cache_get(a, &k, 0, 0, &s));
 	KVS_CHECK_OK(kvs_slot_publish_ready(a, &s));
 	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &s), -EPERM);
@@ -412,7 +418,56 @@ static kvs_test_rc test_check_finds_corruption(void)
 	return KVS_TEST_PASS;
 }
 
+/* A handle is checked against shared state in every kvs_slot_* call: a copy
+ * kept past its release, a copy of a slot since re-keyed, and a waiter that
+ * forges the owner flag never reach the slot. */
+static kvs_test_rc test_stale_handles(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *a;
+	struct kvs_slot s, old, w;
+	struct kvs_block_id k1 = core_block(1), k2 = core_block(2);
+	void *p;
+
+	core_cfg(&cfg, "stale", 1, 4096, 1);
+	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
+	/* released: the copy's pin entry is gone */
+	KVS_CHECK_OK(kvs_cache_get(a, &k1, 0, 0, &s));
+	KVS_TRY(fill_publish(a, &s, 1, 0));
+	old = s;
+	KVS_CHECK_OK(kvs_slot_release(a, &s));
+	KVS_CHECK_ERR(kvs_slot_state(a, &old), -ESTALE);
+	KVS_CHECK_ERR(kvs_slot_data(a, &old, &p), -ESTALE);
+	KVS_CHECK(p == NULL);
+	KVS_CHECK_ERR(kvs_slot_wait(a, &old, 0, 0), -ESTALE);
+	KVS_CHECK_ERR(kvs_slot_release(a, &old), -ESTALE);
+	/* re-keyed: the one slot now holds k2 under the same pin entry, a new
+	 * generation; the old copy must not reach k2's bytes */
+	KVS_CHECK_OK(kvs_cache_get(a, &k2, 0, 0, &s));
+	KVS_CHECK_EQ(s.index, old.index);
+	KVS_CHECK_EQ(s.pin, old.pin);
+	KVS_CHECK(s.generation != old.generation);
+	KVS_CHECK_ERR(kvs_slot_data(a, &old, &p), -ESTALE);
+	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &old), -ESTALE);
+	KVS_CHECK_ERR(kvs_slot_release(a, &old), -ESTALE);
+	KVS_CHECK_EQ(kvs_slot_state(a, &s), KVS_SLOT_LOADING);
+	/* a waiter claiming to own: the owner is what shared memory records */
+	KVS_CHECK_OK(kvs_cache_get(a, &k2, 0, 0, &w));
+	KVS_CHECK_EQ(w.flags, 0);
+	w.flags |= KVS_SLOT_OWNER;
+	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &w), -EPERM);
+	KVS_CHECK_ERR(kvs_slot_publish_failed(a, &w, -EIO), -EPERM);
+	KVS_CHECK_OK(kvs_slot_release(a, &w)); /* not the owner: publishes nothing */
+	KVS_CHECK_EQ(kvs_slot_state(a, &s), KVS_SLOT_LOADING);
+	KVS_TRY(fill_publish(a, &s, 2, 0));
+	KVS_CHECK_OK(kvs_slot_release(a, &s));
+	KVS_CHECK_OK(kvs_cache_check(a));
+	kvs_cache_close(a);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
+	{ "stale_handles", test_stale_handles },
 	{ "get_table", test_get_table },
 	{ "bad_calls", test_bad_calls },
 	{ "lookups", test_lookups },

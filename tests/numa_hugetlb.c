@@ -323,7 +323,8 @@ static kvs_test_rc test_plain_fallback(void)
 }
 
 /* A hugetlbfs segment made without this library (as a kernel-build creator
- * would): both builds find the mount and attach it. */
+ * would): both builds attach it in the directory its creator recorded (opts.dir),
+ * and check that it is on hugetlbfs of the right page size. */
 static kvs_test_rc test_attach_foreign(void)
 {
 	char mount[PATH_MAX], path[PATH_MAX + 128], id[64];
@@ -342,12 +343,17 @@ static kvs_test_rc test_attach_foreign(void)
 		p[0] = 0xA5;
 		p[bytes - 1] = 0x5A;
 	}
-	int arc = kvs_numa_seg_attach(id, 0, KVS_NUMA_BACKING_HUGETLB, 0, bytes, NULL, &seg);
+	struct kvs_numa_seg_opts o;
+	kvs_numa_seg_opts_init(&o);
+	o.dir = mount;
+	int arc = kvs_numa_seg_attach(id, 0, KVS_NUMA_BACKING_HUGETLB, 0, bytes, &o, &seg);
 	int seen = arc == 0 && ((uint8_t *)seg.base)[0] == 0xA5 &&
 		   ((uint8_t *)seg.base)[bytes - 1] == 0x5A;
 	uint64_t page = seg.page_bytes;
 	kvs_numa_seg_detach(&seg);
-	int wrong = kvs_numa_seg_attach(id, 0, KVS_NUMA_BACKING_HUGETLB, 0, HPAGE, NULL, &seg);
+	int wrong = kvs_numa_seg_attach(id, 0, KVS_NUMA_BACKING_HUGETLB, 0, HPAGE, &o, &seg);
+	o.dir = "/dev/shm"; /* not a hugetlbfs: refused whatever the record says */
+	int notfs = kvs_numa_seg_attach(id, 0, KVS_NUMA_BACKING_HUGETLB, 0, bytes, &o, &seg);
 	if (p != MAP_FAILED)
 		munmap(p, bytes);
 	unlink(path);
@@ -357,6 +363,7 @@ static kvs_test_rc test_attach_foreign(void)
 	KVS_CHECK(seen);
 	KVS_CHECK_EQ(page, HPAGE);
 	KVS_CHECK_ERR(wrong, -KVS_ECORRUPT);
+	KVS_CHECK(notfs == -ENOENT || notfs == -KVS_ECORRUPT);
 	return KVS_TEST_PASS;
 }
 

@@ -1,0 +1,107 @@
+/*
+ * core/clock.c — CLOCK eviction: finding a slot for a new key.
+ *
+ * Per data segment and pool (main / reserved): the hand is a shared counter
+ * advanced with fetch_add (no lock).  A candidate that is pinned is skipped; one
+ * with its reference bit set loses the bit; an unreferenced one is taken if its
+ * bucket can be locked: the caller already holds its own bucket B, and takes the
+ * victim's bucket A only with trylock (A before B would be the usual order;
+ * trylock cannot deadlock, a busy A just means "next candidate").  At most two
+ * sweeps, then -ENOSPC: never spin under a bucket lock.
+ *
+ * The pools' bounds come from the handle's copy of the segment table, validated
+ * at open: the shared header's copy is never read here (another process could
+ * rewrite it).  Only the hands live in shared memory, and a hand is used modulo
+ * the pool size, so any value is harmless.
+ *
+ * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
+ * else is commented where it happens.
+ */
+#include <errno.h>
+
+#include "core/core.h"
+#include "wait/wait.h"
+
+/* Try to take slot v for bucket b (b locked).  true: v is EMPTY, unpinned and on
+ * b's chain (its old key gone). */
+static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
+{
+	struct kvs_shm_slot *s = &c->slots[v];
+	/* relaxed: rechecked under the lock below */
+	uint32_t a = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
+	bool locked_a = false, ok = false;
+
+	if (a > c->bucket_mask)
+		return false;
+	if (a != b) {
+		if (kvs_core_bucket_trylock(c, a))
+			return false;
+		locked_a = true;
+		if (atomic_load_explicit(&s->bucket_idx, memory_order_relaxed) != a)
+			goto out;
+	}
+	if (atomic_load_explicit(&s->ref, memory_order_relaxed) != 0)
+		goto out;
+	if ((atomic_load_explicit(&c->states[v], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
+	    KVS_SHM_SLOT_EMPTY) {
+		KVS_COUNT(c, evictions, 1);
+		/* EMPTY first: from here the old key is gone even if we die.  No
+		 * waiter can be sleeping (ref is 0): a plain publish suffices. */
+		kvs_wait_publish(&c->states[v], KVS_SHM_SLOT_EMPTY);
+	}
+	if (a != b)
+		kvs_core_chain_move(c, v, a, b);
+	ok = true;
+out:
+	if (locked_a)
+		kvs_core_bucket_unlock(c, a);
+	return ok;
+}
+
+/* One pool: slots [first, first + count) with its hand. */
+static int clock_pool(struct kvs_cache *c, uint32_t b, _Atomic uint64_t *hand, uint64_t first,
+		      uint64_t count, uint32_t *victim)
+{
+	if (count == 0)
+		return -ENOSPC;
+	for (uint64_t n = 0; n < 2 * count; n++) {
+		/* relaxed: the hand only spreads candidates; the claim is decided
+		 * under the bucket locks */
+		uint64_t h = atomic_fetch_add_explicit(hand, 1, memory_order_relaxed);
+		uint32_t v = (uint32_t)(first + h % count);
+
+		if (h % count == count - 1)
+			KVS_COUNT(c, clock_sweeps, 1);
+		if (atomic_load_explicit(&c->slots[v].ref, memory_order_relaxed) != 0)
+			continue; /* pinned: racy peek, claim() rechecks */
+		/* relaxed: the reference bit is a heuristic (layout.h) */
+		if (atomic_load_explicit(&c->refbits[v], memory_order_relaxed)) {
+			atomic_store_explicit(&c->refbits[v], 0, memory_order_relaxed);
+			continue;
+		}
+		if (claim(c, b, v)) {
+			*victim = v;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, bool allow_reserved, uint32_t *victim)
+{
+	for (uint32_t k = 0; k < c->seg_count; k++) {
+		uint32_t s = (c->home_seg + k) % c->seg_count;
+		struct kvs_shm_seg *sg = &c->hdr->segs[s];
+		const struct kvs_core_seg *g = &c->geo[s];
+		uint64_t main_count = g->slot_count - g->reserved_count;
+
+		if (clock_pool(c, b, &sg->hand, g->first_slot, main_count, victim) == 0)
+			return 0;
+		if (allow_reserved &&
+		    clock_pool(c, b, &sg->reserved_hand, g->first_slot + main_count,
+			       g->reserved_count, victim) == 0)
+			return 0;
+	}
+	KVS_COUNT(c, enospc, 1);
+	return -ENOSPC;
+}
