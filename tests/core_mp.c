@@ -18,6 +18,18 @@
 #define ROUNDS 30
 #define SEED 12345u
 #define GO_BLOCK 999999u
+/* Contention: every process walks a round's keys in the same (seeded) order, and
+ * an owner holds its slot for HOLD_YIELDS sched_yield()s before publishing, so
+ * the peers arriving at the same key meanwhile wait on it.  Every FAIL_EVERY-th
+ * key is published FAILED with -EIO; its waiters must see exactly that. */
+#define HOLD_YIELDS 20
+#define FAIL_EVERY 5
+#define FAIL_CODE (-EIO)
+
+static int key_fails(int key)
+{
+	return key % FAIL_EVERY == 2;
+}
 
 /* The same config in every process: the unique_id comes from the parent. */
 static void mp_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slots)
@@ -55,12 +67,16 @@ static kvs_test_rc hammer(const char *uid, uint64_t slots, unsigned id)
 	for (int r = 0; r < ROUNDS; r++) {
 		int order[BLOCKS * SHARDS];
 
-		/* fresh keys every round (every round races for owners), each
-		 * process in its own seeded order (Fisher-Yates) */
+		unsigned rseed = SEED * 31u + (unsigned)r;
+
+		(void)seed;
+		/* fresh keys every round (every round races for owners), all
+		 * processes in the same seeded order (Fisher-Yates), so they
+		 * meet on the same keys */
 		for (int k = 0; k < BLOCKS * SHARDS; k++)
 			order[k] = k;
 		for (int k = BLOCKS * SHARDS - 1; k > 0; k--) {
-			int j = (int)(rand_r(&seed) % (unsigned)(k + 1)), t = order[k];
+			int j = (int)(rand_r(&rseed) % (unsigned)(k + 1)), t = order[k];
 			order[k] = order[j];
 			order[j] = t;
 		}
@@ -82,14 +98,31 @@ static kvs_test_rc hammer(const char *uid, uint64_t slots, unsigned id)
 				rc = kvs_slot_wait(c, &s, 0, 10000 * MS);
 				if (rc == KVS_SLOT_WAIT_OWNER)
 					KVS_FAILF("proc %u: takeover with nobody dead", id);
-				if (rc)
+				if (rc < 0)
 					KVS_FAILF("proc %u: wait: %s", id, kvs_strerror(rc));
-				if (!core_verify(p, cfg.slot_bytes, (uint64_t)key / SHARDS, sh))
-					KVS_FAILF("proc %u: key %d: waiter saw other bytes", id, key);
+				if (key_fails(key)) {
+					if (rc != KVS_SLOT_WAIT_FAILED || s.error != FAIL_CODE)
+						KVS_FAILF("proc %u: key %d: wait %d error %d, want FAILED %d",
+							  id, key, rc, s.error, FAIL_CODE);
+				} else {
+					if (rc != KVS_SLOT_WAIT_READY)
+						KVS_FAILF("proc %u: key %d: wait %d error %d, want READY",
+							  id, key, rc, s.error);
+					if (!core_verify(p, cfg.slot_bytes, (uint64_t)key / SHARDS, sh))
+						KVS_FAILF("proc %u: key %d: waiter saw other bytes", id, key);
+				}
 			} else {
-				core_fill(p, cfg.slot_bytes, (uint64_t)key / SHARDS, sh);
-				if (kvs_slot_publish_ready(c, &s))
-					KVS_FAILF("proc %u: publish", id);
+				/* hold the slot a little: peers arrive and wait */
+				for (int y = 0; y < HOLD_YIELDS; y++)
+					sched_yield();
+				if (key_fails(key)) {
+					rc = kvs_slot_publish_failed(c, &s, FAIL_CODE);
+				} else {
+					core_fill(p, cfg.slot_bytes, (uint64_t)key / SHARDS, sh);
+					rc = kvs_slot_publish_ready(c, &s);
+				}
+				if (rc)
+					KVS_FAILF("proc %u: publish: %s", id, kvs_strerror(rc));
 			}
 			if (kvs_slot_release(c, &s))
 				KVS_FAILF("proc %u: release", id);
@@ -166,20 +199,36 @@ static kvs_test_rc run_hammer(uint64_t slots, bool expect_single_fill)
 	KVS_CHECK_EQ(bad, 0);
 	KVS_CHECK_OK(kvs_cache_check(c));
 	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
-	printf("fills %llu hits %llu waits %llu evictions %llu\n", (unsigned long long)st.owner_fills,
-	       (unsigned long long)st.hits, (unsigned long long)st.waits,
-	       (unsigned long long)st.evictions);
-	/* One owner per residency: every fill was a miss, and without
-	 * eviction every key was filled exactly once. */
-	KVS_CHECK_EQ(st.owner_fills, st.misses);
-	st.owner_fills--; /* the go slot */
-	KVS_CHECK_EQ(st.failures, 0);
+	printf("fills %llu failures %llu misses %llu hits %llu waits %llu evictions %llu\n",
+	       (unsigned long long)st.owner_fills, (unsigned long long)st.failures,
+	       (unsigned long long)st.misses, (unsigned long long)st.hits,
+	       (unsigned long long)st.waits, (unsigned long long)st.evictions);
+	uint64_t good_keys = 0, bad_keys = 0;
+	for (int k = 0; k < ROUNDS * BLOCKS * SHARDS; k++) {
+		if (key_fails(k))
+			bad_keys++;
+		else
+			good_keys++;
+	}
+	/* One owner per residency: every owner (a miss, or the retry of a
+	 * FAILED slot) published once, READY or FAILED. */
+	KVS_CHECK_EQ(st.owner_fills + st.failures, st.misses);
 	KVS_CHECK_EQ(st.takeovers, 0);
+	/* The mix contended: peers waited on owners, FAILED publishes reached
+	 * waiters (each failing key failed at least once: the first owner). */
+	KVS_CHECK(st.waits >= 300);
+	KVS_CHECK(st.failures >= bad_keys);
 	if (expect_single_fill) {
-		KVS_CHECK_EQ(st.owner_fills, ROUNDS * BLOCKS * SHARDS);
+		/* no eviction: every good key was filled exactly once (plus the
+		 * go slot), every failing key failed at least once */
+		KVS_CHECK_EQ(st.owner_fills, good_keys + 1);
 		KVS_CHECK_EQ(st.evictions, 0);
 	} else {
-		KVS_CHECK_EQ(st.owner_fills + 1, st.evictions + st.slots_ready);
+		/* every residency ended evicted or is still there; a READY one
+		 * was filled once, a FAILED one may have been retried */
+		KVS_CHECK(st.evictions > 0);
+		KVS_CHECK(st.evictions + st.slots_ready + st.slots_failed >= st.owner_fills);
+		KVS_CHECK(st.evictions + st.slots_ready + st.slots_failed <= st.misses);
 	}
 	KVS_CHECK_EQ(st.slots_pinned, 0);
 	kvs_cache_close(c);
