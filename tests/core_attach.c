@@ -32,21 +32,6 @@ static int data_exists(const char *uid)
 	return access(path, F_OK) == 0;
 }
 
-static kvs_test_rc put(struct kvs_cache *c, uint64_t n)
-{
-	struct kvs_block_id k = core_block(n);
-	struct kvs_slot s;
-	void *p;
-
-	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
-	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
-	KVS_CHECK_OK(kvs_slot_data(c, &s, &p));
-	core_fill(p, c->slot_bytes, n, 0);
-	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
-	KVS_CHECK_OK(kvs_slot_release(c, &s));
-	return KVS_TEST_PASS;
-}
-
 /* 1 if (n, 0) is READY with its bytes. */
 static int holds(struct kvs_cache *c, uint64_t n)
 {
@@ -80,7 +65,7 @@ static kvs_test_rc reader_child(int argc, char **argv)
 	attach_cfg(&cfg, argv[0]);
 	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
 	KVS_CHECK(holds(c, 1));
-	KVS_TRY(put(c, 2));
+	KVS_TRY(core_put(c, 2));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
 }
@@ -93,7 +78,7 @@ static kvs_test_rc test_exec_attach(void)
 
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "exec"));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(put(c, 1));
+	KVS_TRY(core_put(c, 1));
 	const char *av[] = { uid, NULL };
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
 	KVS_CHECK(holds(c, 2));
@@ -357,7 +342,7 @@ static kvs_test_rc crasher_child(int argc, char **argv)
 	attach_cfg(&cfg, argv[0]);
 	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
 	for (uint64_t n = 0; n < 4; n++)
-		KVS_TRY(put(c, n));
+		KVS_TRY(core_put(c, n));
 	KVS_CHECK_ERR(kvs_cache_get(c, &k0, 0, 0, &s0), 0);
 	KVS_CHECK_ERR(kvs_cache_get(c, &k4, 0, 0, &s4), 0);
 	KVS_CHECK_EQ(write(atoi(argv[1]), "x", 1), 1);
@@ -413,7 +398,7 @@ static kvs_test_rc test_persist_and_remove(void)
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "persist"));
 	cfg.flags = KVS_CACHE_PERSIST;
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(put(c, 11));
+	KVS_TRY(core_put(c, 11));
 	kvs_cache_close(c);
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK(data_exists(uid));
@@ -442,7 +427,7 @@ static kvs_test_rc test_last_detacher_unlinks(void)
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "last"));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &b));
-	KVS_TRY(put(a, 3));
+	KVS_TRY(core_put(a, 3));
 	kvs_cache_close(a);
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK(holds(b, 3));
@@ -514,7 +499,7 @@ static kvs_test_rc test_creator_died_during_init(void)
 	KVS_CHECK_OK(ftruncate(fd, 65536));
 	close(fd);
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
-	KVS_TRY(put(a, 1));
+	KVS_TRY(core_put(a, 1));
 	KVS_CHECK_OK(kvs_cache_check(a));
 	kvs_cache_close(a);
 	KVS_CHECK(!ctl_exists(uid));
@@ -575,7 +560,7 @@ static kvs_test_rc test_lock_timeout(void)
 	pthread_join(t, NULL);
 	KVS_CHECK_ERR(rc, -ETIMEDOUT);
 	KVS_CHECK_ERR(rc2, -ETIMEDOUT);
-	KVS_TRY(put(a, 1));
+	KVS_TRY(core_put(a, 1));
 	kvs_cache_close(a);
 	return KVS_TEST_PASS;
 }
@@ -671,7 +656,7 @@ static kvs_test_rc test_fork_child_close(void)
 
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "forkclose"));
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &inherited));
-	KVS_TRY(put(inherited, 8));
+	KVS_TRY(core_put(inherited, 8));
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_fork(close_inherited, NULL), 10000), 0);
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK_OK(kvs_cache_stats(inherited, KVS_STATS_NODE, &st));
@@ -751,7 +736,7 @@ static kvs_test_rc test_live_bad_header(void)
 	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "livebad"));
 	cfg.attach_timeout_ns = 2000 * MS; /* the old judgement took 200 ms */
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(put(c, 4));
+	KVS_TRY(core_put(c, 4));
 	h = kvs_core_test_header(c);
 	atomic_store(&h->state, 0);
 	KVS_TRY(expect_open(&cfg, -KVS_ECORRUPT, "live"));
@@ -804,7 +789,7 @@ static kvs_test_rc stalled_creator(void *arg)
 	attach_cfg(&cfg, race_uid);
 	kvs_core_test_create_hook = stall_hook;
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(put(c, 1));
+	KVS_TRY(core_put(c, 1));
 	KVS_CHECK(wait_key(c, 2));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
@@ -832,7 +817,7 @@ static kvs_test_rc creation_race(enum kvs_core_test_point at)
 		KVS_CHECK(ctl_exists(uid));
 	}
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(put(c, 2));
+	KVS_TRY(core_put(c, 2));
 	KVS_CHECK(wait_key(c, 1));
 	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
 	KVS_CHECK_EQ(st.adoptions, 0);

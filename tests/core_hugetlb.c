@@ -33,20 +33,6 @@ static void huge_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t slo
 	cfg->hugetlb = KVS_HUGETLB_REQUIRED;
 }
 
-static kvs_test_rc fill(struct kvs_cache *c, uint64_t n)
-{
-	struct kvs_block_id k = core_block(n);
-	struct kvs_slot s;
-	void *p;
-
-	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
-	KVS_CHECK_OK(kvs_slot_data(c, &s, &p));
-	core_fill(p, c->slot_bytes, n, 0);
-	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
-	KVS_CHECK_OK(kvs_slot_release(c, &s));
-	return KVS_TEST_PASS;
-}
-
 /* exec'd: --child reader <uid>: block 5 has its bytes. */
 static kvs_test_rc reader_child(int argc, char **argv)
 {
@@ -100,7 +86,7 @@ static kvs_test_rc test_required(void)
 	KVS_CHECK_EQ(c->hdr->segs[0].backing, KVS_NUMA_BACKING_HUGETLB);
 	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
 	KVS_CHECK_EQ(st.fallbacks & KVS_FALLBACK_HUGETLB, 0);
-	KVS_TRY(fill(c, 5));
+	KVS_TRY(core_put(c, 5));
 	const char *av[] = { uid, NULL };
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
 	KVS_CHECK_OK(kvs_cache_check(c));

@@ -19,17 +19,6 @@ static struct kvs_cache *open_or_null(struct kvs_cache_config *cfg)
 	return c;
 }
 
-static kvs_test_rc fill_publish(struct kvs_cache *c, struct kvs_slot *s, uint64_t n,
-			       uint32_t shard)
-{
-	void *p;
-
-	KVS_CHECK_OK(kvs_slot_data(c, s, &p));
-	core_fill(p, c->slot_bytes, n, shard);
-	KVS_CHECK_OK(kvs_slot_publish_ready(c, s));
-	return KVS_TEST_PASS;
-}
-
 static kvs_test_rc test_get_table(void)
 {
 	struct kvs_cache_config cfg;
@@ -55,7 +44,7 @@ static kvs_test_rc test_get_table(void)
 	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 0, 5 * MS), -ETIMEDOUT);
 	KVS_CHECK_ERR(kvs_slot_wait(a, &s1, 0, 5 * MS), -EDEADLK);
 	KVS_CHECK_ERR(kvs_slot_wait(b, &s2, 0x80, 5 * MS), -EINVAL);
-	KVS_TRY(fill_publish(a, &s1, 1, 0));
+	KVS_TRY(core_fill_publish(a, &s1, 1, 0));
 	KVS_CHECK_EQ(kvs_slot_wait(b, &s2, 0, 1000 * MS), KVS_SLOT_WAIT_READY);
 	KVS_CHECK_OK(kvs_slot_data(b, &s2, &p));
 	KVS_CHECK(core_verify(p, cfg.slot_bytes, 1, 0));
@@ -112,7 +101,7 @@ static kvs_test_rc test_get_table(void)
 	KVS_CHECK_OK(kvs_cache_get(b, &k2, 3, 0, &s2));
 	KVS_CHECK_EQ(s2.flags, KVS_SLOT_OWNER);
 	KVS_CHECK_EQ(s2.state, KVS_SLOT_LOADING);
-	KVS_TRY(fill_publish(b, &s2, 2, 3));
+	KVS_TRY(core_fill_publish(b, &s2, 2, 3));
 	KVS_CHECK_OK(kvs_slot_release(b, &s2));
 	KVS_CHECK_EQ(kvs_cache_exists(a, &k2, 3), 1);
 	KVS_CHECK_OK(kvs_cache_check(a));
@@ -171,7 +160,7 @@ static kvs_test_rc test_lookups(void)
 			if (n == 2 && sh != 1)
 				continue;
 			KVS_CHECK_OK(kvs_cache_get(a, &ks[n], sh, 0, &s));
-			KVS_TRY(fill_publish(a, &s, 100 + (uint64_t)n, sh));
+			KVS_TRY(core_fill_publish(a, &s, 100 + (uint64_t)n, sh));
 			KVS_CHECK_OK(kvs_slot_release(a, &s));
 		}
 	KVS_CHECK_OK(kvs_cache_get(a, &ks[3], 0, 0, &s));
@@ -197,18 +186,6 @@ static kvs_test_rc test_lookups(void)
 }
 
 /* Fill (n, 0) READY and unpin it. */
-static kvs_test_rc put(struct kvs_cache *a, uint64_t n)
-{
-	struct kvs_slot s;
-	struct kvs_block_id k = core_block(n);
-
-	KVS_CHECK_OK(kvs_cache_get(a, &k, 0, 0, &s));
-	KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
-	KVS_TRY(fill_publish(a, &s, n, 0));
-	KVS_CHECK_OK(kvs_slot_release(a, &s));
-	return KVS_TEST_PASS;
-}
-
 static int has(struct kvs_cache *a, uint64_t n)
 {
 	struct kvs_block_id k = core_block(n);
@@ -225,17 +202,17 @@ static kvs_test_rc test_eviction_order(void)
 	core_cfg(&cfg, "evict", 4, 4096, 1);
 	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
 	for (uint64_t n = 0; n < 4; n++)
-		KVS_TRY(put(a, n));
+		KVS_TRY(core_put(a, n));
 	for (uint64_t n = 0; n < 4; n++)
 		KVS_CHECK_EQ(has(a, n), 1);
 	/* All four carry the allocation bit: one sweep clears them, the hand's
 	 * first slot (block 0) goes. */
-	KVS_TRY(put(a, 4));
+	KVS_TRY(core_put(a, 4));
 	KVS_CHECK_EQ(has(a, 0), 0);
 	/* Touched block 2 survives the next sweep; untouched 1 and 3 do not. */
 	KVS_CHECK_EQ(kvs_cache_touch(a, &k2, 1), 1);
-	KVS_TRY(put(a, 5));
-	KVS_TRY(put(a, 6));
+	KVS_TRY(core_put(a, 5));
+	KVS_TRY(core_put(a, 6));
 	KVS_CHECK_EQ(has(a, 1), 0);
 	KVS_CHECK_EQ(has(a, 3), 0);
 	KVS_CHECK_EQ(has(a, 2), 1);
@@ -275,7 +252,7 @@ static kvs_test_rc test_capacity(void)
 		k = core_block(bt * 1000 + 999);
 		KVS_CHECK_ERR(kvs_cache_get(a, &k, 0, 0, &s[N]), -ENOSPC);
 		for (int j = 0; j < N; j++) {
-			KVS_TRY(fill_publish(a, &s[j], bt * 1000 + (uint64_t)j / 2, (uint32_t)j % 2));
+			KVS_TRY(core_fill_publish(a, &s[j], bt * 1000 + (uint64_t)j / 2, (uint32_t)j % 2));
 			KVS_CHECK_OK(kvs_slot_release(a, &s[j]));
 		}
 		for (int j = 0; j < N; j++) {
@@ -360,7 +337,7 @@ static kvs_test_rc test_watcher(void)
 
 	core_cfg(&cfg, "watch", 8, 4096, 1);
 	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
-	KVS_TRY(put(a, 5));
+	KVS_TRY(core_put(a, 5));
 	/* A watcher by unique_id alone: geometry from the segment. */
 	kvs_cache_config_init(&wcfg);
 	memcpy(wcfg.unique_id, cfg.unique_id, sizeof(wcfg.unique_id));
@@ -433,7 +410,7 @@ static kvs_test_rc test_stale_handles(void)
 	KVS_CHECK((a = open_or_null(&cfg)) != NULL);
 	/* released: the copy's pin entry is gone */
 	KVS_CHECK_OK(kvs_cache_get(a, &k1, 0, 0, &s));
-	KVS_TRY(fill_publish(a, &s, 1, 0));
+	KVS_TRY(core_fill_publish(a, &s, 1, 0));
 	old = s;
 	KVS_CHECK_OK(kvs_slot_release(a, &s));
 	KVS_CHECK_ERR(kvs_slot_state(a, &old), -ESTALE);
@@ -459,7 +436,7 @@ static kvs_test_rc test_stale_handles(void)
 	KVS_CHECK_ERR(kvs_slot_publish_failed(a, &w, -EIO), -EPERM);
 	KVS_CHECK_OK(kvs_slot_release(a, &w)); /* not the owner: publishes nothing */
 	KVS_CHECK_EQ(kvs_slot_state(a, &s), KVS_SLOT_LOADING);
-	KVS_TRY(fill_publish(a, &s, 2, 0));
+	KVS_TRY(core_fill_publish(a, &s, 2, 0));
 	KVS_CHECK_OK(kvs_slot_release(a, &s));
 	KVS_CHECK_OK(kvs_cache_check(a));
 	kvs_cache_close(a);
