@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "io.h"
+#include "io/internal.h"
+#include "io/io.h"
 
 struct kvs_backend {
 	const struct kvs_backend_ops *ops;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "copy_impl.h"
+#include "io/copy_impl.h"
 
 static int host_reg(struct kvs_copy_engine *eng, void *base, uint64_t bytes)
 {

@@ -27,7 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/clock.h"
-#include "copy_impl.h"
+#include "io/copy_impl.h"
 
 /* Batch when there are at least this many tensors of at most this mean size. */
 #define KVS_CUDA_BATCH_MIN_TENSORS 4u

@@ -5,7 +5,7 @@
 #ifndef KVS_IO_COPY_IMPL_H
 #define KVS_IO_COPY_IMPL_H
 
-#include "copy.h"
+#include "io/copy.h"
 
 struct kvs_copy_ops {
 	const char *name;

@@ -20,8 +20,8 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "fifo.h"
-#include "internal.h"
+#include "io/fifo.h"
+#include "io/internal.h"
 
 struct record {
 	uint64_t token;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fifo.h"
+#include "io/fifo.h"
 
 int kvs_io_fifo_push(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e)
 {

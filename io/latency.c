@@ -16,8 +16,8 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "fifo.h"
-#include "internal.h"
+#include "io/fifo.h"
+#include "io/internal.h"
 
 struct latency {
 	uint64_t latency_ns;

@@ -9,8 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "fifo.h"
-#include "internal.h"
+#include "io/fifo.h"
+#include "io/internal.h"
 
 struct none {
 	struct kvs_io_fifo done;

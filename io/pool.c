@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "internal.h"
+#include "io/internal.h"
 
 struct pool {
 	struct kvs_io_eng base;

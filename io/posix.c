@@ -50,8 +50,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "internal.h"
-#include "io.h"
+#include "io/internal.h"
+#include "io/io.h"
 
 #define FD_CACHE_SLACK 16
 #define STALE_TEMP_AGE_S (24 * 3600)

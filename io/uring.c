@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "internal.h"
+#include "io/internal.h"
 
 #define REGION_MAX_BYTES (UINT64_C(1) << 30) /* kernel limit per fixed buffer */
 #define SQE_MAX_BYTES (UINT64_C(1) << 30)    /* sqe->len is 32-bit; chunk big transfers */
