@@ -439,9 +439,13 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *   none     nothing stored: lookup says absent, reads fail -ENOENT at submit,
  *            writes complete successfully and store nothing.
  *   latency  a synthetic remote store for benchmarks: every transfer completes
- *            latency_ns after submit; reads return kvs_backend_latency_fill()
- *            content; writes are accepted and dropped; at most
- *            latency_queue_depth transfers in flight (0 = unbounded).
+ *            latency_ns after submit; reads return fixed content, a
+ *            deterministic function of (block, shard, byte offset) that is not
+ *            part of this interface: kvshare's source tree has it as a
+ *            header-only function (common/pattern.h, kvs_pattern_fill) for
+ *            programs that verify what they read; writes are accepted and
+ *            dropped; lookup says present; at most latency_queue_depth
+ *            transfers in flight (0 = unbounded).
  *   fault    wraps another backend (fault_inner) and injects, with a seeded
  *            generator: -EIO completions, short reads (reported as -EIO, the
  *            buffer's tail untouched) and an added delay.
@@ -670,14 +674,6 @@ KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,
  * Blocks: no.  Ownership: *info is the caller's.
  */
 KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *info);
-
-/*
- * The latency backend's content: fill buf with bytes [offset, offset + len) of
- * shard `shard` of `block`, a deterministic function of (block, shard, byte
- * offset), so readers can verify what they read.  Blocks: no.  Ownership: none.
- */
-KVS_API void kvs_backend_latency_fill(const struct kvs_block_id *block, uint32_t shard,
-				      uint64_t offset, void *buf, uint64_t len);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/pattern.h"
 #include "io/fifo.h"
 #include "io/internal.h"
 
@@ -45,7 +46,7 @@ struct fault {
 static uint32_t draw_ppm(struct fault *f)
 {
 	f->rng += 0x9e3779b97f4a7c15ull;
-	return (uint32_t)(kvs_io_mix64(f->rng) % 1000000u);
+	return (uint32_t)(kvs_mix64(f->rng) % 1000000u);
 }
 
 static int fault_open(const struct kvs_backend_config *cfg, void **state)

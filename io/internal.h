@@ -82,13 +82,4 @@ int64_t kvs_io_transfer_sync(struct kvs_io_req *req);
 /* 32 lowercase hex characters and a NUL. */
 void kvs_io_block_hex(const struct kvs_block_id *block, char hex[33]);
 
-/* splitmix64: the seeded generator of the fault backend and latency content. */
-static inline uint64_t kvs_io_mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 #endif

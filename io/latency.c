@@ -4,18 +4,19 @@
  * Every transfer completes latency_ns after its submit; at most
  * latency_queue_depth are in flight per handle (0 = unbounded; submit returns
  * -EAGAIN when full), modelling a per-rank connection limit.  A read's buffer is
- * filled when it completes, with kvs_backend_latency_fill() content — a
- * deterministic function of (block, shard, byte offset) — so a reader can verify
- * every byte it got.  Writes are accepted and dropped; lookup says present (the
- * store "has" every block).  Completions wait in a due-ordered FIFO (fifo.c) that
- * poll reaps, sleeping until the head is due: no thread per transfer.
+ * filled when it completes with kvs_pattern_fill() content (common/pattern.h:
+ * header-only, not an export of the library) — a deterministic function of
+ * (block, shard, byte offset) — so a reader can verify every byte it got.
+ * Writes are accepted and dropped; lookup says present (the store "has" every
+ * block).  Completions wait in a due-ordered FIFO (fifo.c) that poll reaps,
+ * sleeping until the head is due: no thread per transfer.
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/pattern.h"
 #include "io/fifo.h"
 #include "io/internal.h"
 
@@ -24,35 +25,6 @@ struct latency {
 	uint32_t qd; /* 0 = unbounded */
 	struct kvs_io_fifo q;
 };
-
-KVS_API void kvs_backend_latency_fill(const struct kvs_block_id *block, uint32_t shard,
-				      uint64_t offset, void *buf, uint64_t len)
-{
-	uint64_t lo, hi, seed;
-	unsigned char *p = buf;
-	uint64_t pos = offset, end = offset + len;
-
-	if (!block || !buf)
-		return;
-	memcpy(&lo, block->bytes, 8);
-	memcpy(&hi, block->bytes + 8, 8);
-	seed = kvs_io_mix64(lo ^ kvs_io_mix64(hi ^ ((uint64_t)shard << 32 | shard)));
-	/* Byte at position pos is byte (pos % 8) of mix64(seed ^ pos / 8). */
-	while (pos < end && pos % 8) {
-		*p++ = (unsigned char)(kvs_io_mix64(seed ^ (pos / 8)) >> (8 * (pos % 8)));
-		pos++;
-	}
-	for (; end - pos >= 8; pos += 8, p += 8) {
-		uint64_t w = kvs_io_mix64(seed ^ (pos / 8));
-		unsigned char b[8];
-
-		for (int i = 0; i < 8; i++)
-			b[i] = (unsigned char)(w >> (8 * i));
-		memcpy(p, b, 8);
-	}
-	for (; pos < end; pos++)
-		*p++ = (unsigned char)(kvs_io_mix64(seed ^ (pos / 8)) >> (8 * (pos % 8)));
-}
 
 static int latency_open(const struct kvs_backend_config *cfg, void **state)
 {
@@ -114,8 +86,7 @@ static int latency_poll(void *state, struct kvs_backend_completion *out, uint32_
 
 		while (k < max && (e = kvs_io_fifo_head(&l->q)) && e->due_ns <= now) {
 			if (e->buf)
-				kvs_backend_latency_fill(&e->block, e->shard, e->offset, e->buf,
-							 e->len);
+				kvs_pattern_fill(&e->block, e->shard, e->offset, e->buf, e->len);
 			out[k].token = e->token;
 			out[k].result = e->result;
 			k++;

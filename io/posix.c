@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/pattern.h"
 #include "io/internal.h"
 #include "io/io.h"
 
@@ -251,7 +252,7 @@ static unsigned clean_root(struct posix *p, int rootfd, const char *root)
 
 static uint64_t next_rand(struct posix *p)
 {
-	p->rand_state = kvs_io_mix64(p->rand_state);
+	p->rand_state = kvs_mix64(p->rand_state);
 	return p->rand_state;
 }
 

@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 
 #include "common/clock.h"
+#include "common/pattern.h"
 #include "kvshare.h"
 
 #ifndef KVS_BENCH_VARIANT
@@ -91,7 +92,7 @@ static int run(struct kvs_backend *b, bool write, uint32_t nblocks, uint32_t spb
 			};
 
 			if (write)
-				kvs_backend_latency_fill(&io.block, io.shard, 0, io.buf, shard_bytes);
+				kvs_pattern_fill(&io.block, io.shard, 0, io.buf, shard_bytes);
 			rc = write ? kvs_backend_submit_write(b, &io) : kvs_backend_submit_read(b, &io);
 			if (rc == -EAGAIN)
 				break;
