@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tests/mutation.sh SRC_DIR — prove the core and wait suites can fail.
+#
+# Copies SRC_DIR's tree (tracked and untracked-but-not-ignored files, as they are
+# in the working tree) to a scratch dir, configures and builds the kernel variant
+# once, then for each mutant below: applies it (one exact substitution; the script
+# fails if the text is not found exactly once, so a refactor cannot silently
+# neuter a mutant), rebuilds incrementally, runs the tests that should catch it
+# and requires that run to go red, then restores the file.  One line per mutant:
+#   mutant <name>: caught by <failing tests>      or      mutant <name>: SURVIVED
+# Exit 0 when every mutant was caught, 1 when any survived, 2 on a setup error.
+set -euo pipefail
+
+SRC=${1:?usage: mutation.sh SRC_DIR}
+SRC=$(cd "$SRC" && pwd)
+JOBS=${MUTATION_JOBS:-2}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvs-mutation.XXXXXX")
+KEEP=${MUTATION_KEEP:-0}
+TIMEOUT=${MUTATION_TEST_TIMEOUT:-30} # per test: a mutant that hangs a test is caught by it
+BUILD=$WORK/build
+cleanup() { declare -F reap_strays >/dev/null && reap_strays; [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+die() { echo "mutation: $*" >&2; exit 2; }
+
+# --- copy the tree ----------------------------------------------------------
+TREE=$WORK/src
+mkdir -p "$TREE"
+if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
+	git -C "$SRC" ls-files -z --cached --others --exclude-standard |
+		while IFS= read -r -d '' f; do
+			[ -f "$SRC/$f" ] && printf '%s\0' "$f"
+		done | tar -C "$SRC" --null -T - -cf - | tar -C "$TREE" -xf -
+else
+	tar -C "$SRC" --exclude='./build*' --exclude=./.git -cf - . | tar -C "$TREE" -xf -
+fi
+
+LOG=$WORK/log
+echo "mutation: configuring and building in $BUILD"
+cmake -S "$TREE" -B "$BUILD" -DKVS_VARIANT=kernel -DKVS_CUDA=OFF -DKVS_WERROR=OFF >"$LOG" 2>&1 ||
+	{ tail -30 "$LOG"; die "configure failed"; }
+cmake --build "$BUILD" -j "$JOBS" >"$LOG" 2>&1 || { tail -30 "$LOG"; die "build failed"; }
+
+# Processes a mutant left behind (a hung test's children outlive ctest's
+# timeout): every process whose executable lies in this run's build dir, by pid.
+reap_strays() {
+	local p exe
+	for p in /proc/[0-9]*; do
+		exe=$(readlink "$p/exe" 2>/dev/null) || continue
+		case $exe in "$BUILD"/*) kill -9 "${p#/proc/}" 2>/dev/null || true ;; esac
+	done
+}
+
+# run_tests REGEX -> prints the names of failing tests ("" when all passed);
+# returns 0 when green, 1 when red.
+run_tests() {
+	local out rc=0
+	out=$(cd "$BUILD" && ctest -R "$1" -E '^kernel\.mutation$' --timeout "$TIMEOUT" -j "$JOBS" 2>&1) || rc=$?
+	reap_strays
+	echo "$out" >"$WORK/last-ctest.log"
+	if [ $rc -ne 0 ]; then
+		# "  12/20 Test  #3: kernel.core_slot ........***Failed" -> kernel.core_slot
+		echo "$out" | sed -n 's/.*Test *#[0-9]*: \([^ ]*\) .*\*\*\*.*/\1/p' | sort -u | paste -sd ' ' -
+		return 1
+	fi
+	return 0
+}
+
+# mutate FILE OLD NEW: replace the exact text OLD (must occur exactly once).
+mutate() {
+	python3 - "$TREE/$1" "$2" "$3" <<'EOF'
+import sys
+path, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(path).read()
+n = text.count(old)
+if n != 1:
+    sys.stderr.write("mutation: %s: expected text found %d times (want 1):\n%s\n" % (path, n, old))
+    sys.exit(1)
+out = text.replace(old, new)
+if out == text:
+    sys.stderr.write("mutation: %s: substitution changed nothing\n" % path)
+    sys.exit(1)
+open(path, "w").write(out)
+EOF
+}
+
+SUITE='^kernel\.(core|wait)_'
+echo "mutation: baseline run of $SUITE (must be green)"
+if ! failed=$(run_tests "$SUITE"); then
+	tail -40 "$WORK/last-ctest.log"
+	die "baseline is red ($failed); fix the tree first"
+fi
+
+survived=0
+# mutant NAME FILE REGEX OLD NEW
+mutant() {
+	local name=$1 file=$2 regex=$3 old=$4 new=$5 failed
+	cp "$TREE/$file" "$WORK/orig"
+	mutate "$file" "$old" "$new" || die "mutant $name cannot be applied (did the code change? update tests/mutation.sh)"
+	if ! cmake --build "$BUILD" -j "$JOBS" >"$LOG" 2>&1; then
+		cp "$WORK/orig" "$TREE/$file"
+		tail -20 "$LOG"
+		die "mutant $name does not compile"
+	fi
+	if failed=$(run_tests "$regex"); then
+		echo "mutant $name: SURVIVED (ran $regex)"
+		survived=1
+	else
+		echo "mutant $name: caught by ${failed:-<ctest failed, see log>}"
+	fi
+	cp "$WORK/orig" "$TREE/$file"
+	touch "$TREE/$file"
+}
+
+# a. header validation reports the wrong error code for a layout mismatch
+mutant header-layout-code core/header.c "$SUITE" \
+	'BAD(-KVS_ELAYOUT, "%s: layout_version' \
+	'BAD(-KVS_ECONFIG, "%s: layout_version'
+
+# b. a pinned LOADING slot hands out a second owner
+mutant second-owner core/slot.c "$SUITE" \
+	'owner = ref == 0 && (st != KVS_SHM_SLOT_READY' \
+	'owner = (st != KVS_SHM_SLOT_READY'
+
+# c. publish never wakes futex sleepers
+mutant publish-no-wake wait/publish.c "$SUITE" \
+	'	if (old & KVS_WAIT_WAITERS)
+		(void)syscall(SYS_futex' \
+	'	if (0 && (old & KVS_WAIT_WAITERS))
+		(void)syscall(SYS_futex'
+
+# d. a FAILED publish loses its error code
+mutant lost-error-code core/slot.c "$SUITE" \
+	'atomic_store_explicit(&c->slots[i].error, err, memory_order_relaxed);' \
+	'atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);'
+
+# e. the last detacher does not unlink the segments
+mutant no-unlink-at-close core/segment.c "$SUITE" \
+	'			unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
+			ctl_name(name, sizeof(name), c->cfg.unique_id);
+			shm_unlink(name);' \
+	'			(void)name;'
+
+# f. slot handles are not checked against the pin and generation
+mutant no-slot-check core/slot.c "$SUITE" \
+	'	    slot->generation)
+		return -ESTALE;
+	*pinv = v;' \
+	'	    slot->generation)
+		(void)0;
+	*pinv = v;'
+
+if [ $survived -ne 0 ]; then
+	echo "mutation: some mutants SURVIVED"
+	exit 1
+fi
+echo "mutation: all mutants caught"
