@@ -490,32 +490,37 @@ enum kvs_io_engine {
 
 struct kvs_backend_ops;
 
-/* Backend configuration, filled with defaults by kvs_backend_config_init(). */
+/*
+ * Backend configuration, filled with defaults by kvs_backend_config_init().  Like
+ * struct kvs_cache_config it has no size or version field: its layout is fixed
+ * for libkvshare.so.1, and fields added later take the place of reserved[] words
+ * (zero = the old behaviour), so every reserved word must be zero (else -EINVAL,
+ * logged as "reserved").
+ */
 struct kvs_backend_config {
-	uint32_t size;             /* sizeof(struct kvs_backend_config), set by init */
 	uint32_t kind;             /* enum kvs_backend_kind (default posix) */
 	uint32_t flags;            /* KVS_BACKEND_F_* (default 0) */
 	uint32_t io_engine;        /* enum kvs_io_engine (default auto) */
-	uint64_t shard_bytes;      /* bytes per shard, > 0 (default 1 MiB) */
 	uint32_t shards_per_block; /* 1..65536 (default 1) */
+	uint64_t shard_bytes;      /* bytes per shard, 1..2^40 (default 1 MiB) */
 	uint32_t queue_depth;      /* posix: transfers in flight per handle, 1..4096 (default 128);
 				      submit returns -EAGAIN when full */
 	uint32_t pool_threads;     /* pool engine workers, 1..64 (default 4) */
 	uint32_t nroots;           /* posix: entries of roots[], 1..KVS_BACKEND_MAX_ROOTS */
-	const char *roots[KVS_BACKEND_MAX_ROOTS]; /* posix: existing directories (copied at open) */
-	uint64_t latency_ns;       /* latency: per-transfer latency (default 100 us) */
 	uint32_t latency_queue_depth; /* latency: transfers in flight, 0 = unbounded (default 0) */
+	const char *roots[KVS_BACKEND_MAX_ROOTS]; /* posix: existing directories (copied at open) */
+	uint64_t latency_ns;       /* latency: per-transfer latency, <= 1 h (default 100 us) */
 	uint32_t fault_error_ppm;  /* fault: transfers failed with -EIO, per million (0..1e6) */
 	uint32_t fault_short_ppm;  /* fault: reads cut short (-EIO), per million (0..1e6) */
-	uint32_t fault_pad;        /* must be 0 */
-	uint64_t fault_delay_ns;   /* fault: added to every completion */
+	uint64_t fault_delay_ns;   /* fault: added to every completion, <= 1 h */
 	uint64_t fault_seed;       /* fault: generator seed (default 1) */
-	const struct kvs_backend_config *fault_inner; /* fault: the wrapped backend's config */
+	const struct kvs_backend_config *fault_inner; /* fault: the wrapped backend's config
+							 (same shard_bytes, shards_per_block) */
 	const struct kvs_backend_ops *user_ops;       /* user: the ops table (must outlive the handle) */
 	void *user_arg;            /* user: passed to user_ops->open */
-	kvs_log_fn log_fn;         /* optional log callback */
+	kvs_log_fn log;            /* optional log callback */
 	void *log_arg;
-	uint64_t reserved[8];      /* must be 0 */
+	uint64_t reserved[8];      /* must be zero */
 };
 
 /* One transfer: bytes [offset, offset + len) of shard `shard` of `block`. */

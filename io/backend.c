@@ -28,6 +28,21 @@ struct kvs_backend {
 	struct kvs_log log;
 };
 
+/* The config has no implicit padding: every byte is a named field, so zeroed
+ * reserved words are the only way it grows (kvshare.h).  The sum of the member
+ * sizes is the struct's size. */
+#define CFG_SIZE(member) sizeof(((struct kvs_backend_config *)0)->member)
+_Static_assert(CFG_SIZE(kind) + CFG_SIZE(flags) + CFG_SIZE(io_engine) +
+		       CFG_SIZE(shards_per_block) + CFG_SIZE(shard_bytes) +
+		       CFG_SIZE(queue_depth) + CFG_SIZE(pool_threads) + CFG_SIZE(nroots) +
+		       CFG_SIZE(latency_queue_depth) + CFG_SIZE(roots) + CFG_SIZE(latency_ns) +
+		       CFG_SIZE(fault_error_ppm) + CFG_SIZE(fault_short_ppm) +
+		       CFG_SIZE(fault_delay_ns) + CFG_SIZE(fault_seed) + CFG_SIZE(fault_inner) +
+		       CFG_SIZE(user_ops) + CFG_SIZE(user_arg) + CFG_SIZE(log) +
+		       CFG_SIZE(log_arg) + CFG_SIZE(reserved) ==
+	       sizeof(struct kvs_backend_config),
+	       "struct kvs_backend_config has implicit padding");
+
 #define OPS_HAS(ops, member)                                                             \
 	((ops)->size >= offsetof(struct kvs_backend_ops, member) + sizeof((ops)->member) && \
 	 (ops)->member != NULL)
@@ -62,7 +77,6 @@ KVS_API void kvs_backend_config_init(struct kvs_backend_config *cfg)
 	if (!cfg)
 		return;
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->size = sizeof(*cfg);
 	cfg->kind = KVS_BACKEND_POSIX;
 	cfg->io_engine = KVS_IO_ENGINE_AUTO;
 	cfg->shard_bytes = 1u << 20;
@@ -100,9 +114,6 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 {
 	const uint32_t known_flags = KVS_BACKEND_F_IO_DIRECT | KVS_BACKEND_F_NO_FSYNC;
 
-	if (cfg->size != sizeof(*cfg))
-		BAD(log, "backend: size %u, expected %zu (call kvs_backend_config_init)",
-		    cfg->size, sizeof(*cfg));
 	if (cfg->kind > KVS_BACKEND_USER)
 		BAD(log, "backend: kind %u is not a backend kind", cfg->kind);
 	if (cfg->flags & ~known_flags)
@@ -112,9 +123,7 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 		BAD(log, "backend: io_engine %u is not auto, uring or pool", cfg->io_engine);
 	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
 		if (cfg->reserved[i])
-			BAD(log, "backend: reserved[%zu] is not zero", i);
-	if (cfg->fault_pad)
-		BAD(log, "backend: fault_pad is not zero");
+			BAD(log, "backend: invalid reserved = non-zero (must be zero)");
 	if (cfg->shard_bytes == 0 || cfg->shard_bytes > (UINT64_C(1) << 40))
 		BAD(log, "backend: shard_bytes %llu out of range 1..2^40",
 		    (unsigned long long)cfg->shard_bytes);
@@ -155,9 +164,8 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 			BAD(log, "backend: fault_inner is NULL for kind=fault");
 		if (depth > 4)
 			BAD(log, "backend: fault_inner nests more than 4 fault backends");
-		if (cfg->fault_inner->size == sizeof(*cfg) &&
-		    (cfg->fault_inner->shard_bytes != cfg->shard_bytes ||
-		     cfg->fault_inner->shards_per_block != cfg->shards_per_block))
+		if (cfg->fault_inner->shard_bytes != cfg->shard_bytes ||
+		    cfg->fault_inner->shards_per_block != cfg->shards_per_block)
 			BAD(log, "backend: fault_inner.shard_bytes/shards_per_block differ "
 				 "from the fault backend's");
 		return validate_config(cfg->fault_inner, log, depth + 1);
@@ -196,7 +204,7 @@ KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_ba
 	*out = NULL;
 	if (!cfg)
 		return -EINVAL;
-	log.fn = cfg->log_fn;
+	log.fn = cfg->log;
 	log.arg = cfg->log_arg;
 	rc = validate_config(cfg, &log, 0);
 	if (rc < 0)

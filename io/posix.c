@@ -825,7 +825,7 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 
 	if (!p)
 		return -ENOMEM;
-	p->log.fn = cfg->log_fn;
+	p->log.fn = cfg->log;
 	p->log.arg = cfg->log_arg;
 	p->shard_bytes = cfg->shard_bytes;
 	p->spb = cfg->shards_per_block;

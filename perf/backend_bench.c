@@ -163,7 +163,7 @@ int main(int argc, char **argv)
 	cfg.pool_threads = qd < 64 ? qd : 64;
 	cfg.io_engine = !strcmp(engine, "uring") ? KVS_IO_ENGINE_URING : KVS_IO_ENGINE_POOL;
 	cfg.flags = direct ? KVS_BACKEND_F_IO_DIRECT : 0;
-	cfg.log_fn = log_cb;
+	cfg.log = log_cb;
 	rc = kvs_backend_open(&cfg, &b);
 	if (rc < 0)
 		return fail("open", rc);

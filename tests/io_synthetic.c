@@ -8,7 +8,9 @@
  *   fault     seeded error rate (count in a band, same seed -> same sequence),
  *             short reads -> -EIO, delay holds completions;
  *   user ops  dispatched through kvs_backend_*; ABI/size checked; optional
- *             members absent -> defaults.
+ *             members absent -> defaults;
+ *   config    every reserved word must be zero ("reserved" logged), as in the
+ *             cache config; no size field.
  * Seeds are fixed and printed.
  */
 #include "common/pattern.h"
@@ -42,7 +44,7 @@ static void cfg_kind(struct kvs_backend_config *cfg, uint32_t kind)
 	cfg->kind = kind;
 	cfg->shard_bytes = SHARD;
 	cfg->shards_per_block = 8;
-	cfg->log_fn = log_cb;
+	cfg->log = log_cb;
 	g_log[0] = '\0';
 }
 
@@ -257,6 +259,10 @@ static kvs_test_rc test_fault_delay(void)
 	kvs_backend_close(b);
 
 	/* Bad fault configs name their field. */
+	inner.shard_bytes = SHARD * 2;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "fault_inner") != NULL);
+	inner.shard_bytes = SHARD;
 	cfg.fault_error_ppm = 1000001;
 	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
 	KVS_CHECK(strstr(g_log, "fault_error_ppm") != NULL);
@@ -399,9 +405,6 @@ static kvs_test_rc test_bad_calls(void)
 	KVS_CHECK_ERR(kvs_backend_open(NULL, &b), -EINVAL);
 	cfg_kind(&cfg, KVS_BACKEND_NONE);
 	KVS_CHECK_ERR(kvs_backend_open(&cfg, NULL), -EINVAL);
-	cfg.size = 8;
-	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
-	KVS_CHECK(strstr(g_log, "size") != NULL);
 	cfg_kind(&cfg, 99);
 	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
 	KVS_CHECK(strstr(g_log, "kind") != NULL);
@@ -409,9 +412,6 @@ static kvs_test_rc test_bad_calls(void)
 	cfg.io_engine = 7;
 	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
 	KVS_CHECK(strstr(g_log, "io_engine") != NULL);
-	cfg_kind(&cfg, KVS_BACKEND_NONE);
-	cfg.fault_pad = 1;
-	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
 	cfg_kind(&cfg, KVS_BACKEND_NONE);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
 	KVS_CHECK_ERR(kvs_backend_poll(b, &c, 0, 0), -EINVAL);
@@ -427,6 +427,35 @@ static kvs_test_rc test_bad_calls(void)
 	return KVS_TEST_PASS;
 }
 
+/* Any non-zero reserved word is -EINVAL with a log line naming "reserved" (the
+ * cache config's rule and wording), for every word, in every backend kind's
+ * config and in a fault backend's inner config. */
+static kvs_test_rc test_reserved(void)
+{
+	struct kvs_backend_config cfg, inner;
+	struct kvs_backend *b = (struct kvs_backend *)&cfg;
+	const uint32_t kinds[] = { KVS_BACKEND_NONE, KVS_BACKEND_LATENCY };
+
+	for (size_t k = 0; k < KVS_ARRAY_LEN(kinds); k++)
+		for (size_t i = 0; i < KVS_ARRAY_LEN(cfg.reserved); i++) {
+			cfg_kind(&cfg, kinds[k]);
+			cfg.reserved[i] = UINT64_C(1) << (i * 8);
+			KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+			KVS_CHECK(b == NULL);
+			KVS_CHECK(strstr(g_log, "invalid reserved = non-zero (must be zero)") != NULL);
+		}
+	cfg_kind(&inner, KVS_BACKEND_LATENCY);
+	inner.reserved[7] = 1;
+	cfg_kind(&cfg, KVS_BACKEND_FAULT);
+	cfg.fault_inner = &inner;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "reserved") != NULL);
+	inner.reserved[7] = 0;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "none", test_none },
 	{ "latency_fill", test_latency_fill },
@@ -436,6 +465,7 @@ static const struct kvs_test_case cases[] = {
 	{ "fault_delay", test_fault_delay },
 	{ "user_ops", test_user_ops },
 	{ "bad_calls", test_bad_calls },
+	{ "reserved", test_reserved },
 };
 
 KVS_TEST_MAIN(cases)
