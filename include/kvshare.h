@@ -89,7 +89,21 @@ enum kvs_error {
 	KVS_ECORRUPT = KVS_E_BASE + 5,
 };
 
-/* A static, never-NULL description of a return code (negative errno, -KVS_E*, or 0). */
+/*
+ * A description of a return code: never NULL, NUL-terminated, not to be modified
+ * or freed by the caller.
+ *   0, -KVS_E*, and any value that is not a negative errno (> 0, or <= -KVS_E_BASE
+ *   and not a kvshare code): a string constant of the library ("success", a
+ *   text per kvshare code, "unknown kvshare error code"), valid while the
+ *   library is loaded.
+ *   -1 .. -(KVS_E_BASE - 1), a negative errno: strerror_r()'s text (GNU form,
+ *   in the calling thread's locale).  It may be formatted into a 128-byte buffer
+ *   that belongs to the calling thread (thread-local storage of the library, one
+ *   per thread; a longer text is truncated), so it is valid only until the same
+ *   thread calls kvs_strerror again or exits; copy it to keep it.
+ * Thread-safe: any number of threads may call it at once (no buffer is shared
+ * between threads).  Not async-signal-safe.  Never blocks.
+ */
 KVS_API const char *kvs_strerror(int err);
 
 /* ------------------------------------------------------------------------ */
