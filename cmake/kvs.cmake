@@ -102,6 +102,15 @@ macro(kvs_add_shared_library)
   target_link_libraries(kvshare_${KVS_V} PRIVATE
     "$<LINK_LIBRARY:WHOLE_ARCHIVE,kvs_core_${KVS_V},kvs_io_${KVS_V},kvs_numa_${KVS_V},kvs_wait_${KVS_V}>")
   target_link_options(kvshare_${KVS_V} PRIVATE -Wl,--no-undefined -Wl,-z,noexecstack)
+  # The exports: exactly the names of libkvshare.map, versioned KVSHARE_1; every
+  # other symbol is local (tests/abi_symbols.sh checks the result).
+  target_link_options(kvshare_${KVS_V} PRIVATE
+                      -Wl,--version-script=${PROJECT_SOURCE_DIR}/libkvshare.map)
+  if(KVS_LD_NO_UNDEFINED_VERSION)
+    target_link_options(kvshare_${KVS_V} PRIVATE -Wl,--no-undefined-version)
+  endif()
+  set_property(TARGET kvshare_${KVS_V} APPEND PROPERTY LINK_DEPENDS
+               ${PROJECT_SOURCE_DIR}/libkvshare.map)
   # core/ links the other modules normally too: link them whole everywhere here.
   foreach(lib kvs_io_${KVS_V} kvs_numa_${KVS_V} kvs_wait_${KVS_V})
     set_property(TARGET kvshare_${KVS_V} PROPERTY LINK_LIBRARY_OVERRIDE_${lib} WHOLE_ARCHIVE)
@@ -153,6 +162,11 @@ function(kvs_bench name)
   endforeach()
   target_link_libraries(${tgt} PRIVATE kvs_common Threads::Threads)
 endfunction()
+
+# A version script naming a symbol that is not defined fails the link where the
+# linker can say so (GNU ld, gold and lld all can).
+include(CheckLinkerFlag)
+check_linker_flag(C "-Wl,--no-undefined-version" KVS_LD_NO_UNDEFINED_VERSION)
 
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
