@@ -2,6 +2,10 @@
 #   make bench   build, then run `kvshare bench` on embedded defaults
 #   make test    build, then ctest over both variants (kernel and plain)
 # Also: make build, make test-asan (ASan+UBSan), make test-tsan, make clean.
+#   make fuzz    libFuzzer targets (fuzz/README.md): clang build in build-fuzz, each
+#                target for FUZZ_SECONDS on a scratch copy of its committed corpus;
+#                fails on any crash, hang, leak or sanitizer report
+#   make fuzz-seeds  regenerate fuzz/corpus/ctl from real caches
 #
 # Missing Debian packages are installed when run as root; otherwise the exact
 # apt-get line is printed and make stops.
@@ -14,7 +18,15 @@ CTEST_FLAGS ?= --output-on-failure --timeout 600
 DEB_PACKAGES := cmake gcc make pkg-config liburing-dev libnuma-dev libhugetlbfs-dev \
 	abigail-tools fio linux-perf
 
-.PHONY: all deps build bench test test-asan test-tsan clean
+# libFuzzer build: clang, compiler-rt (libFuzzer, ASan, UBSan runtimes), and
+# llvm for llvm-symbolizer (readable stacks).  The plain variant needs no more.
+FUZZ_DEB_PACKAGES := cmake make clang libclang-rt-14-dev llvm
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := ctl
+FUZZ_ARGS ?=
+
+.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds clean
 
 all: build
 
@@ -64,5 +76,19 @@ test-tsan: deps
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 		ctest --test-dir build-tsan $(CTEST_FLAGS) -j $(JOBS) -LE slow
 
+fuzz-build fuzz-seeds: DEB_PACKAGES := $(FUZZ_DEB_PACKAGES)
+fuzz-build: deps
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DKVS_FUZZ=ON -DKVS_VARIANT=plain \
+		-DKVS_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS)) seed_ctl
+
+# FUZZ_ARGS: more libFuzzer flags, e.g. '-fork=1 -ignore_crashes=1' to go on after a crash.
+fuzz: fuzz-build
+	FUZZ_ARGS='$(FUZZ_ARGS)' fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-seeds: fuzz-build
+	rm -f fuzz/corpus/ctl/*
+	build-fuzz/fuzz/seed_ctl fuzz/corpus/ctl
+
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
