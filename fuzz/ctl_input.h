@@ -29,10 +29,12 @@
  *                     survive hostile bytes in a live cache.
  *   FUZZ_CTL_F_FIXUP  the harness rewrites the header fields that are derived
  *                     from the fingerprint (magic, layout_version, format, state
- *                     READY, region offsets, ctl_bytes, tensor_hash) with the
- *                     library's own functions, so that mutations of the geometry
- *                     (slot_count, bucket_count, ...) get past the consistency
- *                     checks to the code behind them.
+ *                     READY, region offsets, ctl_bytes, the last tensor size and
+ *                     the tensor hash, the segment table's first_slot, slot_count
+ *                     and bytes), with the library's own functions where it has
+ *                     them, so that mutations of the geometry (slot_count,
+ *                     slot_bytes, seg_count, ...) get past the consistency checks
+ *                     to the code behind them.  bucket_count is left as given.
  * Other flag bits are ignored.
  */
 #ifndef KVS_FUZZ_CTL_INPUT_H

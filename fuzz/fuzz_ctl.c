@@ -109,26 +109,56 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* Make the header's derived fields agree with its fingerprint, computed by the
- * library itself (FUZZ_CTL_F_FIXUP). */
+ * library itself where it has a function for it (FUZZ_CTL_F_FIXUP): build
+ * words, state READY, region offsets and ctl_bytes; the last tensor size (so
+ * the sizes sum to slot_bytes) and the tensor hash; the segment table's
+ * first_slot, slot_count and bytes, split as the creator splits slot_count.
+ * The rest (bucket_count, the segments' node, backing, page size and reserved
+ * count, ...) stays as the input has it. */
 static void fixup(struct kvs_shm_header *h)
 {
+	struct kvs_shm_fingerprint *f = &h->fp;
 	struct kvs_core_regions r;
+	uint32_t n = f->seg_count;
 
 	h->magic = KVS_SHM_MAGIC;
 	h->layout_version = KVS_LAYOUT_VERSION;
 	h->format = kvs_core_format();
 	atomic_store_explicit(&h->state, KVS_SHM_READY, memory_order_relaxed);
+	if (f->tensor_count >= 1 && f->tensor_count <= KVS_MAX_TENSORS) {
+		uint64_t sum = 0;
+
+		for (uint32_t t = 0; t + 1 < f->tensor_count; t++)
+			sum += h->tensor_bytes[t];
+		if (sum < f->slot_bytes)
+			h->tensor_bytes[f->tensor_count - 1] = f->slot_bytes - sum;
+		f->tensor_hash = kvs_core_tensor_hash(h->tensor_bytes, f->tensor_count);
+	}
+	if (n >= 1 && n <= KVS_MAX_SEGS && f->slot_count <= UINT32_MAX) {
+		uint64_t first = 0;
+
+		for (uint32_t s = 0; s < n; s++) {
+			struct kvs_shm_seg *sg = &h->segs[s];
+			uint64_t count = f->slot_count / n + (s < f->slot_count % n), bytes, page;
+
+			sg->first_slot = first;
+			sg->slot_count = count;
+			first += count;
+			page = sg->page_bytes;
+			if (!__builtin_mul_overflow(count, f->slot_bytes, &bytes) && page >= 4096 &&
+			    (page & (page - 1)) == 0 && bytes <= UINT64_MAX - page)
+				sg->bytes = (bytes + page - 1) / page * page;
+		}
+	}
 	/* (a validation that refuses the fingerprint may leave r unset: zeros) */
 	memset(&r, 0, sizeof(r));
-	kvs_core_regions(&h->fp, &r);
+	kvs_core_regions(f, &r);
 	h->ranks_off = r.ranks_off;
 	h->buckets_off = r.buckets_off;
 	h->slots_off = r.slots_off;
 	h->states_off = r.states_off;
 	h->refbits_off = r.refbits_off;
 	h->ctl_bytes = r.ctl_bytes;
-	if (h->fp.tensor_count >= 1 && h->fp.tensor_count <= KVS_MAX_TENSORS)
-		h->fp.tensor_hash = kvs_core_tensor_hash(h->tensor_bytes, h->fp.tensor_count);
 }
 
 /* Triage knob (FUZZ_CTL_FIX_MUTEX_KIND=1, never in CI): give every bucket
