@@ -31,6 +31,42 @@
 #include "core/core.h"
 #include "wait/wait.h"
 
+/*
+ * The kind word of a robust process-shared mutex as this glibc makes it.
+ * glibc dispatches on a mutex's kind (bits/struct_mutex.h: __data.__kind) to
+ * code paths that trust it: a peer that writes another kind there (priority
+ * inheritance, or lock elision, whose XABORT is an illegal instruction on CPUs
+ * without RTM) could crash every rank that takes the lock.  So the kind is
+ * compared before each lock; another one is -KVS_ECORRUPT.  (A peer rewriting
+ * it between the check and the lock can still do harm: a hostile group member
+ * can always hold a lock; it should not get to crash others by one byte.)
+ */
+static int good_kind;
+static pthread_once_t good_kind_once = PTHREAD_ONCE_INIT;
+
+static void good_kind_init(void)
+{
+	pthread_mutex_t m;
+
+	if (kvs_core_mutex_init(&m) == 0) {
+		good_kind = m.__data.__kind;
+		pthread_mutex_destroy(&m);
+	}
+}
+
+static bool mutex_sane(struct kvs_cache *c, uint32_t b)
+{
+	/* relaxed: glibc writes the kind only when the mutex is initialised */
+	int kind = __atomic_load_n(&c->buckets[b].lock.__data.__kind, __ATOMIC_RELAXED);
+
+	pthread_once(&good_kind_once, good_kind_init);
+	if (kind == good_kind)
+		return true;
+	kvs_log_error(&c->log, "bucket %u: lock kind 0x%x is not a robust process-shared mutex: corrupt",
+		      b, (unsigned)kind);
+	return false;
+}
+
 int kvs_core_mutex_init(pthread_mutex_t *m)
 {
 	pthread_mutexattr_t a;
@@ -172,8 +208,11 @@ static int lock_slice(pthread_mutex_t *m, uint64_t until)
 int kvs_core_bucket_lock(struct kvs_cache *c, uint32_t b)
 {
 	pthread_mutex_t *m = &c->buckets[b].lock;
-	int rc = pthread_mutex_trylock(m);
+	int rc;
 
+	if (!mutex_sane(c, b))
+		return -KVS_ECORRUPT;
+	rc = pthread_mutex_trylock(m);
 	if (rc == EBUSY) {
 		uint64_t deadline = kvs_deadline_after(c->cfg.lock_timeout_ns);
 
@@ -195,8 +234,11 @@ int kvs_core_bucket_lock(struct kvs_cache *c, uint32_t b)
 
 int kvs_core_bucket_trylock(struct kvs_cache *c, uint32_t b)
 {
-	int rc = pthread_mutex_trylock(&c->buckets[b].lock);
+	int rc;
 
+	if (!mutex_sane(c, b))
+		return -KVS_ECORRUPT;
+	rc = pthread_mutex_trylock(&c->buckets[b].lock);
 	return rc == EBUSY ? -EBUSY : bucket_acquired(c, b, rc);
 }
 

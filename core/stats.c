@@ -106,56 +106,115 @@ static uint32_t members_of(struct kvs_cache *c, uint32_t b)
 	return n;
 }
 
-/* Bucket b's invariants, b locked.  pins and members are unlocked pre-pass
- * counts: a mismatch is recounted exactly under the lock before it is called
- * broken, so a busy cache gives no false reports. */
-static int check_bucket(struct kvs_cache *c, uint32_t b, const uint32_t *pins,
-			const uint32_t *members)
+/* Most broken invariants logged before the checker gives up (a segment full of
+ * garbage would otherwise cost a recount per slot). */
+#define CHECK_MAX_REPORTS 32
+
+/* Scratch of one kvs_cache_check: unlocked pre-pass counts (hints), and the
+ * chain being checked: its slots (marked in seen, cleared after the chain) and
+ * its keyed slots. */
+struct check_ctx {
+	uint32_t *pins;    /* pin entries per slot */
+	uint32_t *members; /* slots per bucket_idx */
+	uint8_t *seen;     /* slot already on the current chain */
+	uint32_t *chain;   /* slots of the current chain, in order */
+	uint32_t *keys;    /* keyed slots of the current chain */
+};
+
+static int key_cmp(const void *x, const void *y, void *arg)
 {
-	uint32_t n = 0;
+	struct kvs_cache *c = arg;
+	const struct kvs_shm_slot *a = &c->slots[*(const uint32_t *)x];
+	const struct kvs_shm_slot *b = &c->slots[*(const uint32_t *)y];
+	int d = memcmp(a->block.bytes, b->block.bytes, 16);
+
+	return d ? d : (a->shard > b->shard) - (a->shard < b->shard);
+}
+
+/* Two keyed slots of one chain with the same key: sorted, then neighbours. */
+static int check_duplicates(struct kvs_cache *c, uint32_t *chain, uint32_t n)
+{
 	int bad = 0;
 
-	for (uint32_t i = c->buckets[b].head; i != KVS_IDX_NONE; i = c->slots[i].next) {
+	qsort_r(chain, n, sizeof(*chain), key_cmp, c);
+	for (uint32_t k = 1; k < n && bad < CHECK_MAX_REPORTS; k++)
+		if (c->slots[chain[k]].shard == c->slots[chain[k - 1]].shard &&
+		    memcmp(&c->slots[chain[k]].block, &c->slots[chain[k - 1]].block, 16) == 0)
+			BROKEN("slots %u and %u hold the same key", chain[k - 1], chain[k]);
+	return bad;
+}
+
+/* Slot i's own invariants (on bucket b's chain, b locked).  Collects keyed
+ * slots into x->keys[*keyed]. */
+static int check_slot(struct kvs_cache *c, uint32_t b, uint32_t i, struct check_ctx *x,
+		      uint32_t *keyed)
+{
+	struct kvs_shm_slot *s = &c->slots[i];
+	uint32_t sb = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
+	uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
+	uint32_t ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
+	int bad = 0;
+
+	if (sb != b)
+		BROKEN("slot %u on bucket %u's chain says bucket %u", i, b, sb);
+	if (ref != x->pins[i]) {
+		uint32_t exact = pins_of(c, i);
+
+		if (ref != exact)
+			BROKEN("slot %u: ref %u but %u pin entries", i, ref, exact);
+	}
+	if (st > KVS_SHM_SLOT_FAILED)
+		BROKEN("slot %u: state %u", i, st);
+	if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_FAILED)
+		return bad;
+	if (s->shard >= c->shards_per_block)
+		BROKEN("slot %u: shard %u >= %u", i, s->shard, c->shards_per_block);
+	if (kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
+		BROKEN("slot %u: key hashes to bucket %u, sits on %u", i,
+		       kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)), b);
+	if (st == KVS_SHM_SLOT_FAILED && atomic_load_explicit(&s->error, memory_order_relaxed) >= 0)
+		BROKEN("slot %u: FAILED with error %d", i,
+		       atomic_load_explicit(&s->error, memory_order_relaxed));
+	x->keys[(*keyed)++] = i;
+	return bad;
+}
+
+/* Bucket b's invariants, b locked.  The pre-pass counts are hints: a mismatch
+ * is recounted exactly under the lock before it is called broken, so a busy
+ * cache gives no false reports.  A chain is walked until it ends, leaves the
+ * slots, or comes back to a slot it passed (x->seen): a cycle costs no more
+ * than its length.  (Slots move between chains while other buckets are
+ * checked, so seen is per chain.) */
+static int check_bucket(struct kvs_cache *c, uint32_t b, struct check_ctx *x)
+{
+	uint32_t n = 0, keyed = 0;
+	int bad = 0;
+
+	for (uint32_t i = c->buckets[b].head; i != KVS_IDX_NONE && bad < CHECK_MAX_REPORTS;
+	     i = c->slots[i].next) {
 		if (i >= c->slot_count) {
 			BROKEN("bucket %u: link to slot %u of %u", b, i, c->slot_count);
-			return bad;
+			break;
 		}
-		if (++n > c->slot_count) {
-			BROKEN("bucket %u: chain has a cycle", b);
-			return bad;
+		if (x->seen[i]) {
+			BROKEN("bucket %u: chain has a cycle at slot %u", b, i);
+			break;
 		}
-		struct kvs_shm_slot *s = &c->slots[i];
-		uint32_t sb = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
-		uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
-		uint32_t ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
-
-		if (sb != b)
-			BROKEN("slot %u on bucket %u's chain says bucket %u", i, b, sb);
-		if (ref != pins[i] && ref != pins_of(c, i))
-			BROKEN("slot %u: ref %u but %u pin entries", i, ref, pins_of(c, i));
-		if (st > KVS_SHM_SLOT_FAILED)
-			BROKEN("slot %u: state %u", i, st);
-		if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_FAILED)
-			continue;
-		if (s->shard >= c->shards_per_block)
-			BROKEN("slot %u: shard %u >= %u", i, s->shard, c->shards_per_block);
-		if (kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
-			BROKEN("slot %u: key hashes to bucket %u, sits on %u", i,
-			       kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)), b);
-		if (st == KVS_SHM_SLOT_FAILED && atomic_load_explicit(&s->error, memory_order_relaxed) >= 0)
-			BROKEN("slot %u: FAILED with error %d", i,
-			       atomic_load_explicit(&s->error, memory_order_relaxed));
-		for (uint32_t j = s->next, m = 0; j < c->slot_count && m < c->slot_count;
-		     j = c->slots[j].next, m++) {
-			uint32_t sj = atomic_load_explicit(&c->states[j], memory_order_relaxed) &
-				      KVS_WAIT_VALUE_MASK;
-			if (sj != KVS_SHM_SLOT_EMPTY && c->slots[j].shard == s->shard &&
-			    memcmp(&c->slots[j].block, &s->block, 16) == 0)
-				BROKEN("slots %u and %u hold the same key", i, j);
-		}
+		x->seen[i] = 1;
+		x->chain[n++] = i;
+		bad += check_slot(c, b, i, x, &keyed);
 	}
-	if (n != members[b] && n != members_of(c, b))
-		BROKEN("bucket %u: %u slots on its chain, %u say they are on it", b, n, members_of(c, b));
+	for (uint32_t k = 0; k < n; k++)
+		x->seen[x->chain[k]] = 0;
+	if (bad >= CHECK_MAX_REPORTS)
+		return bad;
+	bad += check_duplicates(c, x->keys, keyed);
+	if (n != x->members[b]) {
+		uint32_t exact = members_of(c, b);
+
+		if (n != exact)
+			BROKEN("bucket %u: %u slots on its chain, %u say they are on it", b, n, exact);
+	}
 	return bad;
 }
 
@@ -219,7 +278,7 @@ static int check_ranks(struct kvs_cache *c, uint32_t *pins)
 
 KVS_API int kvs_cache_check(struct kvs_cache *c)
 {
-	uint32_t *pins, *members;
+	struct check_ctx x;
 	int rc = 0, bad = 0;
 
 	if (!c)
@@ -229,17 +288,19 @@ KVS_API int kvs_cache_check(struct kvs_cache *c)
 		return rc;
 	if (rc > 0)
 		return -KVS_ECORRUPT; /* nothing below can be trusted */
-	pins = calloc(c->slot_count, sizeof(*pins));
-	members = calloc(c->bucket_mask + 1, sizeof(*members));
-	if (!pins || !members) {
-		free(pins);
-		free(members);
-		return -ENOMEM;
+	x.pins = calloc(c->slot_count, sizeof(*x.pins));
+	x.members = calloc(c->bucket_mask + 1, sizeof(*x.members));
+	x.seen = calloc(c->slot_count, sizeof(*x.seen));
+	x.chain = calloc(c->slot_count, sizeof(*x.chain));
+	x.keys = calloc(c->slot_count, sizeof(*x.keys));
+	if (!x.pins || !x.members || !x.seen || !x.chain || !x.keys) {
+		rc = -ENOMEM;
+		goto out;
 	}
 	/* Pre-pass (relaxed: hints, verified under the bucket locks). */
 	rc = kvs_core_lifecycle_enter(c);
 	if (rc == 0) {
-		bad += check_ranks(c, pins);
+		bad += check_ranks(c, x.pins);
 		kvs_core_lifecycle_exit(c);
 	}
 	for (uint32_t i = 0; i < c->slot_count; i++) {
@@ -249,18 +310,24 @@ KVS_API int kvs_cache_check(struct kvs_cache *c)
 			BROKEN("slot %u: bucket_idx %u of %llu", i, b,
 			       (unsigned long long)c->bucket_mask + 1);
 		else
-			members[b]++;
+			x.members[b]++;
 	}
 	/* One bucket at a time: what a bucket's lock guards is checked exactly. */
-	for (uint64_t b = 0; b <= c->bucket_mask && rc == 0; b++) {
+	for (uint64_t b = 0; b <= c->bucket_mask && rc == 0 && bad < CHECK_MAX_REPORTS; b++) {
 		rc = kvs_core_bucket_lock(c, (uint32_t)b);
 		if (rc == 0) {
-			bad += check_bucket(c, (uint32_t)b, pins, members);
+			bad += check_bucket(c, (uint32_t)b, &x);
 			kvs_core_bucket_unlock(c, (uint32_t)b);
 		}
 	}
-	free(pins);
-	free(members);
+	if (bad >= CHECK_MAX_REPORTS)
+		kvs_log_error(&c->log, "check: %d problems; further checks skipped", bad);
+out:
+	free(x.pins);
+	free(x.members);
+	free(x.seen);
+	free(x.chain);
+	free(x.keys);
 	if (rc)
 		return rc;
 	return bad ? -KVS_ECORRUPT : 0;

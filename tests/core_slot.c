@@ -388,6 +388,24 @@ static kvs_test_rc test_check_finds_corruption(void)
 	a->slots[s.index].shard = 12345;
 	KVS_CHECK_ERR(kvs_cache_check(a), -KVS_ECORRUPT);
 	a->slots[s.index].shard = save;
+	/* a chain that loops back on itself (fuzz_ctl found the checker spending
+	 * hours on such chains): reported, in one walk */
+	uint32_t b = kvs_core_bucket_of(a, kvs_core_hash(&k, 0));
+	uint32_t next = a->slots[s.index].next;
+	a->slots[s.index].next = s.index;
+	uint64_t t0 = kvs_now_ns();
+	KVS_CHECK_ERR(kvs_cache_check(a), -KVS_ECORRUPT);
+	KVS_CHECK(strstr(core_last_log, "cycle") != NULL || strstr(core_last_log, "say") != NULL);
+	KVS_CHECK(kvs_now_ns() - t0 < 1000 * MS);
+	a->slots[s.index].next = next;
+	/* a lock of another kind (fuzz_ctl: lock elision is SIGILL without RTM):
+	 * refused, never taken */
+	int kind = a->buckets[b].lock.__data.__kind;
+	a->buckets[b].lock.__data.__kind = 0x100;
+	KVS_CHECK_ERR(kvs_cache_exists(a, &k, 0), -KVS_ECORRUPT);
+	KVS_CHECK(strstr(core_last_log, "kind") != NULL);
+	KVS_CHECK_ERR(kvs_cache_check(a), -KVS_ECORRUPT);
+	a->buckets[b].lock.__data.__kind = kind;
 	core_log_quiet = 0;
 	KVS_CHECK_OK(kvs_cache_check(a));
 	KVS_CHECK_OK(kvs_slot_release(a, &s));
