@@ -60,40 +60,12 @@ static kvs_test_rc fill_and_publish(struct kvs_cache *c, struct kvs_slot *s, uin
 	return KVS_TEST_PASS;
 }
 
-/* Wait (bounded) until process pid sleeps in futex / futex_waitv: the first
- * field of /proc/<pid>/syscall is the syscall number ("running" while it runs). */
+/* Wait (bounded) until process pid sleeps in futex / futex_waitv. */
 static kvs_test_rc wait_in_futex(pid_t pid)
 {
-	char path[64], line[256] = "";
-	uint64_t deadline = kvs_deadline_after(MIX_TIMEOUT_NS / 2);
-	long nr;
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	while (kvs_now_ns() < deadline) {
-		FILE *f = fopen(path, "re");
-
-		if (!f) {
-			if (errno == EACCES || errno == EPERM)
-				KVS_SKIP("cannot read %s: %s", path, strerror(errno));
-			KVS_FAILF("open %s: %s", path, strerror(errno));
-		}
-		line[0] = 0;
-		if (!fgets(line, sizeof(line), f) || sscanf(line, "%ld", &nr) != 1)
-			nr = -1;
-		fclose(f);
-#ifdef SYS_futex_waitv
-		if (nr == SYS_futex_waitv) {
-			printf("pid %d asleep in futex_waitv; publishing\n", (int)pid);
-			return KVS_TEST_PASS;
-		}
-#endif
-		if (nr == SYS_futex) {
-			printf("pid %d asleep in futex; publishing\n", (int)pid);
-			return KVS_TEST_PASS;
-		}
-		usleep(1000);
-	}
-	KVS_FAILF("pid %d never slept in futex (last: %s)", (int)pid, line);
+	KVS_TRY(kvs_test_wait_in_futex(pid, MIX_TIMEOUT_NS / 2));
+	printf("pid %d asleep in futex; publishing\n", (int)pid);
+	return KVS_TEST_PASS;
 }
 
 static kvs_test_rc wait_and_verify(struct kvs_cache *c, struct kvs_slot *s, uint64_t n)

@@ -107,36 +107,6 @@ static kvs_test_rc test_prealloc_race(void)
 
 /* ---- bucket_lost_wake ---- */
 
-/* Is any thread of pid asleep in a futex call (FUTEX_WAIT family, or
- * futex_waitv)?  /proc/<pid>/task/<tid>/syscall starts with the number. */
-static int in_futex(pid_t pid)
-{
-	char path[64], buf[64];
-	FILE *f;
-	long nr;
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	nr = fgets(buf, sizeof(buf), f) ? strtol(buf, NULL, 10) : -1;
-	fclose(f);
-	return nr == SYS_futex || nr == 449 /* futex_waitv */;
-}
-
-/* Bounded poll for a child's state (tests may poll a condition, not sleep). */
-static int until(int (*cond)(pid_t), pid_t pid)
-{
-	uint64_t deadline = kvs_deadline_after(10000 * MS);
-
-	while (!cond(pid)) {
-		if (kvs_now_ns() >= deadline)
-			return 0;
-		usleep(200);
-	}
-	return 1;
-}
-
 static const char *lw_uid;
 static int lw_fd[2]; /* child -> parent: "I hold the lock"; parent -> child: "free it" */
 static int lw_back[2];
@@ -205,7 +175,7 @@ static kvs_test_rc test_bucket_lost_wake(void)
 	KVS_CHECK_EQ(read(lw_fd[0], &ch, 1), 1);
 	waiter = kvs_test_fork(lock_waiter, NULL);
 	/* the waiter must be asleep in the kernel on the lock word */
-	KVS_CHECK(until(in_futex, waiter));
+	KVS_TRY(kvs_test_wait_in_futex(waiter, 10000 * MS));
 	KVS_CHECK_EQ(write(lw_back[1], "x", 1), 1);
 	KVS_CHECK_EQ(kvs_test_reap(holder, 10000), 0);
 	/* Without slices the waiter sleeps its whole lock_timeout_ns (5 s) and
@@ -256,12 +226,17 @@ static kvs_test_rc slot_sleeper(void *arg)
 	return KVS_TEST_PASS;
 }
 
-static _Atomic uint32_t *wake_word;
-
-static int word_has_waiters(pid_t pid)
+/* Bounded poll until a sleeper announced itself in word (WAITERS). */
+static int waiters_announced(_Atomic uint32_t *word)
 {
-	(void)pid;
-	return (atomic_load(wake_word) & KVS_WAIT_WAITERS) != 0;
+	uint64_t deadline = kvs_deadline_after(10000 * MS);
+
+	while (!(atomic_load(word) & KVS_WAIT_WAITERS)) {
+		if (kvs_now_ns() >= deadline)
+			return 0;
+		usleep(200);
+	}
+	return 1;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -292,12 +267,11 @@ static kvs_test_rc test_slot_wake(void)
 
 		KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 		KVS_CHECK_EQ(s.flags, KVS_SLOT_OWNER);
-		wake_word = &c->states[s.index];
 		pid = kvs_test_fork(slot_sleeper, (void *)(uintptr_t)n);
 		KVS_CHECK(pid > 0);
 		/* the sleeper announced itself (WAITERS) and is in the kernel */
-		KVS_CHECK(until(word_has_waiters, pid));
-		KVS_CHECK(until(in_futex, pid));
+		KVS_CHECK(waiters_announced(&c->states[s.index]));
+		KVS_TRY(kvs_test_wait_in_futex(pid, 10000 * MS));
 		t_pub = kvs_now_ns();
 		KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
 		KVS_CHECK_EQ(read(wake_pipe[0], &t_wake, sizeof(t_wake)), (ssize_t)sizeof(t_wake));

@@ -197,6 +197,43 @@ static inline pid_t kvs_test_spawn(const char *name, const char *const args[])
 }
 
 /*
+ * Wait (bounded, timeout_ns) until process pid sleeps in futex or futex_waitv:
+ * the first field of /proc/<pid>/syscall is the syscall number ("running" while
+ * it runs).  Proves a waiter is asleep in the kernel before a publish, so a test
+ * exercises the wake rather than a spin.  Skips when /proc does not let us read
+ * it (ptrace restrictions).
+ */
+static inline kvs_test_rc kvs_test_wait_in_futex(pid_t pid, uint64_t timeout_ns)
+{
+	char path[64], line[256] = "";
+	uint64_t deadline = kvs_deadline_after(timeout_ns);
+	long nr;
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	while (kvs_now_ns() < deadline) {
+		FILE *f = fopen(path, "re");
+
+		if (!f) {
+			if (errno == EACCES || errno == EPERM)
+				KVS_SKIP("cannot read %s: %s", path, strerror(errno));
+			KVS_FAILF("open %s: %s", path, strerror(errno));
+		}
+		line[0] = 0;
+		if (!fgets(line, sizeof(line), f) || sscanf(line, "%ld", &nr) != 1)
+			nr = -1;
+		fclose(f);
+#ifdef SYS_futex_waitv
+		if (nr == SYS_futex_waitv)
+			return KVS_TEST_PASS;
+#endif
+		if (nr == SYS_futex)
+			return KVS_TEST_PASS;
+		usleep(200);
+	}
+	KVS_FAILF("pid %d never slept in futex (last: %s)", (int)pid, line);
+}
+
+/*
  * Reap pid within timeout_ms.  Returns its exit status (0..255), 128 + signal if
  * it was killed by a signal, or -ETIMEDOUT after killing it (SIGKILL) and reaping.
  */
