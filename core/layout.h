@@ -3,7 +3,7 @@
  *
  * The control segment (POSIX shm /kvshare.<unique_id>.ctl) is one flat file laid
  * out as below.  Offsets are recorded in the header and recomputed by every
- * attacher from the fingerprint (kvs_core_layout_compute); a mismatch is
+ * attacher from the fingerprint (kvs_core_regions, overflow-checked); a mismatch is
  * -KVS_ECORRUPT.  No pointers anywhere: slot, bucket and rank *indices* only, so
  * processes may map the segment at different addresses.
  *
@@ -32,8 +32,13 @@
  *  end      ctl_bytes       rounded up to 4096
  *
  * Data segments (numa/): segment s holds slots [first_slot, first_slot +
- * slot_count) contiguously, slot_bytes apart; its backing, page size and node
- * are recorded in the header's segment table.  They hold only KV bytes.
+ * slot_count) contiguously, slot_bytes apart; its backing, page size, size and
+ * node are recorded in the header's segment table, and the hugetlbfs directory in
+ * hugetlb_dir, by the creator: attachers use the record, never recompute it.
+ * They hold only KV bytes.
+ *
+ * Nothing here is trusted: every value is bounded before use (core/header.c at
+ * open and in kvs_cache_check; indices and links where they are followed).
  *
  * Crash consistency.  Every bucket chain is a cache of the slots' bucket_idx
  * fields, and every refcount is a cache of the rank pin tables: whoever gets
