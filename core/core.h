@@ -96,8 +96,6 @@ int kvs_core_header_match(const struct kvs_shm_header *h, const struct kvs_cache
 
 /* ---- rank.c ---- */
 int kvs_core_ofd_lock(int fd, off_t byte, short type);
-/* Is any byte of [start, start + len) locked by another open file description? */
-bool kvs_core_ofd_locked(int fd, off_t start, off_t len);
 /* Is any rank entry's byte locked: is anyone attached (or creating)? */
 bool kvs_core_any_rank_locked(int fd);
 int kvs_core_lifecycle_lock(int fd, uint64_t deadline);
@@ -109,8 +107,6 @@ int kvs_core_lifecycle_enter(struct kvs_cache *c);
 void kvs_core_lifecycle_exit(struct kvs_cache *c);
 /* Is rank entry r alive (its OFD byte locked by someone)?  Own entry: true. */
 bool kvs_core_rank_alive(struct kvs_cache *c, uint32_t r, uint32_t epoch);
-/* Live attached entries other than ours (lifecycle lock held); *gpu: ranks. */
-uint32_t kvs_core_live_ranks(struct kvs_cache *c, uint32_t *gpu);
 void kvs_core_fold_stats(struct kvs_shm_stats *dst, struct kvs_shm_stats *src);
 /* Reap every dead attached entry (drops its pins).  _locked: the caller holds
  * the lifecycle lock.  Returns the number reaped or -errno.  Must not be called
@@ -175,10 +171,6 @@ static inline uint64_t kvs_core_filler(uint32_t rank, uint32_t epoch)
  * readers, ordering nothing. */
 #define KVS_COUNT(c, field, n) \
 	atomic_fetch_add_explicit(&(c)->me->stats.field, (uint64_t)(n), memory_order_relaxed)
-
-/* ---- segment.c ---- */
-/* Unmap and close everything of this handle (no shared state is changed). */
-void kvs_core_handle_teardown(struct kvs_cache *c);
 
 /* ---- test hooks (static library only, not exported by libkvshare.so.1) ---- */
 /* Points of creation where a test may stall the creator (tests/core_attach.c):

@@ -45,7 +45,8 @@ int kvs_core_ofd_lock(int fd, off_t byte, short type)
 	return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 0 : -errno;
 }
 
-bool kvs_core_ofd_locked(int fd, off_t start, off_t len)
+/* Is any byte of [start, start + len) locked by another open file description? */
+static bool ofd_locked(int fd, off_t start, off_t len)
 {
 	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start, .l_len = len };
 
@@ -56,7 +57,7 @@ bool kvs_core_ofd_locked(int fd, off_t start, off_t len)
 
 bool kvs_core_any_rank_locked(int fd)
 {
-	return kvs_core_ofd_locked(fd, 0, KVS_MAX_RANKS);
+	return ofd_locked(fd, 0, KVS_MAX_RANKS);
 }
 
 int kvs_core_lifecycle_lock(int fd, uint64_t deadline)
@@ -101,23 +102,18 @@ bool kvs_core_rank_alive(struct kvs_cache *c, uint32_t r, uint32_t epoch)
 		return false;
 	if ((int)r == c->rank_idx)
 		return true; /* our own lock is invisible to F_OFD_GETLK on our fd */
-	return kvs_core_ofd_locked(c->ctl_fd, (off_t)r, 1);
+	return ofd_locked(c->ctl_fd, (off_t)r, 1);
 }
 
-uint32_t kvs_core_live_ranks(struct kvs_cache *c, uint32_t *gpu)
+/* Live attached GPU ranks other than ours (lifecycle lock held). */
+static uint32_t live_gpu_ranks(struct kvs_cache *c)
 {
 	uint32_t n = 0;
 
-	if (gpu)
-		*gpu = 0;
-	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
-		if ((int)r == c->rank_idx || !entry_attached(c, r) ||
-		    !kvs_core_ofd_locked(c->ctl_fd, (off_t)r, 1))
-			continue;
-		n++;
-		if (gpu && c->ranks[r].device_id >= 0)
-			(*gpu)++;
-	}
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
+		if ((int)r != c->rank_idx && entry_attached(c, r) && c->ranks[r].device_id >= 0 &&
+		    ofd_locked(c->ctl_fd, (off_t)r, 1))
+			n++;
 	return n;
 }
 
@@ -161,7 +157,7 @@ int kvs_core_reap_locked(struct kvs_cache *c)
 
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		if ((int)r == c->rank_idx || !entry_attached(c, r) ||
-		    kvs_core_ofd_locked(c->ctl_fd, (off_t)r, 1))
+		    ofd_locked(c->ctl_fd, (off_t)r, 1))
 			continue;
 		if (reap_rank(c, r) == 0)
 			n++;
@@ -224,7 +220,7 @@ int kvs_core_rank_attach(struct kvs_cache *c)
 		/* release: the fields above are visible to whoever sees ATTACHED */
 		atomic_store_explicit(&e->state, KVS_SHM_RANK_ATTACHED, memory_order_release);
 		c->me = e;
-		kvs_core_live_ranks(c, &gpu);
+		gpu = live_gpu_ranks(c);
 		if (c->cfg.device_id >= 0 && gpu + 1 > c->local_rank_size) {
 			atomic_fetch_add_explicit(&c->hdr->lrs_mismatch, 1, memory_order_relaxed);
 			kvs_log_warn(&c->log, "%u GPU ranks attached, local_rank_size is %u", gpu + 1,

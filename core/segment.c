@@ -558,6 +558,19 @@ static int attach(struct kvs_cache *c, uint64_t deadline)
 	return -EAGAIN;
 }
 
+/* Unmap and close everything of this handle (no shared state is changed). */
+static void handle_teardown(struct kvs_cache *c)
+{
+	for (uint32_t s = 0; s < KVS_MAX_SEGS; s++)
+		kvs_numa_seg_detach(&c->segs[s]);
+	unmap_ctl(c);
+	if (c->ctl_fd >= 0)
+		close(c->ctl_fd); /* drops our OFD locks */
+	c->ctl_fd = -1;
+	c->rank_idx = -1;
+	c->me = NULL;
+}
+
 static int open_once(struct kvs_cache *c, uint64_t deadline)
 {
 	char name[128];
@@ -567,7 +580,7 @@ static int open_once(struct kvs_cache *c, uint64_t deadline)
 		rc = create(c);
 	if (rc == -EEXIST) {
 		/* Not ours to create: drop the anonymous file, attach by name. */
-		kvs_core_handle_teardown(c);
+		handle_teardown(c);
 		ctl_name(name, sizeof(name), c->cfg.unique_id);
 		c->ctl_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
 		if (c->ctl_fd < 0)
@@ -581,22 +594,10 @@ static int open_once(struct kvs_cache *c, uint64_t deadline)
 	return rc;
 }
 
-void kvs_core_handle_teardown(struct kvs_cache *c)
-{
-	for (uint32_t s = 0; s < KVS_MAX_SEGS; s++)
-		kvs_numa_seg_detach(&c->segs[s]);
-	unmap_ctl(c);
-	if (c->ctl_fd >= 0)
-		close(c->ctl_fd); /* drops our OFD locks */
-	c->ctl_fd = -1;
-	c->rank_idx = -1;
-	c->me = NULL;
-}
-
 static void handle_free(struct kvs_cache *c)
 {
 	kvs_core_handle_unregister(c);
-	kvs_core_handle_teardown(c);
+	handle_teardown(c);
 	pthread_mutex_destroy(&c->reap_mu);
 	free(c);
 }
@@ -635,7 +636,7 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 			break;
 		/* Not attached (or only to a file that went away): nothing shared
 		 * to undo; our locks go with the descriptor. */
-		kvs_core_handle_teardown(c);
+		handle_teardown(c);
 	}
 	if (rc) {
 		handle_free(c);
