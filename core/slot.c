@@ -266,7 +266,8 @@ KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 		return rc;
 	if (flags & ~KVS_SLOT_WAIT_NO_TAKEOVER)
 		return -EINVAL;
-	rc = kvs_slot_state(c, slot);
+	/* acquire: pairs with the owner's publish (the bytes and error code) */
+	rc = (int)state_value(c, slot->index, memory_order_acquire);
 	if (rc != KVS_SHM_SLOT_LOADING)
 		return wait_result(c, slot, rc);
 	if (slot_owned(c, slot, v))
