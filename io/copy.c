@@ -1,11 +1,19 @@
 /*
- * io/copy.c — copy-engine dispatch and the host engine.
+ * io/copy.c — copy-engine dispatch, argument validation, and the host engine.
+ *
+ * Every public call is validated here, once, for both engines (io/copy.h lists
+ * the -EINVAL cases): a segment list comes from the store, which builds it from
+ * the cache geometry and the caller's task (head slices name arbitrary byte
+ * ranges), so a bad one is refused before anything is queued rather than turned
+ * into a wild memcpy or a device fault.
  *
  * The host engine treats "device" addresses as host pointers: a scatter is n
- * memcpy calls and is complete when it returns, so sync has nothing to wait for.
+ * memcpy calls and is complete when it returns, so sync has nothing to wait for
+ * and there is no event to wait on (a non-NULL event is a caller bug: -EINVAL).
  * It is the engine of CPU-only runs and CI, and the reference the cuda engine's
- * tests compare against.  The cuda engine lives in copy_cuda.c and exists only
- * in a kernel-variant build with the CUDA toolkit (KVS_HAVE_CUDA).
+ * tests compare against.  The cuda engine lives in copy_cuda.c (+ the copy kernel
+ * in copy_kernel.cu) and exists only in a kernel-variant build with the CUDA
+ * toolkit (KVS_HAVE_CUDA).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,30 +33,35 @@ static int host_unreg(struct kvs_copy_engine *eng, void *base)
 	return 0;
 }
 
-static int host_h2d(struct kvs_copy_engine *eng, const void *src, const uint64_t dst[],
-		    const uint64_t bytes[], uint32_t n)
+static int host_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
+		    uint32_t n)
 {
-	const unsigned char *p = src;
+	const unsigned char *p = host;
 
 	(void)eng;
-	for (uint32_t i = 0; i < n; i++) {
-		memcpy((void *)(uintptr_t)dst[i], p, bytes[i]);
-		p += bytes[i];
-	}
+	for (uint32_t i = 0; i < n; i++)
+		memcpy((void *)(uintptr_t)segs[i].dev, p + segs[i].host_off, segs[i].len);
 	return 0;
 }
 
-static int host_d2h(struct kvs_copy_engine *eng, void *dst, const uint64_t src[],
-		    const uint64_t bytes[], uint32_t n)
+static int host_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
+		    uint32_t n)
 {
-	unsigned char *p = dst;
+	unsigned char *p = host;
 
 	(void)eng;
-	for (uint32_t i = 0; i < n; i++) {
-		memcpy(p, (const void *)(uintptr_t)src[i], bytes[i]);
-		p += bytes[i];
-	}
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(p + segs[i].host_off, (const void *)(uintptr_t)segs[i].dev, segs[i].len);
 	return 0;
+}
+
+/* Only reached with a non-NULL event: the host engine has no CUDA events. */
+static int host_wait_event(struct kvs_copy_engine *eng, void *event)
+{
+	(void)event;
+	kvs_log_error(&eng->log, "copy_engine=host: wait_event on a CUDA event "
+		      "(the host engine has no streams)");
+	return -EINVAL;
 }
 
 static int host_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns)
@@ -68,6 +81,7 @@ static const struct kvs_copy_ops host_ops = {
 	.unreg = host_unreg,
 	.h2d = host_h2d,
 	.d2h = host_d2h,
+	.wait_event = host_wait_event,
 	.sync = host_sync,
 	.fini = host_fini,
 };
@@ -77,15 +91,25 @@ int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out
 	struct kvs_copy_engine *eng;
 	int rc = 0;
 
-	*out = NULL;
-	if (!opts || (opts->kind != KVS_COPY_HOST && opts->kind != KVS_COPY_CUDA))
+	if (!out)
 		return -EINVAL;
+	*out = NULL;
+	if (!opts || (opts->kind != KVS_COPY_HOST && opts->kind != KVS_COPY_CUDA) ||
+	    opts->streams > KVS_COPY_MAX_STREAMS || opts->strategy > KVS_COPY_STRATEGY_KERNEL) {
+		if (opts && opts->log)
+			kvs_log_error(opts->log, "copy engine: invalid options (kind %u, streams %u "
+				      "(1..%u), strategy %u)", opts->kind, opts->streams,
+				      KVS_COPY_MAX_STREAMS, opts->strategy);
+		return -EINVAL;
+	}
 	eng = calloc(1, sizeof(*eng));
 	if (!eng)
 		return -ENOMEM;
 	if (opts->log)
 		eng->log = *opts->log;
 	eng->device_id = opts->device_id;
+	eng->streams = opts->streams ? opts->streams : 1;
+	eng->strategy = opts->strategy;
 	if (opts->kind == KVS_COPY_HOST) {
 		eng->ops = &host_ops;
 	} else {
@@ -120,28 +144,84 @@ const char *kvs_copy_name(const struct kvs_copy_engine *eng)
 
 int kvs_copy_register(struct kvs_copy_engine *eng, void *base, uint64_t bytes)
 {
+	if (!eng || !base || bytes == 0 || bytes > UINTPTR_MAX - (uintptr_t)base)
+		return -EINVAL;
 	return eng->ops->reg(eng, base, bytes);
 }
 
 int kvs_copy_unregister(struct kvs_copy_engine *eng, void *base)
 {
+	if (!eng || !base)
+		return -EINVAL;
 	return eng->ops->unreg(eng, base);
 }
 
-int kvs_copy_h2d_scatter(struct kvs_copy_engine *eng, const void *src, const uint64_t dst[],
-			 const uint64_t bytes[], uint32_t n)
+/*
+ * The checks every copy call shares.  Ranges are checked for 64-bit (and, on the
+ * host side, address-space) wrap-around only: whether host + host_off + len lies
+ * inside the caller's slot is the caller's contract (the engine does not know the
+ * slot size), as is the device range.
+ */
+static int copy_args_ok(const struct kvs_copy_engine *eng, const void *host,
+			const struct kvs_copy_seg segs[], uint32_t n)
 {
-	return eng->ops->h2d(eng, src, dst, bytes, n);
+	uintptr_t base = (uintptr_t)host;
+
+	if (!eng || !host || (n > 0 && !segs) || n > KVS_MAX_TENSORS)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kvs_copy_seg *s = &segs[i];
+
+		if (s->len == 0 || s->dev == 0 || s->dev > UINT64_MAX - s->len ||
+		    s->host_off > UINT64_MAX - s->len ||
+		    s->host_off + s->len > (uint64_t)(UINTPTR_MAX - base))
+			return 0;
+	}
+	return 1;
 }
 
-int kvs_copy_d2h_gather(struct kvs_copy_engine *eng, void *dst, const uint64_t src[],
-			const uint64_t bytes[], uint32_t n)
+static int copy_bad_args(const struct kvs_copy_engine *eng, const char *what, uint32_t n)
 {
-	return eng->ops->d2h(eng, dst, src, bytes, n);
+	if (eng)
+		kvs_log_error(&eng->log, "copy engine %s: %s: invalid segment list (n %u, max %u; "
+			      "every len and dev > 0, no range wraps)", eng->ops->name, what, n,
+			      (unsigned)KVS_MAX_TENSORS);
+	return -EINVAL;
+}
+
+int kvs_copy_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
+		 uint32_t n)
+{
+	if (!copy_args_ok(eng, host, segs, n))
+		return copy_bad_args(eng, "h2d", n);
+	if (n == 0)
+		return 0;
+	return eng->ops->h2d(eng, host, segs, n);
+}
+
+int kvs_copy_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
+		 uint32_t n)
+{
+	if (!copy_args_ok(eng, host, segs, n))
+		return copy_bad_args(eng, "d2h", n);
+	if (n == 0)
+		return 0;
+	return eng->ops->d2h(eng, host, segs, n);
+}
+
+int kvs_copy_wait_event(struct kvs_copy_engine *eng, void *event)
+{
+	if (!eng)
+		return -EINVAL;
+	if (!event)
+		return 0;
+	return eng->ops->wait_event(eng, event);
 }
 
 int kvs_copy_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns)
 {
+	if (!eng)
+		return -EINVAL;
 	return eng->ops->sync(eng, deadline_ns);
 }
 

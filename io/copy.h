@@ -2,21 +2,45 @@
  * io/copy.h — copy engines: move a slot's bytes between host memory and the
  * device tensors of one shard.
  *
- * A shard occupies one contiguous slot on the host and n tensors on the device
- * (DESIGN.md §1 "tensor sizes"): load scatters the slot into the tensors
- * (host-to-device), dump gathers the tensors into the slot (device-to-host).
- * Copies are queued asynchronously on the engine's stream; kvs_copy_sync() waits
- * for everything queued so far, up to a deadline.
+ * A shard occupies one slot on the host and up to KVS_MAX_TENSORS tensors on the
+ * device (DESIGN.md §1 "tensor sizes").  A copy is a list of segments, one per
+ * tensor: len bytes at host_off within the slot <-> the device address dev.  Load
+ * scatters the slot into the tensors (host-to-device), dump gathers the tensors
+ * into the slot (device-to-host).  The host side need not be contiguous: with head
+ * slices (DESIGN.md §5) each tensor copies a byte range of its stored tensor, so
+ * host_off values are not sums of the previous lens, and segments may leave gaps.
+ *
+ * Copies are queued asynchronously; kvs_copy_sync() waits for everything queued
+ * so far, up to a deadline.  The host bytes (and, for d2h, the device bytes) must
+ * stay valid and unchanged until the next successful kvs_copy_sync().
  *
  * Engines:
- *   host  device addresses are plain host pointers; memcpy; complete at once.
- *         Used by CI and CPU-only runs (copy_engine=host).
- *   cuda  one CUDA stream per engine; per-tensor cudaMemcpyAsync for few or large
- *         tensors, cudaMemcpyBatchAsync (CUDA 12.8+ / 13 signature) for many small
- *         ones (measured on an H200: 128 x 32 KiB tensors at 10.7 GB/s per tensor
- *         against 53 GB/s batched).  Kernel variant only, built when the CUDA
- *         toolkit is found, over the static runtime: without a driver or GPU,
- *         open fails with -ENODEV and nothing else changes.
+ *   host  device addresses are plain host pointers; memcpy per segment; complete
+ *         when the call returns.  Used by CI and CPU-only runs (copy_engine=host).
+ *   cuda  kernel variant only, built when the CUDA toolkit is found, over the
+ *         static runtime: without a driver or GPU, open fails with -ENODEV and
+ *         nothing else changes.  `streams` non-blocking CUDA streams; per call one
+ *         of three strategies (docs/io.md "Copy engines" has the measurements and
+ *         what is verified on hardware):
+ *           memcpy  one cudaMemcpyAsync per segment, the segments spread over the
+ *                   streams: few (< 4) or large (mean >= 1 MiB) segments, where a
+ *                   copy engine already runs at the bulk ceiling;
+ *           batch   one cudaMemcpyBatchAsync (CUDA 13 signature) on the next
+ *                   stream: many mid-sized segments (mean 16 KiB .. 1 MiB; an H200
+ *                   moved 128 x 32 KiB at 53 GB/s batched against 10.7 GB/s per
+ *                   tensor and a 55 GB/s bulk ceiling);
+ *           kernel  one launch of a gather/scatter kernel (io/copy_kernel.cu) over
+ *                   the device mapping of the registered host memory, on the next
+ *                   stream: many small segments (mean <= 16 KiB), when the host
+ *                   range lies in one region registered through this engine.
+ *         KVS_COPY_STRATEGY_AUTO picks by the call's segment count and mean size;
+ *         the others force one strategy for every call (benchmarks, tests).
+ *
+ * Ordering: with streams = 1 the calls run in the order queued.  With more, calls
+ * (and, for memcpy, segments) run on different streams concurrently: copies queued
+ * between two syncs must not depend on each other (no copy reads what another
+ * writes).  kvs_copy_wait_event() orders the copies queued after it behind the
+ * caller's work, on every stream.
  *
  * An engine is used by one thread at a time (the copier); open/close are not
  * thread-safe with respect to the engine's other calls.
@@ -27,50 +51,97 @@
 #include <stdint.h>
 
 #include "common/log.h"
+#include "kvshare.h" /* KVS_MAX_TENSORS */
 
 enum kvs_copy_kind {
 	KVS_COPY_HOST = 1,
 	KVS_COPY_CUDA = 2,
 };
 
+/* kvs_copy_opts.strategy (cuda engine; the host engine accepts and ignores it). */
+enum kvs_copy_strategy {
+	KVS_COPY_STRATEGY_AUTO = 0,   /* by segment count and mean size (see above) */
+	KVS_COPY_STRATEGY_MEMCPY = 1, /* cudaMemcpyAsync per segment */
+	KVS_COPY_STRATEGY_BATCH = 2,  /* cudaMemcpyBatchAsync; per segment where the
+					 driver refuses batches (logged once) */
+	KVS_COPY_STRATEGY_KERNEL = 3, /* the copy kernel; the host range must lie in one
+					 kvs_copy_register()ed region (else -EINVAL) */
+};
+
+/* Most CUDA streams of one engine (kvs_store_config.cache_stream_number). */
+#define KVS_COPY_MAX_STREAMS 16
+
+/* One tensor of a shard copy: len bytes at host_off within the slot <-> device address dev. */
+struct kvs_copy_seg {
+	uint64_t host_off;
+	uint64_t dev;
+	uint64_t len;
+};
+
 struct kvs_copy_opts {
 	uint32_t kind;      /* enum kvs_copy_kind */
 	int32_t device_id;  /* CUDA device ordinal (cuda engine) */
+	uint32_t streams;   /* 1..16; 0 = 1 (cuda engine; host ignores it) */
 	const struct kvs_log *log;
+	uint32_t strategy;  /* enum kvs_copy_strategy; 0 = auto.  Last, so that an
+			       initializer of the first four fields means auto */
 };
 
 struct kvs_copy_engine;
 
-/* Open an engine.  Returns 0; -EOPNOTSUPP (cuda engine not built into this
- * variant); -ENODEV (no driver, no such device); -EINVAL; -ENOMEM.
- * Ownership: *out is the caller's, released by kvs_copy_close. */
+/* Open an engine.  Returns 0; -EINVAL (kind, streams > 16, strategy); -EOPNOTSUPP
+ * (cuda engine not built into this variant, or KVS_COPY_STRATEGY_KERNEL without
+ * the kernel built in); -ENODEV (no driver, no such device); -ENOMEM.
+ * Blocks: the cuda engine initialises the device context (first open: seconds).
+ * Ownership: *out is the caller's, released by kvs_copy_close; NULL on failure. */
 int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out);
 
-/* Close after waiting (bounded) for queued copies.  NULL is a no-op. */
+/* Close after waiting (bounded, 10 s) for queued copies.  NULL is a no-op.
+ * Regions still registered are unregistered. */
 void kvs_copy_close(struct kvs_copy_engine *eng);
 
 /* "host" or "cuda". */
 const char *kvs_copy_name(const struct kvs_copy_engine *eng);
 
-/* Pin a host region for fast DMA (cudaHostRegister); a no-op for host.
- * Returns 0 or -errno.  Blocks: proportional to the region size. */
+/* Pin a host region for fast DMA (cudaHostRegister, portable and mapped: the copy
+ * kernel reads it through its device mapping); a no-op for host.  At most 64
+ * regions per engine (-ENOSPC beyond).  Returns 0 or -errno.
+ * Blocks: proportional to the region size. */
 int kvs_copy_register(struct kvs_copy_engine *eng, void *base, uint64_t bytes);
 int kvs_copy_unregister(struct kvs_copy_engine *eng, void *base);
 
-/* Queue: tensor i (device address dst[i], bytes[i] bytes) receives the bytes of
- * src at offset bytes[0] + ... + bytes[i-1].  src must stay valid until the
- * next successful kvs_copy_sync.  Returns 0 or -errno (nothing queued on error
- * for the host engine; the cuda engine may have queued a prefix — sync first). */
-int kvs_copy_h2d_scatter(struct kvs_copy_engine *eng, const void *src, const uint64_t dst[],
-			 const uint64_t bytes[], uint32_t n);
+/*
+ * Queue host-to-device: for each i, segs[i].len bytes at host + segs[i].host_off
+ * go to device address segs[i].dev.  segs[] is read during the call only; host
+ * must stay valid until the next successful kvs_copy_sync.  n = 0 is a no-op.
+ * Returns 0; -EINVAL (eng or host NULL, segs NULL with n > 0, n > KVS_MAX_TENSORS,
+ * a len or dev of 0, host + host_off + len or dev + len overflowing, a forced
+ * kernel strategy with the host range outside the registered regions); -ENOMEM;
+ * -EIO / -ENODEV from the device.  Arguments are validated before anything is
+ * queued; after a device error the cuda engine may have queued a prefix (sync
+ * before reusing the buffers).
+ * Blocks: the host engine for the copy; the cuda engine for the submissions.
+ */
+int kvs_copy_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
+		 uint32_t n);
 
-/* Queue the reverse: dst at the same offsets receives tensor i (src[i]). */
-int kvs_copy_d2h_gather(struct kvs_copy_engine *eng, void *dst, const uint64_t src[],
-			const uint64_t bytes[], uint32_t n);
+/* Queue device-to-host: host + segs[i].host_off receives segs[i].len bytes from
+ * device address segs[i].dev (the host ranges of one call must not overlap).  Same
+ * arguments, returns and blocking as h2d. */
+int kvs_copy_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
+		 uint32_t n);
 
-/* Wait for every copy queued so far.  Returns 0, -ETIMEDOUT at deadline_ns
- * (absolute CLOCK_MONOTONIC; the copies stay queued), or -EIO / -ENODEV when the
- * device reported an error (logged with CUDA's text). */
+/* Make the copies queued after this call wait for event (a cudaEvent_t recorded by
+ * the caller, e.g. after the kernels that produce a dump's tensors); NULL: no-op, 0.
+ * Host engine: a non-NULL event is -EINVAL.  The cuda engine waits on every stream
+ * (cudaStreamWaitEvent); the event may be re-recorded or destroyed after the call.
+ * Returns 0, -EINVAL, or -EIO / -ENODEV from the device.  Blocks: no. */
+int kvs_copy_wait_event(struct kvs_copy_engine *eng, void *event);
+
+/* Wait for every copy queued so far on every stream.  Returns 0, -ETIMEDOUT at
+ * deadline_ns (absolute CLOCK_MONOTONIC; the copies stay queued), or -EIO / -ENODEV
+ * when the device reported an error (logged with CUDA's text).
+ * Blocks: until the copies finish or the deadline (event polling, back-off <= 1 ms). */
 int kvs_copy_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns);
 
 /* PCI bus id of a CUDA device ("0000:3b:00.0") for NUMA placement (numa/).

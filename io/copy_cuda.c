@@ -1,22 +1,46 @@
 /*
  * io/copy_cuda.c — the CUDA copy engine (kernel variant, KVS_HAVE_CUDA).
  *
- * One non-blocking stream and one completion event per engine.  A scatter of
- * many small tensors goes through cudaMemcpyBatchAsync in a single call (one
- * driver submission instead of n); few or large tensors go per tensor through
- * cudaMemcpyAsync, which already runs at the bulk copy ceiling.  The threshold
- * below follows the H200 measurement in DESIGN.md §5 (32 KiB tensors: 10.7 GB/s
- * per tensor, 53 GB/s batched, 55 GB/s bulk).  If the driver refuses batched
- * copies (older driver: cudaErrorNotSupported / cudaErrorCallRequiresNewerDriver)
- * the engine drops to per-tensor copies for good and logs it once.
+ * Streams.  `streams` (cache_stream_number, 1..16) non-blocking streams, each
+ * with a completion event.  A batch or kernel call goes whole onto the next
+ * stream, round-robin: it is one submission either way, and cutting it into one
+ * submission per stream would multiply exactly the fixed cost those strategies
+ * exist to pay once (the store issues one call per shard, so consecutive shards
+ * overlap on different streams).  A memcpy call is one submission per segment
+ * anyway, so its segments are dealt over the streams (segment i on stream
+ * next + i): large tensors then use several DMA engines at once for free.  A
+ * bitmask records which streams got work since the last successful sync; sync
+ * records the event of each and polls them all (cudaEventSynchronize cannot
+ * time out) with a short exponential back-off up to the caller's deadline.
+ * wait_event makes every stream wait (cudaStreamWaitEvent), so whatever stream a
+ * later copy lands on, it runs after the caller's work.
+ *
+ * Strategy per call (KVS_COPY_STRATEGY_AUTO; the opts may force one), by the
+ * segment count n and mean segment size m, from the H200 numbers of DESIGN.md §5
+ * (128 x 32 KiB: 10.7 GB/s per tensor, 53 GB/s batched, 55 GB/s bulk ceiling):
+ *
+ *   n < 4 or m >= 1 MiB   memcpy  10.7 GB/s at 32 KiB means ~2.5 us of fixed
+ *                                 cost per copy; it is under 10% of a copy from
+ *                                 ~1.2 MB up, and a batch of < 4 buys nothing;
+ *   m <= 16 KiB           kernel  batched copies left ~3 us of fixed cost on
+ *                                 4 MiB (96% of the ceiling at 32 KiB); on
+ *                                 16 KiB tensors that is ~7%, on 4 KiB ~25% of a
+ *                                 128-tensor shard: a single launch reading through
+ *                                 the mapping has no per-copy cost at all.  Only
+ *                                 when the host range lies in one region
+ *                                 registered here (the store registers its data
+ *                                 segments), else batch;
+ *   otherwise             batch   one cudaMemcpyBatchAsync.
+ *
+ * The kernel's side and the 16 KiB boundary are estimates until perf/copy_bench
+ * has run on an H200 (docs/io.md says what is verified).  If the driver refuses
+ * batched copies (cudaErrorNotSupported / cudaErrorCallRequiresNewerDriver) the
+ * engine drops to per-segment copies for good and logs it once.
  *
  * The runtime is linked statically and loads libcuda.so on first use, so a
  * machine without a driver only sees -ENODEV from open.  cudaSetDevice is per
  * thread; every entry point sets it (cheap when already current) because the
  * engine may be opened on one thread and used on the copier thread.
- *
- * sync is bounded: it records the event and polls it with a short exponential
- * back-off up to the caller's deadline (cudaEventSynchronize cannot time out).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -28,21 +52,44 @@
 
 #include "common/clock.h"
 #include "io/copy_impl.h"
+#if defined(KVS_HAVE_COPY_KERNEL)
+#include "io/copy_kernel.h"
+#endif
 
-/* Batch when there are at least this many tensors of at most this mean size. */
-#define KVS_CUDA_BATCH_MIN_TENSORS 4u
-#define KVS_CUDA_BATCH_MAX_MEAN_BYTES (1u << 20)
+/* Auto strategy thresholds (see the top comment and docs/io.md). */
+#define KVS_CUDA_MANY_SEGS 4u                    /* n below: memcpy */
+#define KVS_CUDA_MEMCPY_MIN_MEAN (1ull << 20)    /* mean at or above: memcpy */
+#define KVS_CUDA_KERNEL_MAX_MEAN (16ull << 10)   /* mean at or below: kernel */
+
+/* Registered host regions an engine tracks (the store registers one per data
+ * segment: one per NUMA node in use). */
+#define KVS_CUDA_MAX_REGIONS 64
+
+struct kvs_cuda_region {
+	uintptr_t base;
+	uint64_t bytes;
+	uintptr_t dev; /* device mapping of base (cudaHostGetDevicePointer); 0 = none */
+};
 
 struct kvs_cuda_engine {
-	cudaStream_t stream;
-	cudaEvent_t done;
+	cudaStream_t stream[KVS_COPY_MAX_STREAMS];
+	cudaEvent_t done[KVS_COPY_MAX_STREAMS];
+	uint32_t nstreams; /* created so far (== eng->streams once open) */
+	uint32_t next;     /* stream of the next batch/kernel call, first of a memcpy call */
+	uint32_t dirty;    /* bit s: stream s got copies since the last successful sync */
 	bool batch_ok;
-	/* Scratch for cudaMemcpyBatchAsync, grown on demand (never on the steady path). */
-	void **dsts;
-	const void **srcs;
-	size_t *sizes;
-	uint32_t cap;
+	uint32_t nregions;
+	struct kvs_cuda_region region[KVS_CUDA_MAX_REGIONS];
+	/* cudaMemcpyBatchAsync's arrays: n <= KVS_MAX_TENSORS, so fixed. */
+	void *dsts[KVS_MAX_TENSORS];
+	const void *srcs[KVS_MAX_TENSORS];
+	size_t sizes[KVS_MAX_TENSORS];
+#if defined(KVS_HAVE_COPY_KERNEL)
+	struct kvs_copy_kbatch kb; /* a launch's parameter block (copied at launch) */
+#endif
 };
+
+static const char *const strategy_name[] = { "auto", "memcpy", "batch", "kernel" };
 
 static int cuda_err(struct kvs_copy_engine *eng, cudaError_t e, const char *what)
 {
@@ -62,6 +109,7 @@ static int cuda_err(struct kvs_copy_engine *eng, cudaError_t e, const char *what
 		rc = -ENOMEM;
 		break;
 	case cudaErrorInvalidValue:
+	case cudaErrorInvalidResourceHandle:
 	case cudaErrorHostMemoryAlreadyRegistered:
 	case cudaErrorHostMemoryNotRegistered:
 		rc = -EINVAL;
@@ -87,144 +135,300 @@ static int cuda_use_device(struct kvs_copy_engine *eng)
 
 static int cuda_reg(struct kvs_copy_engine *eng, void *base, uint64_t bytes)
 {
-	int rc = cuda_use_device(eng);
+	struct kvs_cuda_engine *c = cuda_of(eng);
+	struct kvs_cuda_region *r;
+	void *dev = NULL;
+	cudaError_t e;
+	int rc;
 
+	if (c->nregions == KVS_CUDA_MAX_REGIONS) {
+		kvs_log_error(&eng->log, "cuda device %d: more than %d registered regions",
+			      eng->device_id, KVS_CUDA_MAX_REGIONS);
+		return -ENOSPC;
+	}
+	rc = cuda_use_device(eng);
 	if (rc == 0)
-		rc = cuda_err(eng, cudaHostRegister(base, bytes, cudaHostRegisterPortable),
-			      "cudaHostRegister");
-	return rc;
+		rc = cuda_err(eng, cudaHostRegister(base, bytes, cudaHostRegisterPortable |
+						    cudaHostRegisterMapped), "cudaHostRegister");
+	if (rc < 0)
+		return rc;
+	/* The copy kernel reads and writes the region through this mapping.  Without
+	 * one (a device that cannot map host memory) the region is still pinned and
+	 * the engine simply never picks the kernel for it. */
+	e = cudaHostGetDevicePointer(&dev, base, 0);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		kvs_log_warn(&eng->log, "cuda device %d: no device mapping of a registered region "
+			     "(%s): copy kernel off for it", eng->device_id, cudaGetErrorString(e));
+		dev = NULL;
+	}
+	r = &c->region[c->nregions++];
+	r->base = (uintptr_t)base;
+	r->bytes = bytes;
+	r->dev = (uintptr_t)dev;
+	return 0;
 }
 
 static int cuda_unreg(struct kvs_copy_engine *eng, void *base)
 {
+	struct kvs_cuda_engine *c = cuda_of(eng);
 	int rc = cuda_use_device(eng);
 
 	if (rc == 0)
 		rc = cuda_err(eng, cudaHostUnregister(base), "cudaHostUnregister");
+	for (uint32_t i = 0; i < c->nregions; i++) {
+		if (c->region[i].base == (uintptr_t)base) {
+			c->region[i] = c->region[--c->nregions];
+			break;
+		}
+	}
 	return rc;
 }
 
-static int cuda_grow(struct kvs_cuda_engine *c, uint32_t n)
+/*
+ * The device address of host[lo, hi) when it lies inside one registered region
+ * with a device mapping, else 0.
+ */
+static uintptr_t cuda_mapped(const struct kvs_cuda_engine *c, uintptr_t lo, uintptr_t hi)
 {
-	void **d;
-	const void **s;
-	size_t *z;
+	for (uint32_t i = 0; i < c->nregions; i++) {
+		const struct kvs_cuda_region *r = &c->region[i];
 
-	if (n <= c->cap)
-		return 0;
-	d = realloc(c->dsts, n * sizeof(*d));
-	if (d)
-		c->dsts = d;
-	s = realloc(c->srcs, n * sizeof(*s));
-	if (s)
-		c->srcs = s;
-	z = realloc(c->sizes, n * sizeof(*z));
-	if (z)
-		c->sizes = z;
-	if (!d || !s || !z)
-		return -ENOMEM;
-	c->cap = n;
+		if (r->dev && lo >= r->base && hi - r->base <= r->bytes)
+			return r->dev + (lo - r->base);
+	}
 	return 0;
 }
 
-static bool cuda_want_batch(const struct kvs_cuda_engine *c, const uint64_t bytes[], uint32_t n)
+/* Lowest host_off and highest host_off + len of a (validated) segment list. */
+static void seg_span(const struct kvs_copy_seg segs[], uint32_t n, uint64_t *lo, uint64_t *hi,
+		     uint64_t *total)
 {
-	uint64_t total = 0;
-
-	if (!c->batch_ok || n < KVS_CUDA_BATCH_MIN_TENSORS)
-		return false;
-	for (uint32_t i = 0; i < n; i++)
-		total += bytes[i];
-	return total / n <= KVS_CUDA_BATCH_MAX_MEAN_BYTES;
+	*lo = UINT64_MAX;
+	*hi = 0;
+	*total = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (segs[i].host_off < *lo)
+			*lo = segs[i].host_off;
+		if (segs[i].host_off + segs[i].len > *hi)
+			*hi = segs[i].host_off + segs[i].len;
+		*total = segs[i].len > UINT64_MAX - *total ? UINT64_MAX : *total + segs[i].len;
+	}
 }
 
-/*
- * Queue n copies host<->device.  to_device: dev[i] <- host + off(i), else
- * host + off(i) <- dev[i].  Batched when it pays, per tensor otherwise.
- */
-static int cuda_copy(struct kvs_copy_engine *eng, unsigned char *host, const uint64_t dev[],
-		     const uint64_t bytes[], uint32_t n, bool to_device)
+static uint32_t cuda_next_stream(struct kvs_cuda_engine *c)
+{
+	uint32_t s = c->next;
+
+	c->next = (c->next + 1) % c->nstreams;
+	return s;
+}
+
+static int cuda_copy_memcpy(struct kvs_copy_engine *eng, unsigned char *host,
+			    const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
 	enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+	uint32_t s = cuda_next_stream(c);
+
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned char *h = host + segs[i].host_off;
+		void *d = to_device ? (void *)(uintptr_t)segs[i].dev : h;
+		const void *src = to_device ? (const void *)h : (const void *)(uintptr_t)segs[i].dev;
+		uint32_t si = (s + i) % c->nstreams;
+		int rc;
+
+		c->dirty |= 1u << si;
+		rc = cuda_err(eng, cudaMemcpyAsync(d, src, segs[i].len, kind, c->stream[si]),
+			      "cudaMemcpyAsync");
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* 1: queued; 0: the driver has no batched copies (fall back); < 0: error. */
+static int cuda_copy_batch(struct kvs_copy_engine *eng, unsigned char *host,
+			   const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+{
+	struct kvs_cuda_engine *c = cuda_of(eng);
+	struct cudaMemcpyAttributes attr;
+	size_t attr_idx = 0;
+	uint32_t s;
+	cudaError_t e;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	attr.srcLocHint.type = to_device ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+	attr.srcLocHint.id = eng->device_id;
+	attr.dstLocHint.type = to_device ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+	attr.dstLocHint.id = eng->device_id;
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned char *h = host + segs[i].host_off;
+
+		c->dsts[i] = to_device ? (void *)(uintptr_t)segs[i].dev : (void *)h;
+		c->srcs[i] = to_device ? (const void *)h : (const void *)(uintptr_t)segs[i].dev;
+		c->sizes[i] = segs[i].len;
+	}
+	s = cuda_next_stream(c);
+	c->dirty |= 1u << s;
+	e = cudaMemcpyBatchAsync(c->dsts, c->srcs, c->sizes, n, &attr, &attr_idx, 1, c->stream[s]);
+	if (e == cudaSuccess)
+		return 1;
+	if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver)
+		return cuda_err(eng, e, "cudaMemcpyBatchAsync");
+	(void)cudaGetLastError(); /* clear the (non-sticky) error before falling back */
+	c->batch_ok = false;
+	kvs_log_warn(&eng->log, "cuda device %d: batched copies unsupported (%s); copying per "
+		     "tensor", eng->device_id, cudaGetErrorString(e));
+	return 0;
+}
+
+#if defined(KVS_HAVE_COPY_KERNEL)
+/* One launch per KVS_COPY_KERNEL_MAX_SEGS segments (n <= 256: at most two), all
+ * on one stream.  mapped: the device address of host + lo. */
+static int cuda_copy_kernel(struct kvs_copy_engine *eng, uintptr_t mapped, uint64_t lo,
+			    const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+{
+	struct kvs_cuda_engine *c = cuda_of(eng);
+	uint32_t s = cuda_next_stream(c);
+
+	c->dirty |= 1u << s;
+	for (uint32_t i = 0; i < n; i += KVS_COPY_KERNEL_MAX_SEGS) {
+		uint32_t m = n - i < KVS_COPY_KERNEL_MAX_SEGS ? n - i : KVS_COPY_KERNEL_MAX_SEGS;
+		int rc;
+
+		c->kb.n = m;
+		for (uint32_t j = 0; j < m; j++) {
+			const struct kvs_copy_seg *g = &segs[i + j];
+			uint64_t h = (uint64_t)mapped + (g->host_off - lo);
+
+			c->kb.seg[j].src = to_device ? h : g->dev;
+			c->kb.seg[j].dst = to_device ? g->dev : h;
+			c->kb.seg[j].len = g->len;
+		}
+		rc = cuda_err(eng, (cudaError_t)kvs_copy_kernel_launch(&c->kb, c->stream[s]),
+			      "copy kernel launch");
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+#endif
+
+/* Queue n copies host<->device with the engine's strategy (or the auto pick). */
+static int cuda_copy(struct kvs_copy_engine *eng, unsigned char *host,
+		     const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+{
+	struct kvs_cuda_engine *c = cuda_of(eng);
+	uint32_t strategy = eng->strategy;
+	uint64_t lo, hi, total, mean;
+	uintptr_t mapped = 0;
 	int rc = cuda_use_device(eng);
 
 	if (rc < 0)
 		return rc;
-	if (cuda_want_batch(c, bytes, n) && cuda_grow(c, n) == 0) {
-		struct cudaMemcpyAttributes attr;
-		size_t attr_idx = 0;
-		unsigned char *p = host;
-		cudaError_t e;
-
-		memset(&attr, 0, sizeof(attr));
-		attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-		attr.srcLocHint.type = to_device ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-		attr.srcLocHint.id = eng->device_id;
-		attr.dstLocHint.type = to_device ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
-		attr.dstLocHint.id = eng->device_id;
-		for (uint32_t i = 0; i < n; i++) {
-			c->dsts[i] = to_device ? (void *)(uintptr_t)dev[i] : p;
-			c->srcs[i] = to_device ? (const void *)p : (const void *)(uintptr_t)dev[i];
-			c->sizes[i] = bytes[i];
-			p += bytes[i];
+	seg_span(segs, n, &lo, &hi, &total);
+	mean = total / n;
+	/* Validated by io/copy.c: host + hi does not wrap. */
+	if (strategy == KVS_COPY_STRATEGY_KERNEL || strategy == KVS_COPY_STRATEGY_AUTO)
+		mapped = cuda_mapped(c, (uintptr_t)host + lo, (uintptr_t)host + hi);
+	if (strategy == KVS_COPY_STRATEGY_AUTO) {
+		if (n < KVS_CUDA_MANY_SEGS || mean >= KVS_CUDA_MEMCPY_MIN_MEAN)
+			strategy = KVS_COPY_STRATEGY_MEMCPY;
+#if defined(KVS_HAVE_COPY_KERNEL)
+		else if (mean <= KVS_CUDA_KERNEL_MAX_MEAN && mapped)
+			strategy = KVS_COPY_STRATEGY_KERNEL;
+#endif
+		else
+			strategy = KVS_COPY_STRATEGY_BATCH;
+	}
+	if (strategy == KVS_COPY_STRATEGY_KERNEL) {
+#if defined(KVS_HAVE_COPY_KERNEL)
+		if (!mapped) {
+			kvs_log_error(&eng->log, "cuda device %d: strategy=kernel: host range "
+				      "[%p + %llu, + %llu) is not inside one registered region",
+				      eng->device_id, (void *)host, (unsigned long long)lo,
+				      (unsigned long long)hi);
+			return -EINVAL;
 		}
-		e = cudaMemcpyBatchAsync(c->dsts, c->srcs, c->sizes, n, &attr, &attr_idx, 1,
-					 c->stream);
-		if (e == cudaSuccess)
-			return 0;
-		if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver)
-			return cuda_err(eng, e, "cudaMemcpyBatchAsync");
-		(void)cudaGetLastError(); /* clear the (non-sticky) error before falling back */
-		c->batch_ok = false;
-		kvs_log_warn(&eng->log, "cuda device %d: batched copies unsupported (%s); "
-			     "copying per tensor", eng->device_id, cudaGetErrorString(e));
+		return cuda_copy_kernel(eng, mapped, lo, segs, n, to_device);
+#else
+		return -EOPNOTSUPP; /* refused at open: never reached */
+#endif
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		void *d = to_device ? (void *)(uintptr_t)dev[i] : host;
-		const void *s = to_device ? (const void *)host : (const void *)(uintptr_t)dev[i];
-
-		rc = cuda_err(eng, cudaMemcpyAsync(d, s, bytes[i], kind, c->stream), "cudaMemcpyAsync");
-		if (rc < 0)
-			return rc;
-		host += bytes[i];
+	if (strategy == KVS_COPY_STRATEGY_BATCH && c->batch_ok) {
+		rc = cuda_copy_batch(eng, host, segs, n, to_device);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+		/* 0: the driver refused batches; per segment from now on */
 	}
-	return 0;
+	return cuda_copy_memcpy(eng, host, segs, n, to_device);
 }
 
-static int cuda_h2d(struct kvs_copy_engine *eng, const void *src, const uint64_t dst[],
-		    const uint64_t bytes[], uint32_t n)
+static int cuda_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
+		    uint32_t n)
 {
 	/* cuda_copy only reads host memory in this direction. */
-	return cuda_copy(eng, (unsigned char *)(uintptr_t)src, dst, bytes, n, true);
+	return cuda_copy(eng, (unsigned char *)(uintptr_t)host, segs, n, true);
 }
 
-static int cuda_d2h(struct kvs_copy_engine *eng, void *dst, const uint64_t src[],
-		    const uint64_t bytes[], uint32_t n)
+static int cuda_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
+		    uint32_t n)
 {
-	return cuda_copy(eng, dst, src, bytes, n, false);
+	return cuda_copy(eng, host, segs, n, false);
+}
+
+static int cuda_wait_event(struct kvs_copy_engine *eng, void *event)
+{
+	struct kvs_cuda_engine *c = cuda_of(eng);
+	int rc = cuda_use_device(eng);
+
+	for (uint32_t s = 0; s < c->nstreams && rc == 0; s++)
+		rc = cuda_err(eng, cudaStreamWaitEvent(c->stream[s], (cudaEvent_t)event, 0),
+			      "cudaStreamWaitEvent");
+	return rc;
 }
 
 static int cuda_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
 	struct timespec pause = { 0, 2000 };
-	cudaError_t e;
+	uint32_t pending = c->dirty;
 	int rc = cuda_use_device(eng);
 
 	if (rc < 0)
 		return rc;
-	rc = cuda_err(eng, cudaEventRecord(c->done, c->stream), "cudaEventRecord");
-	if (rc < 0)
-		return rc;
-	while ((e = cudaEventQuery(c->done)) == cudaErrorNotReady) {
+	for (uint32_t s = 0; s < c->nstreams; s++) {
+		if (!(pending & (1u << s)))
+			continue;
+		rc = cuda_err(eng, cudaEventRecord(c->done[s], c->stream[s]), "cudaEventRecord");
+		if (rc < 0)
+			return rc;
+	}
+	for (;;) {
+		for (uint32_t s = 0; s < c->nstreams; s++) {
+			cudaError_t e;
+
+			if (!(pending & (1u << s)))
+				continue;
+			e = cudaEventQuery(c->done[s]);
+			if (e == cudaErrorNotReady)
+				continue;
+			if (e != cudaSuccess)
+				return cuda_err(eng, e, "cudaEventQuery");
+			pending &= ~(1u << s);
+		}
+		if (!pending)
+			break;
 		if (kvs_now_ns() >= deadline_ns)
 			return -ETIMEDOUT;
 		nanosleep(&pause, NULL);
 		if (pause.tv_nsec < 1000000)
 			pause.tv_nsec *= 2;
 	}
-	return cuda_err(eng, e, "cudaEventQuery");
+	c->dirty = 0;
+	return 0;
 }
 
 static void cuda_fini(struct kvs_copy_engine *eng)
@@ -234,20 +438,25 @@ static void cuda_fini(struct kvs_copy_engine *eng)
 	if (!c)
 		return;
 	if (cudaSetDevice(eng->device_id) == cudaSuccess) {
-		if (c->done) {
-			/* Bounded drain: copies still queued after 10 s are abandoned with the
-			 * stream (the caller's data is its own problem by then; logged). */
-			if (cuda_sync(eng, kvs_deadline_after(10ull * KVS_NSEC_PER_SEC)) == -ETIMEDOUT)
-				kvs_log_error(&eng->log, "cuda device %d: copies still queued at close",
-					      eng->device_id);
-			cudaEventDestroy(c->done);
+		/* Bounded drain: copies still queued after 10 s are abandoned with the
+		 * streams (the caller's data is its own problem by then; logged).  Every
+		 * stream got its event before nstreams counted it. */
+		if (c->dirty &&
+		    cuda_sync(eng, kvs_deadline_after(10ull * KVS_NSEC_PER_SEC)) == -ETIMEDOUT)
+			kvs_log_error(&eng->log, "cuda device %d: copies still queued at close",
+				      eng->device_id);
+		while (c->nregions > 0) {
+			void *base = (void *)c->region[c->nregions - 1].base;
+
+			c->nregions--;
+			if (cudaHostUnregister(base) != cudaSuccess)
+				(void)cudaGetLastError();
 		}
-		if (c->stream)
-			cudaStreamDestroy(c->stream);
+		for (uint32_t s = 0; s < c->nstreams; s++) {
+			cudaEventDestroy(c->done[s]);
+			cudaStreamDestroy(c->stream[s]);
+		}
 	}
-	free(c->dsts);
-	free(c->srcs);
-	free(c->sizes);
 	free(c);
 	eng->impl = NULL;
 }
@@ -258,6 +467,7 @@ static const struct kvs_copy_ops cuda_ops = {
 	.unreg = cuda_unreg,
 	.h2d = cuda_h2d,
 	.d2h = cuda_d2h,
+	.wait_event = cuda_wait_event,
 	.sync = cuda_sync,
 	.fini = cuda_fini,
 };
@@ -268,6 +478,13 @@ int kvs_copy_cuda_init(struct kvs_copy_engine *eng)
 	int count = 0;
 	int rc;
 
+#if !defined(KVS_HAVE_COPY_KERNEL)
+	if (eng->strategy == KVS_COPY_STRATEGY_KERNEL) {
+		kvs_log_error(&eng->log, "copy engine cuda: strategy=kernel, but this build has no "
+			      "copy kernel (nvcc was not found)");
+		return -EOPNOTSUPP;
+	}
+#endif
 	rc = cuda_err(eng, cudaGetDeviceCount(&count), "cudaGetDeviceCount");
 	if (rc < 0)
 		return rc;
@@ -283,15 +500,28 @@ int kvs_copy_cuda_init(struct kvs_copy_engine *eng)
 	eng->impl = c;
 	eng->ops = &cuda_ops;
 	rc = cuda_use_device(eng);
-	if (rc == 0)
-		rc = cuda_err(eng, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+	while (rc == 0 && c->nstreams < eng->streams) {
+		uint32_t s = c->nstreams;
+
+		rc = cuda_err(eng, cudaStreamCreateWithFlags(&c->stream[s], cudaStreamNonBlocking),
 			      "cudaStreamCreateWithFlags");
-	if (rc == 0)
-		rc = cuda_err(eng, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming),
+		if (rc < 0)
+			break;
+		rc = cuda_err(eng, cudaEventCreateWithFlags(&c->done[s], cudaEventDisableTiming),
 			      "cudaEventCreateWithFlags");
-	if (rc < 0)
+		if (rc < 0) {
+			cudaStreamDestroy(c->stream[s]);
+			break;
+		}
+		c->nstreams++;
+	}
+	if (rc < 0) {
 		cuda_fini(eng);
-	return rc;
+		return rc;
+	}
+	kvs_log_debug(&eng->log, "cuda device %d: copy engine, %u stream(s), strategy %s",
+		      eng->device_id, c->nstreams, strategy_name[eng->strategy]);
+	return 0;
 }
 
 int kvs_copy_cuda_pci_bus_id(int32_t device_id, char *buf, uint32_t len)

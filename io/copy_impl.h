@@ -1,6 +1,10 @@
 /*
  * io/copy_impl.h — what an engine implementation provides to io/copy.c (private
  * to the copy engines; nothing outside io/copy*.c includes it).
+ *
+ * io/copy.c validates every argument of the public calls (io/copy.h) before it
+ * reaches an engine: ops see a non-NULL host pointer, 1..KVS_MAX_TENSORS segments
+ * with len > 0, dev != 0 and no overflowing range.
  */
 #ifndef KVS_IO_COPY_IMPL_H
 #define KVS_IO_COPY_IMPL_H
@@ -11,10 +15,11 @@ struct kvs_copy_ops {
 	const char *name;
 	int (*reg)(struct kvs_copy_engine *eng, void *base, uint64_t bytes);
 	int (*unreg)(struct kvs_copy_engine *eng, void *base);
-	int (*h2d)(struct kvs_copy_engine *eng, const void *src, const uint64_t dst[],
-		   const uint64_t bytes[], uint32_t n);
-	int (*d2h)(struct kvs_copy_engine *eng, void *dst, const uint64_t src[],
-		   const uint64_t bytes[], uint32_t n);
+	int (*h2d)(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
+		   uint32_t n);
+	int (*d2h)(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
+		   uint32_t n);
+	int (*wait_event)(struct kvs_copy_engine *eng, void *event); /* event != NULL */
 	int (*sync)(struct kvs_copy_engine *eng, uint64_t deadline_ns);
 	void (*fini)(struct kvs_copy_engine *eng);
 };
@@ -23,7 +28,9 @@ struct kvs_copy_engine {
 	const struct kvs_copy_ops *ops;
 	struct kvs_log log;
 	int32_t device_id;
-	void *impl; /* engine-private state */
+	uint32_t streams;  /* 1..KVS_COPY_MAX_STREAMS */
+	uint32_t strategy; /* enum kvs_copy_strategy */
+	void *impl;        /* engine-private state */
 };
 
 #if defined(KVS_HAVE_CUDA)
