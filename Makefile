@@ -23,7 +23,7 @@ DEB_PACKAGES := cmake gcc make pkg-config liburing-dev libnuma-dev libhugetlbfs-
 FUZZ_DEB_PACKAGES := cmake make clang libclang-rt-14-dev llvm
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := ctl
+FUZZ_TARGETS := ctl store_config
 FUZZ_ARGS ?=
 
 .PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds clean

@@ -100,7 +100,7 @@ macro(kvs_add_shared_library)
               ${PROJECT_SOURCE_DIR}/common/error.c)
   kvs_module(kvshare_${KVS_V})
   target_link_libraries(kvshare_${KVS_V} PRIVATE
-    "$<LINK_LIBRARY:WHOLE_ARCHIVE,kvs_core_${KVS_V},kvs_io_${KVS_V},kvs_numa_${KVS_V},kvs_wait_${KVS_V}>")
+    "$<LINK_LIBRARY:WHOLE_ARCHIVE,kvs_store_${KVS_V},kvs_core_${KVS_V},kvs_io_${KVS_V},kvs_numa_${KVS_V},kvs_wait_${KVS_V}>")
   target_link_options(kvshare_${KVS_V} PRIVATE -Wl,--no-undefined -Wl,-z,noexecstack)
   # The exports: exactly the names of libkvshare.map, versioned KVSHARE_1; every
   # other symbol is local (tests/abi_symbols.sh checks the result).
@@ -111,8 +111,8 @@ macro(kvs_add_shared_library)
   endif()
   set_property(TARGET kvshare_${KVS_V} APPEND PROPERTY LINK_DEPENDS
                ${PROJECT_SOURCE_DIR}/libkvshare.map)
-  # core/ links the other modules normally too: link them whole everywhere here.
-  foreach(lib kvs_io_${KVS_V} kvs_numa_${KVS_V} kvs_wait_${KVS_V})
+  # store/core link the other modules normally too: link them whole everywhere here.
+  foreach(lib kvs_core_${KVS_V} kvs_io_${KVS_V} kvs_numa_${KVS_V} kvs_wait_${KVS_V})
     set_property(TARGET kvshare_${KVS_V} PROPERTY LINK_LIBRARY_OVERRIDE_${lib} WHOLE_ARCHIVE)
   endforeach()
   set_target_properties(kvshare_${KVS_V} PROPERTIES

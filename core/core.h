@@ -172,6 +172,14 @@ static inline uint64_t kvs_core_filler(uint32_t rank, uint32_t epoch)
 #define KVS_COUNT(c, field, n) \
 	atomic_fetch_add_explicit(&(c)->me->stats.field, (uint64_t)(n), memory_order_relaxed)
 
+/* For a pinned slot another rank fills: if the filler died, take the slot over
+ * (or fail it, KVS_SLOT_WAIT_NO_TAKEOVER in flags) -- what kvs_slot_wait does once
+ * per slice, for callers that sleep elsewhere (the store's wait-for-any).
+ * Returns KVS_SLOT_WAIT_OWNER (taken over: slot->flags has KVS_SLOT_OWNER), 0
+ * (filler alive, slot published, or failed for everyone: read the state), or
+ * -EINVAL / -ESTALE.  Blocks: one bucket lock, only when the filler is dead. */
+int kvs_core_slot_recover(struct kvs_cache *c, struct kvs_slot *slot, uint32_t flags);
+
 /* ---- test hooks (static library only, not exported by libkvshare.so.1) ---- */
 /* Points of creation where a test may stall the creator (tests/core_attach.c):
  * the anonymous control file is ready but unnamed; named, data not yet made. */

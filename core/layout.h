@@ -13,7 +13,7 @@
  *                                                            hands: any rank         (release; attachers acquire).  CLOCK
  *                                                                                    hands: fetch_add, relaxed.  Node
  *                                                                                    stats: relaxed counters.
- *  ranks    ranks_off       KVS_MAX_RANKS * 16576     64     the rank itself; its    entry state/epoch changed only under
+ *  ranks    ranks_off       KVS_MAX_RANKS * 17024     64     the rank itself; its    entry state/epoch changed only under
  *                                                            reaper                  the lifecycle OFD lock; pins written
  *                                                                                    under the pinned slot's bucket lock;
  *                                                                                    stats relaxed, owner-written.
@@ -69,7 +69,7 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 2u
+#define KVS_LAYOUT_VERSION 3u
 #define KVS_SHM_MAGIC UINT64_C(0x4b56534852435431) /* "KVSHRCT1" */
 #define KVS_CACHE_LINE 64u
 #define KVS_SHM_PAGE 4096u
@@ -114,6 +114,17 @@ enum kvs_shm_rank_state {
 	KVS_SHM_RANK_ATTACHED = 1,
 };
 
+/* Counters of one rank's store (kvs_store_stats: the same fields in the same
+ * order), written by its dispatcher, copier and task threads.  Relaxed
+ * fetch_add; readers sum racily. */
+struct kvs_shm_store_stats {
+	_Atomic uint64_t tasks_load, tasks_dump, tasks_prefetch, tasks_failed, tasks_timedout;
+	_Atomic uint64_t shards_loaded, shards_dumped, dump_dedup, load_hits;
+	_Atomic uint64_t owner_reads, read_errors, backend_writes, write_errors;
+	_Atomic uint64_t prealloc, prealloc_hits, copy_bytes, copy_ns;
+	_Atomic uint64_t task_lat_us[KVS_STORE_LAT_BUCKETS];
+};
+
 /* Counters of one rank (or the node's departed ranks).  Relaxed fetch_add by the
  * rank that counts; readers sum racily: statistics, not synchronisation. */
 struct kvs_shm_stats {
@@ -130,6 +141,7 @@ struct kvs_shm_stats {
 	_Atomic uint64_t ranks_reaped;
 	_Atomic uint64_t enospc;
 	_Atomic uint64_t reserved[4];
+	struct kvs_shm_store_stats store; /* the rank's store pipeline (core/store*.c) */
 };
 
 /* One data segment: where it is and which slots it holds. */
@@ -192,7 +204,7 @@ struct kvs_shm_rank {
 	 * that owns the fill; 0 = free entry.  Written under the slot's bucket
 	 * lock (before ref++ / after ref--); read by repair and the reaper under
 	 * that same lock. */
-	_Atomic uint32_t pins[KVS_RANK_PINS];
+	alignas(KVS_CACHE_LINE) _Atomic uint32_t pins[KVS_RANK_PINS];
 };
 
 struct kvs_shm_bucket {
@@ -218,7 +230,7 @@ struct kvs_shm_slot {
 _Static_assert(sizeof(struct kvs_shm_header) <= KVS_SHM_HEADER_BYTES, "header fits its region");
 _Static_assert(offsetof(struct kvs_shm_header, magic) == 0, "magic first");
 _Static_assert(offsetof(struct kvs_shm_header, layout_version) == 8, "version at 8");
-_Static_assert(sizeof(struct kvs_shm_rank) == 16576, "rank entry size (table row)");
+_Static_assert(sizeof(struct kvs_shm_rank) == 17024, "rank entry size (table row)");
 _Static_assert(sizeof(struct kvs_shm_rank) % KVS_CACHE_LINE == 0, "rank entries line-aligned");
 _Static_assert(offsetof(struct kvs_shm_rank, pins) % KVS_CACHE_LINE == 0, "pins line-aligned");
 _Static_assert(sizeof(struct kvs_shm_bucket) == KVS_CACHE_LINE, "bucket is one line");

@@ -237,6 +237,26 @@ static int filler_check(void *arg)
 	return t->owner || failed ? -KVS_EOWNERDEAD : 0;
 }
 
+int kvs_core_slot_recover(struct kvs_cache *c, struct kvs_slot *slot, uint32_t flags)
+{
+	struct takeover t = { .c = c, .slot = slot, .flags = flags, .owner = false };
+	uint32_t v;
+	int rc = slot_check(c, slot, &v);
+
+	if (rc)
+		return rc;
+	/* relaxed: a hint; filler_check rechecks under the bucket lock */
+	if (state_value(c, slot->index, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
+	    slot_owned(c, slot, v))
+		return 0;
+	filler_check(&t);
+	if (!t.owner)
+		return 0;
+	slot->flags |= KVS_SLOT_OWNER;
+	slot->state = KVS_SHM_SLOT_LOADING;
+	return KVS_SLOT_WAIT_OWNER;
+}
+
 /* What a wait that saw state st returns. */
 static int wait_result(struct kvs_cache *c, struct kvs_slot *slot, int st)
 {

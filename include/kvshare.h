@@ -694,6 +694,242 @@ KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,
  */
 KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *info);
 
+/* ------------------------------------------------------------------------ */
+/* Store: the pipeline an inference engine calls (core/store*.c)             */
+
+/*
+ * A store is one rank's pipeline over the shared cache, a backend and a copy
+ * engine (DESIGN.md §5).  kvs_store_load() takes a task (a list of shards, each
+ * with the device addresses of its tensors) and returns at once with a task id;
+ * two threads of the store then run it:
+ *
+ *   dispatcher  visits the task's shards in rotated order (rank r = device_id %
+ *               local_rank_size starts at slice r and strides by local_rank_size,
+ *               so the ranks of a node own different shards at the same moment),
+ *               pins each slot and, as its owner, submits the backend read at
+ *               once; it publishes READY/FAILED when the read completes (peers
+ *               never wait for this rank's copier) and in idle time preallocates
+ *               the next shard of the block.  It is the backend's only issuer.
+ *   copier      takes the shards in order, waits for any of them to be READY
+ *               (futex; wait-for-any), copies each into its tensors, syncs the
+ *               copy engine once per task, then releases the task's slots.
+ *
+ * Dumps go the other way: a shard already READY is skipped (dumps are
+ * deduplicated across ranks); an owned one is gathered from the device, published
+ * READY and written to the backend.  For a block of several shards the backend
+ * write is done by the rank whose dump owned its shard 0 (the block's writer:
+ * the posix backend renames a block once one handle has written all of it); a
+ * rank that is not the writer gathers the shards it owns into the cache only.
+ *
+ * A watcher store (cache.device_id = -1) has no threads: lookups and stats only.
+ *
+ * Threads.  Every kvs_store_* call is safe from any thread; a task id may be
+ * checked or waited on by one thread at a time.  Tasks complete in any order.
+ */
+
+/* kvs_store_config.copy_engine */
+enum kvs_copy_engine_kind {
+	KVS_COPY_ENGINE_AUTO = 0, /* cuda (an error without a CUDA device: set host) */
+	KVS_COPY_ENGINE_HOST = 1, /* device addresses are host pointers (memcpy) */
+	KVS_COPY_ENGINE_CUDA = 2, /* cuda or an error */
+};
+
+/* kvs_store_config.dispatch_order */
+enum kvs_dispatch_order {
+	KVS_DISPATCH_ROTATED = 0, /* rank r starts at slice r (default) */
+	KVS_DISPATCH_NATURAL = 1, /* every rank in task order: a benchmark baseline only */
+};
+
+/* kvs_store_config.dump_wait: when a dump task completes. */
+enum kvs_dump_wait {
+	KVS_DUMP_WAIT_DURABLE = 0, /* the backend write completed (default) */
+	KVS_DUMP_WAIT_CACHED = 1,  /* the shards are READY in the shared cache */
+};
+
+/* Longest backend_roots string (without NUL). */
+#define KVS_STORE_ROOTS_MAX 1023
+/* CPUs kvs_store_config.cpu_affinity can name. */
+#define KVS_STORE_MAX_CPUS 1024
+
+struct kvs_store_config {
+	struct kvs_cache_config cache;     /* unique_id, device_id, geometry, placement, waiting */
+	struct kvs_backend_config backend; /* kind and its options; shard_bytes and
+					      shards_per_block are the cache's (set at open) */
+	uint64_t capacity_bytes;   /* > 0: cache.slot_count = capacity_bytes / slot_bytes */
+	uint64_t block_bytes;      /* > 0: cache.shards_per_block = block_bytes / slot_bytes */
+	uint64_t tensor_bytes;     /* > 0: the shard is slot_bytes / tensor_bytes equal tensors */
+	uint64_t timeout_ns;       /* a task's deadline, from submit (default 10 s) */
+	uint64_t copy_delay_ns;    /* added before every shard copy (benchmarks: a slow copier) */
+	uint32_t copy_engine;      /* enum kvs_copy_engine_kind (default auto) */
+	uint32_t dispatch_order;   /* enum kvs_dispatch_order (default rotated) */
+	uint32_t dump_wait;        /* enum kvs_dump_wait (default durable) */
+	uint32_t prealloc;         /* 1: preallocate shard + 1 in idle time (default 1) */
+	uint32_t share_buffer;     /* 0: a cache private to this rank (default 1: shared) */
+	uint32_t waiting_queue_depth; /* tasks not yet reaped by check/wait, 1..4096 (64) */
+	uint32_t running_queue_depth; /* shards between dispatcher and copier, 1..65536 (256) */
+	uint32_t cache_stream_number; /* copy streams of the cuda engine, 1..16 (1) */
+	uint64_t cpu_affinity[KVS_STORE_MAX_CPUS / 64]; /* CPUs of the store's threads;
+							   all zero = not pinned */
+	char backend_roots[KVS_STORE_ROOTS_MAX + 1]; /* posix roots, ':'-separated; used when
+						        backend.nroots is 0 */
+	kvs_log_fn log;            /* optional; also used by the cache and backend when
+				      their own log is NULL */
+	void *log_arg;
+	uint64_t reserved[8];      /* must be zero */
+};
+
+/* Fill cfg with defaults (cache and backend defaults included; backend kind
+ * posix).  Never fails, never blocks. */
+KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
+
+/*
+ * Apply "key=value,key=value" to cfg (over what it holds).  Keys (DESIGN.md §6):
+ *   unique_id device_id local_rank_size shard_size block_size tensor_size
+ *   tensor_size_list(a:b:..) cache_buffer_capacity_gb(decimal GiB) reserved_slots
+ *   share_buffer_enable persist hugetlb(auto|required|off) numa(auto|off|required)
+ *   numa_node wait(auto|futex|spin) spin_us backend(posix|none|latency)
+ *   backend_roots(/a:/b) io_engine(auto|uring|pool) io_direct io_queue_depth
+ *   io_threads fsync latency_us latency_queue_depth fault_error_ppm
+ *   fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
+ *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
+ *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us
+ *   cpu_affinity_cores(2:4-7)
+ * Booleans: 1/0, true/false, on/off, yes/no.  Sizes: bytes, with an optional
+ * k/m/g suffix (KiB, MiB, GiB).  Any fault_* value > 0 wraps the backend in the
+ * fault backend.  Each key at most once per string.
+ * Returns 0; -EINVAL for the first bad item (unknown key, with a "did you mean"
+ * where one is close; duplicate key; empty or malformed value; a number out of
+ * range or overflowing): logged through cfg->log naming the key, and described
+ * in err (NUL-terminated, truncated to errlen; err may be NULL).  On error cfg
+ * may hold the items before the bad one.  Blocks: no.
+ */
+KVS_API int kvs_store_config_parse(struct kvs_store_config *cfg, const char *kv, char *err,
+				   size_t errlen);
+
+struct kvs_store;
+
+/*
+ * Open a store: resolve the derived sizes, open the cache (create or attach),
+ * the backend and the copy engine, register the data segments with both, start
+ * the dispatcher and copier (ranks; a watcher starts nothing).  cfg is copied.
+ * Returns 0 and *store; -EINVAL (a bad field, logged by name); -ENODEV (no CUDA
+ * device for copy_engine auto/cuda: set copy_engine=host); kvs_cache_open's and
+ * kvs_backend_open's errors.  Blocks: as kvs_cache_open and kvs_backend_open.
+ * Ownership: *store until kvs_store_close(); NULL on failure.
+ */
+KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store **store);
+
+/*
+ * Close: tasks still running are drained (each bounded by its timeout), the
+ * threads stopped, the backend, copy engine and cache closed.  Task ids not yet
+ * reaped become invalid.  NULL is a no-op.  Blocks: until the drain ends.
+ */
+KVS_API void kvs_store_close(struct kvs_store *store);
+
+/* One tensor of a shard on this rank's device. */
+struct kvs_store_tensor {
+	uint64_t addr;   /* device address (a host address with copy_engine host) */
+	uint64_t offset; /* head slice: first byte of the stored tensor this rank copies (0) */
+	uint64_t len;    /* bytes copied from offset; 0 = to the end of the stored tensor */
+};
+
+/* One shard of a task. */
+struct kvs_store_shard {
+	struct kvs_block_id block;
+	uint32_t shard;          /* < shards_per_block */
+	uint32_t tensor_count;   /* entries of tensors: the cache's tensor count (1 when the
+				    shard is one tensor) */
+	const struct kvs_store_tensor *tensors; /* copied at submit */
+};
+
+/*
+ * Load n shards into their tensors.  Returns 0 and *task; -EINVAL (n == 0, a
+ * shard or tensor range out of bounds, tensor_count not the cache's);
+ * -EOPNOTSUPP (watcher); -EAGAIN (waiting_queue_depth tasks outstanding: check
+ * or wait first; nothing queued); -ENOMEM.  Blocks: no (one allocation per
+ * task, none per shard).  Ownership: shards and their tensors are copied.
+ */
+KVS_API int kvs_store_load(struct kvs_store *store, const struct kvs_store_shard *shards,
+			   uint32_t n, uint64_t *task);
+
+/*
+ * Dump n shards from their tensors into the cache and the backend; cuda_event,
+ * when not NULL, is a cudaEvent_t the gathers wait for (the caller's compute);
+ * NULL with the host engine.  Completes per cfg->dump_wait.  Returns as
+ * kvs_store_load.  Head slices are not dumped: every tensor must be whole
+ * (offset 0, len 0 or the tensor's size), else -EINVAL.
+ */
+KVS_API int kvs_store_dump(struct kvs_store *store, const struct kvs_store_shard *shards,
+			   uint32_t n, void *cuda_event, uint64_t *task);
+
+/* Bring every shard of n blocks into the shared cache (owner reads only, no
+ * copy).  Returns as kvs_store_load. */
+KVS_API int kvs_store_prefetch(struct kvs_store *store, const struct kvs_block_id *blocks,
+			       uint32_t n, uint64_t *task);
+
+/*
+ * Where task is.  Returns 1 (running, or draining after its timeout), 0 (done,
+ * every shard succeeded), or the task's first error (< 0: the backend's,
+ * -KVS_EOWNERDEAD, -ETIMEDOUT for a task past its deadline, ...); a finished
+ * task is reaped by the call that reports it (its id is then unknown).
+ * -ENOENT: no such task.  Blocks: never.
+ */
+KVS_API int kvs_store_check(struct kvs_store *store, uint64_t task);
+
+/* As kvs_store_check, but sleeps (futex; no polling) until the task finishes
+ * or timeout_ns passes (then 1, the task still running and not reaped). */
+KVS_API int kvs_store_wait(struct kvs_store *store, uint64_t task, uint64_t timeout_ns);
+
+/*
+ * For each of n blocks, hits[i] = whether every shard of it is in the shared
+ * cache (READY) or else in the backend.  Returns the number of hits; -EINVAL;
+ * the cache's or backend's errors.  Works from a watcher.  Blocks: one bucket
+ * lock at a time, then a backend lookup per block the cache lacks.
+ */
+KVS_API int kvs_store_lookup(struct kvs_store *store, const struct kvs_block_id *blocks,
+			     size_t n, bool *hits);
+
+/* Length of the longest prefix of blocks that kvs_store_lookup would hit
+ * (stops at the first miss).  Returns 0..n or as kvs_store_lookup. */
+KVS_API int kvs_store_lookup_prefix(struct kvs_store *store, const struct kvs_block_id *blocks,
+				    size_t n);
+
+/* Buckets of kvs_store_stats.task_lat_us: bucket i counts tasks that took
+ * [2^i, 2^(i+1)) microseconds from submit to completion (bucket 0: < 2 us). */
+#define KVS_STORE_LAT_BUCKETS 32
+
+/* A rank's store counters (shared memory: readable by watchers). */
+struct kvs_store_stats {
+	uint64_t tasks_load, tasks_dump, tasks_prefetch; /* submitted */
+	uint64_t tasks_failed;    /* finished with an error (timeouts included) */
+	uint64_t tasks_timedout;  /* finished past their deadline */
+	uint64_t shards_loaded;   /* copied into tensors (or prefetched) */
+	uint64_t shards_dumped;   /* gathered into the cache by this rank */
+	uint64_t dump_dedup;      /* dump shards skipped: already READY (or being filled) */
+	uint64_t load_hits;       /* load shards READY at get */
+	uint64_t owner_reads;     /* backend reads submitted as owner */
+	uint64_t read_errors;     /* owner reads that failed (slot published FAILED) */
+	uint64_t backend_writes;  /* backend writes completed */
+	uint64_t write_errors;
+	uint64_t prealloc;        /* slots preallocated */
+	uint64_t prealloc_hits;   /* owned gets of a key this rank preallocated */
+	uint64_t copy_bytes;      /* bytes copied by the copier (both directions) */
+	uint64_t copy_ns;         /* time in the copy engine (queue + sync) */
+	uint64_t task_lat_us[KVS_STORE_LAT_BUCKETS];
+	uint64_t reserved[8];
+};
+
+/*
+ * Counters of rank-table entry rank (kvs_cache_rank of its store's cache), or
+ * KVS_STATS_NODE for the node total (departed ranks included).  Returns 0;
+ * -EINVAL.  Never blocks (counters read racily).
+ */
+KVS_API int kvs_store_stats(struct kvs_store *store, int rank, struct kvs_store_stats *stats);
+
+/* The store's cache (for kvs_cache_stats, kvs_cache_rank, kvs_cache_check).
+ * Owned by the store: never close it.  Returns NULL for NULL. */
+KVS_API struct kvs_cache *kvs_store_cache(struct kvs_store *store);
+
 #ifdef __cplusplus
 }
 #endif

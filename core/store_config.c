@@ -1,0 +1,969 @@
+/*
+ * core/store_config.c — what a store is asked to be: its defaults, the
+ * "key=value,key=value" parser that inference engines hand us, and the
+ * resolution of the sizes the keys give indirectly (capacity, block and tensor
+ * sizes) into the cache and backend configs that their own open calls check.
+ *
+ * The parser is one table, one row per key: the key's name, the kind of value
+ * it takes (a function that reads and stores that kind: integer, size, time,
+ * boolean or flag bit, enum, or one of the list and string kinds), where the
+ * value goes (offset and width of the field) and its range in the key's own
+ * unit (the range kvshare.h documents for the field, so a bad value is named
+ * by its key here rather than by a field name at open).  Adding a key is
+ * adding a row.  Everything a value can be is spelled strictly: integers are
+ * decimal digits only (no '+', space, base prefix or exponent; a '-' only for
+ * the keys where -1 means something) with overflow detected before each digit;
+ * sizes take one k/m/g suffix (KiB/MiB/GiB), overflow checked;
+ * cache_buffer_capacity_gb is a decimal number of GiB converted with integer
+ * arithmetic only (a fraction rounds down to a whole byte; at most 9 decimals
+ * once trailing zeros are dropped: a 10th would add less than a byte).
+ * Booleans are 1/0, true/false, on/off, yes/no in any case (Python's str(True)
+ * is "True"); keys and enum words are exact, lower case.  Empty items, keys
+ * given twice and unknown keys (with the nearest known key suggested) are
+ * errors; an empty string is no items at all.  Each error names the key and
+ * shows its value (truncated, unprintable bytes as '?') in the log line and in
+ * the caller's err buffer.  The first bad item stops the parse, so cfg keeps
+ * the items before it; a bad item itself changes nothing (list values are built
+ * aside and stored whole).  backend_roots replaces any backend.roots[] the
+ * caller set (nroots becomes 0, so resolution splits the string).
+ *
+ * Resolution (kvs_store_config_resolve) turns a config into the one the store
+ * opens with.  It checks the store's own fields and what it derives or splits
+ * (sizes, the private unique_id, the roots string); the other cache and backend
+ * fields are validated, each by name, by kvs_cache_open and kvs_backend_open,
+ * and are not checked twice here.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/core.h"
+#include "core/store.h"
+
+KVS_API void kvs_store_config_init(struct kvs_store_config *cfg)
+{
+	if (!cfg)
+		return;
+	memset(cfg, 0, sizeof(*cfg));
+	kvs_cache_config_init(&cfg->cache);
+	kvs_backend_config_init(&cfg->backend);
+	cfg->timeout_ns = KVS_STORE_TIMEOUT_NS_DEFAULT;
+	cfg->copy_engine = KVS_COPY_ENGINE_AUTO;
+	cfg->dispatch_order = KVS_DISPATCH_ROTATED;
+	cfg->dump_wait = KVS_DUMP_WAIT_DURABLE;
+	cfg->prealloc = 1;
+	cfg->share_buffer = 1;
+	cfg->waiting_queue_depth = KVS_STORE_WAITING_QD_DEFAULT;
+	cfg->running_queue_depth = KVS_STORE_RUNNING_QD_DEFAULT;
+	cfg->cache_stream_number = 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The parser                                                                */
+
+#define NS_PER_US UINT64_C(1000)
+#define NS_PER_MS UINT64_C(1000000)
+#define US_PER_HOUR (UINT64_C(3600) * 1000000)
+#define TIMEOUT_MS_MAX UINT64_C(86400000) /* a day */
+#define COPY_DELAY_US_MAX UINT64_C(1000000) /* a second */
+#define BACKEND_SHARDS_MAX 65536u          /* kvs_backend_config.shards_per_block */
+#define VALUE_SHOWN_MAX 48                 /* bytes of a bad value quoted in an error */
+#define GIB_DECIMALS_MAX 9
+
+/* A slice of the input: values are not NUL-terminated (they end at ','). */
+struct span {
+	const char *s;
+	size_t n;
+};
+
+struct parse {
+	struct kvs_store_config *cfg;
+	struct kvs_log log;
+	char *err;
+	size_t errlen;
+};
+
+struct kv_key;
+/* A kind of value: reads v and stores it into p->cfg, or returns fail()'s -EINVAL. */
+typedef int (*kv_kind_fn)(struct parse *p, const struct kv_key *k, struct span v);
+
+struct kv_key {
+	const char *name;
+	kv_kind_fn kind;
+	size_t off;               /* offsetof(struct kvs_store_config, field) */
+	size_t width;             /* sizeof the field (integers: 4 or 8) */
+	long long lo;             /* range in the key's unit (kv_int: signed) */
+	unsigned long long hi;
+	uint64_t scale;           /* key unit -> field unit (us -> ns: 1000); 0 = 1 */
+	uint32_t bit;             /* kv_bool on a flags word: the bit (0: a 0/1 field) */
+	bool invert;              /* kv_bool: true clears the bit */
+	const char *const *names; /* kv_enum: names[value], count entries */
+	uint32_t count;
+};
+
+/* The whole message goes to the log and, truncated, to the caller's buffer. */
+__attribute__((format(printf, 2, 3))) static int fail(struct parse *p, const char *fmt, ...)
+{
+	char line[KVS_LOG_LINE_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	kvs_log_error(&p->log, "%s", line);
+	if (p->err && p->errlen)
+		snprintf(p->err, p->errlen, "%s", line);
+	return -EINVAL;
+}
+
+/* A value fit to quote, into out[VALUE_SHOWN_MAX + 4]: at most VALUE_SHOWN_MAX
+ * bytes ("..." after a cut), bytes outside printable ASCII (and quotes) as '?'. */
+static void show(char out[VALUE_SHOWN_MAX + 4], struct span v)
+{
+	size_t n = v.n < VALUE_SHOWN_MAX ? v.n : VALUE_SHOWN_MAX;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)v.s[i];
+		out[i] = ch >= 0x20 && ch < 0x7f && ch != '\'' ? (char)ch : '?';
+	}
+	if (n < v.n) {
+		memcpy(out + n, "...", 3);
+		n += 3;
+	}
+	out[n] = '\0';
+}
+
+/* "store config: invalid <key> = '<value>' (<why>)". */
+__attribute__((format(printf, 4, 5))) static int bad(struct parse *p, const struct kv_key *k,
+						      struct span v, const char *why, ...)
+{
+	char shown[VALUE_SHOWN_MAX + 4], reason[192];
+	va_list ap;
+
+	show(shown, v);
+	va_start(ap, why);
+	vsnprintf(reason, sizeof(reason), why, ap);
+	va_end(ap);
+	return fail(p, "store config: invalid %s = '%s' (%s)", k->name, shown, reason);
+}
+
+static bool is_digit(char ch)
+{
+	return ch >= '0' && ch <= '9';
+}
+
+/* Decimal digits only, at least one.  -EINVAL for anything else, -ERANGE when
+ * the number does not fit 64 bits (checked before each step, never wrapped). */
+static int dec_u64(struct span v, uint64_t *out)
+{
+	uint64_t x = 0;
+
+	if (v.n == 0)
+		return -EINVAL;
+	for (size_t i = 0; i < v.n; i++)
+		if (!is_digit(v.s[i]))
+			return -EINVAL;
+	for (size_t i = 0; i < v.n; i++) {
+		unsigned d = (unsigned)(v.s[i] - '0');
+
+		if (x > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		x = x * 10 + d;
+	}
+	*out = x;
+	return 0;
+}
+
+/* An integer with an optional k/m/g (KiB/MiB/GiB) suffix. */
+static int size_u64(struct span v, uint64_t *out)
+{
+	unsigned shift = 0;
+	uint64_t x;
+	int rc;
+
+	if (v.n > 1) {
+		switch (v.s[v.n - 1]) {
+		case 'k': case 'K': shift = 10; break;
+		case 'm': case 'M': shift = 20; break;
+		case 'g': case 'G': shift = 30; break;
+		default: break;
+		}
+	}
+	if (shift)
+		v.n--;
+	rc = dec_u64(v, &x);
+	if (rc)
+		return rc;
+	if (x > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = x << shift;
+	return 0;
+}
+
+static int num_error(struct parse *p, const struct kv_key *k, struct span v, int rc,
+		     const char *want)
+{
+	if (rc == -ERANGE)
+		return bad(p, k, v, "overflows 64 bits");
+	return bad(p, k, v, "not %s", want);
+}
+
+static void put_u64(struct kvs_store_config *cfg, const struct kv_key *k, uint64_t x)
+{
+	unsigned char *field = (unsigned char *)cfg + k->off;
+
+	if (k->width == sizeof(uint32_t)) {
+		uint32_t w = (uint32_t)x; /* the range check made it fit (two's complement for kv_int) */
+		memcpy(field, &w, sizeof(w));
+	} else {
+		memcpy(field, &x, sizeof(x));
+	}
+}
+
+/* Range check, scale to the field's unit, check the field holds it, store. */
+static int put_ranged(struct parse *p, const struct kv_key *k, struct span v, uint64_t x)
+{
+	uint64_t scaled, field_max = k->width == sizeof(uint32_t) ? UINT32_MAX : UINT64_MAX;
+
+	if (x < (uint64_t)k->lo || x > k->hi)
+		return bad(p, k, v, "want %llu..%llu", (unsigned long long)k->lo, k->hi);
+	if (__builtin_mul_overflow(x, k->scale ? k->scale : 1, &scaled) || scaled > field_max)
+		return bad(p, k, v, "overflows the field");
+	put_u64(p->cfg, k, scaled);
+	return 0;
+}
+
+/* Unsigned decimal integer (times scale: a time in us or ms kept in ns). */
+static int kv_uint(struct parse *p, const struct kv_key *k, struct span v)
+{
+	uint64_t x;
+	int rc = dec_u64(v, &x);
+
+	if (rc)
+		return num_error(p, k, v, rc, "a decimal integer");
+	return put_ranged(p, k, v, x);
+}
+
+/* Signed decimal integer: an optional '-' and digits, lo..hi (into 32 bits). */
+static int kv_int(struct parse *p, const struct kv_key *k, struct span v)
+{
+	bool neg = v.n > 0 && v.s[0] == '-';
+	struct span digits = { v.s + neg, v.n - neg };
+	uint64_t mag;
+	long long x;
+	int rc = dec_u64(digits, &mag);
+
+	if (rc)
+		return num_error(p, k, v, rc, "a decimal integer");
+	if (mag > (uint64_t)INT64_MAX)
+		return bad(p, k, v, "overflows 64 bits");
+	x = neg ? -(long long)mag : (long long)mag;
+	if (x < k->lo || x > (long long)k->hi)
+		return bad(p, k, v, "want %lld..%llu", k->lo, k->hi);
+	put_u64(p->cfg, k, (uint64_t)x);
+	return 0;
+}
+
+static int kv_size(struct parse *p, const struct kv_key *k, struct span v)
+{
+	uint64_t x;
+	int rc = size_u64(v, &x);
+
+	if (rc)
+		return num_error(p, k, v, rc, "a size (bytes, optional k/m/g suffix)");
+	return put_ranged(p, k, v, x);
+}
+
+static bool span_is(struct span v, const char *word, bool any_case)
+{
+	size_t n = strlen(word);
+
+	return v.n == n && (any_case ? strncasecmp(v.s, word, n) : strncmp(v.s, word, n)) == 0;
+}
+
+/* 1/0, true/false, on/off, yes/no (any case: "True" is what Python's str()
+ * gives); into a 0/1 field, or a bit of a flags word (invert: true clears it). */
+static int kv_bool(struct parse *p, const struct kv_key *k, struct span v)
+{
+	static const char *const yes[] = { "1", "true", "on", "yes" };
+	static const char *const no[] = { "0", "false", "off", "no" };
+	int val = -1;
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]) && val < 0; i++) {
+		if (span_is(v, yes[i], true))
+			val = 1;
+		else if (span_is(v, no[i], true))
+			val = 0;
+	}
+	if (val < 0)
+		return bad(p, k, v, "want 1/0, true/false, on/off or yes/no");
+	if (k->bit) {
+		uint32_t flags;
+
+		memcpy(&flags, (unsigned char *)p->cfg + k->off, sizeof(flags));
+		if (val != k->invert)
+			flags |= k->bit;
+		else
+			flags &= ~k->bit;
+		memcpy((unsigned char *)p->cfg + k->off, &flags, sizeof(flags));
+		return 0;
+	}
+	put_u64(p->cfg, k, (uint64_t)val);
+	return 0;
+}
+
+static int kv_enum(struct parse *p, const struct kv_key *k, struct span v)
+{
+	char want[128];
+	size_t used = 0;
+
+	for (uint32_t i = 0; i < k->count; i++) {
+		if (span_is(v, k->names[i], false)) {
+			put_u64(p->cfg, k, i);
+			return 0;
+		}
+	}
+	want[0] = '\0';
+	for (uint32_t i = 0; i < k->count && used < sizeof(want); i++)
+		used += (size_t)snprintf(want + used, sizeof(want) - used, "%s%s", i ? "|" : "",
+					 k->names[i]);
+	return bad(p, k, v, "want %s", want);
+}
+
+/* Decimal GiB with an optional fraction, to bytes: digits[.digits], integer
+ * arithmetic only; the fraction rounds down to a whole byte. */
+static int kv_gib(struct parse *p, const struct kv_key *k, struct span v)
+{
+	const char *dot = memchr(v.s, '.', v.n);
+	struct span ip = { v.s, dot ? (size_t)(dot - v.s) : v.n };
+	struct span fp = { dot ? dot + 1 : v.s, dot ? v.n - ip.n - 1 : 0 };
+	uint64_t whole, frac = 0, pow10 = 1, bytes;
+	int rc;
+
+	rc = dec_u64(ip, &whole);
+	if (rc == 0 && dot)
+		rc = dec_u64(fp, &frac) == -EINVAL ? -EINVAL : 0; /* digits after the dot */
+	if (rc)
+		return num_error(p, k, v, rc, "a decimal number of GiB (e.g. 12 or 0.5)");
+	if (dot) {
+		/* Trailing zeros add nothing; a 10th decimal would be < 1.08 bytes. */
+		while (fp.n > 0 && fp.s[fp.n - 1] == '0')
+			fp.n--;
+		if (fp.n > GIB_DECIMALS_MAX)
+			return bad(p, k, v, "more than %d decimals", GIB_DECIMALS_MAX);
+		frac = 0;
+		if (fp.n && dec_u64(fp, &frac))
+			return bad(p, k, v, "bad decimals"); /* not reached: checked above */
+		for (size_t i = 0; i < fp.n; i++)
+			pow10 *= 10;
+	}
+	if (whole > (UINT64_MAX >> 30))
+		return bad(p, k, v, "overflows 64 bits");
+	/* frac < 10^9 < 2^30: frac << 30 < 2^60. */
+	if (__builtin_add_overflow(whole << 30, (frac << 30) / pow10, &bytes))
+		return bad(p, k, v, "overflows 64 bits");
+	if (bytes == 0)
+		return bad(p, k, v, "want > 0");
+	return put_ranged(p, k, v, bytes);
+}
+
+/* unique_id: [A-Za-z0-9_.-]{1,64}, not "." or "..". */
+static int kv_id(struct parse *p, const struct kv_key *k, struct span v)
+{
+	char id[KVS_UNIQUE_ID_MAX + 1];
+
+	if (v.n > KVS_UNIQUE_ID_MAX)
+		return bad(p, k, v, "longer than %d characters", KVS_UNIQUE_ID_MAX);
+	memcpy(id, v.s, v.n);
+	id[v.n] = '\0';
+	if (!kvs_core_unique_id_valid(id))
+		return bad(p, k, v, "want [A-Za-z0-9_.-]{1,64}");
+	memset(p->cfg->cache.unique_id, 0, sizeof(p->cfg->cache.unique_id));
+	memcpy(p->cfg->cache.unique_id, id, v.n + 1);
+	return 0;
+}
+
+/* The next ':'-separated entry of *rest (which then moves past it); false at
+ * the end. */
+static bool next_entry(struct span *rest, struct span *entry, bool *more)
+{
+	const char *colon;
+
+	if (!*more)
+		return false;
+	colon = memchr(rest->s, ':', rest->n);
+	entry->s = rest->s;
+	entry->n = colon ? (size_t)(colon - rest->s) : rest->n;
+	*more = colon != NULL;
+	if (colon) {
+		rest->n -= entry->n + 1;
+		rest->s = colon + 1;
+	}
+	return true;
+}
+
+/* tensor_size_list: sizes a:b:..., 1..KVS_MAX_TENSORS entries, each 1..2^40. */
+static int kv_sizes(struct parse *p, const struct kv_key *k, struct span v)
+{
+	uint64_t sizes[KVS_MAX_TENSORS];
+	struct span rest = v, e;
+	uint32_t n = 0;
+	bool more = true;
+
+	while (next_entry(&rest, &e, &more)) {
+		uint64_t x;
+		int rc;
+
+		if (n == KVS_MAX_TENSORS)
+			return bad(p, k, v, "more than %u entries", KVS_MAX_TENSORS);
+		rc = size_u64(e, &x);
+		if (rc == -ERANGE)
+			return bad(p, k, v, "entry %u overflows 64 bits", n + 1);
+		if (rc)
+			return bad(p, k, v, "entry %u is not a size", n + 1);
+		if (x == 0 || x > KVS_MAX_SLOT_BYTES)
+			return bad(p, k, v, "entry %u: want 1..2^40", n + 1);
+		sizes[n++] = x;
+	}
+	memset(p->cfg->cache.tensor_bytes, 0, sizeof(p->cfg->cache.tensor_bytes));
+	memcpy(p->cfg->cache.tensor_bytes, sizes, n * sizeof(sizes[0]));
+	p->cfg->cache.tensor_count = n;
+	return 0;
+}
+
+/* backend_roots: /a:/b, 1..KVS_BACKEND_MAX_ROOTS absolute paths. */
+static int kv_roots(struct parse *p, const struct kv_key *k, struct span v)
+{
+	struct kvs_store_config *cfg = p->cfg;
+	struct span rest = v, e;
+	uint32_t n = 0;
+	bool more = true;
+
+	if (v.n > KVS_STORE_ROOTS_MAX)
+		return bad(p, k, v, "longer than %d characters", KVS_STORE_ROOTS_MAX);
+	while (next_entry(&rest, &e, &more)) {
+		if (++n > KVS_BACKEND_MAX_ROOTS)
+			return bad(p, k, v, "more than %d roots", KVS_BACKEND_MAX_ROOTS);
+		if (e.n == 0 || e.s[0] != '/')
+			return bad(p, k, v, "root %u is not an absolute path", n);
+	}
+	memset(cfg->backend_roots, 0, sizeof(cfg->backend_roots));
+	memcpy(cfg->backend_roots, v.s, v.n);
+	/* The string replaces roots the caller set: resolution splits it. */
+	cfg->backend.nroots = 0;
+	memset(cfg->backend.roots, 0, sizeof(cfg->backend.roots));
+	return 0;
+}
+
+/* cpu_affinity_cores: entries n or a-b (a <= b), each < KVS_STORE_MAX_CPUS. */
+static int kv_cpus(struct parse *p, const struct kv_key *k, struct span v)
+{
+	uint64_t mask[KVS_STORE_MAX_CPUS / 64];
+	struct span rest = v, e;
+	uint32_t n = 0;
+	bool more = true;
+
+	memset(mask, 0, sizeof(mask));
+	while (next_entry(&rest, &e, &more)) {
+		const char *dash = memchr(e.s, '-', e.n);
+		struct span a = { e.s, dash ? (size_t)(dash - e.s) : e.n };
+		struct span b = dash ? (struct span){ dash + 1, e.n - a.n - 1 } : a;
+		uint64_t first, last;
+
+		n++;
+		if (dec_u64(a, &first) || dec_u64(b, &last))
+			return bad(p, k, v, "entry %u: want a CPU number or a range a-b", n);
+		if (first > last)
+			return bad(p, k, v, "entry %u: range %llu-%llu is backwards", n,
+				   (unsigned long long)first, (unsigned long long)last);
+		if (last >= KVS_STORE_MAX_CPUS)
+			return bad(p, k, v, "entry %u: CPU %llu (want < %d)", n,
+				   (unsigned long long)last, KVS_STORE_MAX_CPUS);
+		for (uint64_t c = first; c <= last; c++)
+			mask[c / 64] |= UINT64_C(1) << (c % 64);
+	}
+	memcpy(p->cfg->cpu_affinity, mask, sizeof(mask));
+	return 0;
+}
+
+#define K(n, k) .name = n, .kind = k
+#define FIELD(f) .off = offsetof(struct kvs_store_config, f), \
+		 .width = sizeof(((struct kvs_store_config *)0)->f)
+#define ENUM(list) .names = list, .count = sizeof(list) / sizeof(list[0]), \
+		   .hi = sizeof(list) / sizeof(list[0]) - 1
+
+/* Enum names, indexed by value. */
+static const char *const hugetlb_names[] = {
+	[KVS_HUGETLB_AUTO] = "auto", [KVS_HUGETLB_REQUIRED] = "required", [KVS_HUGETLB_OFF] = "off",
+};
+static const char *const numa_names[] = {
+	[KVS_NUMA_AUTO] = "auto", [KVS_NUMA_OFF] = "off", [KVS_NUMA_REQUIRED] = "required",
+};
+static const char *const wait_names[] = {
+	[KVS_WAIT_AUTO] = "auto", [KVS_WAIT_FUTEX] = "futex", [KVS_WAIT_SPIN] = "spin",
+};
+/* fault and user are not chosen by name: fault_* values wrap the backend. */
+static const char *const backend_names[] = {
+	[KVS_BACKEND_POSIX] = "posix", [KVS_BACKEND_NONE] = "none",
+	[KVS_BACKEND_LATENCY] = "latency",
+};
+static const char *const io_engine_names[] = {
+	[KVS_IO_ENGINE_AUTO] = "auto", [KVS_IO_ENGINE_URING] = "uring",
+	[KVS_IO_ENGINE_POOL] = "pool",
+};
+static const char *const copy_engine_names[] = {
+	[KVS_COPY_ENGINE_AUTO] = "auto", [KVS_COPY_ENGINE_HOST] = "host",
+	[KVS_COPY_ENGINE_CUDA] = "cuda",
+};
+static const char *const dispatch_names[] = {
+	[KVS_DISPATCH_ROTATED] = "rotated", [KVS_DISPATCH_NATURAL] = "natural",
+};
+static const char *const dump_wait_names[] = {
+	[KVS_DUMP_WAIT_DURABLE] = "durable", [KVS_DUMP_WAIT_CACHED] = "cached",
+};
+
+/* Every key (kvshare.h, kvs_store_config_parse; DESIGN.md §6).  Ranges are the
+ * ones kvshare.h documents for the field, in the key's unit. */
+static const struct kv_key keys[] = {
+	{ K("unique_id", kv_id) },
+	{ K("device_id", kv_int), FIELD(cache.device_id), .lo = -1, .hi = INT32_MAX },
+	{ K("local_rank_size", kv_uint), FIELD(cache.local_rank_size), .lo = 1, .hi = KVS_MAX_RANKS },
+	{ K("shard_size", kv_size), FIELD(cache.slot_bytes), .lo = 1, .hi = KVS_MAX_SLOT_BYTES },
+	{ K("block_size", kv_size), FIELD(block_bytes), .lo = 1, .hi = UINT64_MAX },
+	{ K("tensor_size", kv_size), FIELD(tensor_bytes), .lo = 1, .hi = KVS_MAX_SLOT_BYTES },
+	{ K("tensor_size_list", kv_sizes) },
+	{ K("cache_buffer_capacity_gb", kv_gib), FIELD(capacity_bytes), .lo = 1, .hi = UINT64_MAX },
+	{ K("reserved_slots", kv_uint), FIELD(cache.reserved_slots), .hi = UINT32_MAX },
+	{ K("share_buffer_enable", kv_bool), FIELD(share_buffer) },
+	{ K("persist", kv_bool), FIELD(cache.flags), .bit = KVS_CACHE_PERSIST },
+	{ K("hugetlb", kv_enum), FIELD(cache.hugetlb), ENUM(hugetlb_names) },
+	{ K("numa", kv_enum), FIELD(cache.numa), ENUM(numa_names) },
+	{ K("numa_node", kv_int), FIELD(cache.numa_node), .lo = -1, .hi = KVS_NUMA_MAX_NODES - 1 },
+	{ K("wait", kv_enum), FIELD(cache.wait), ENUM(wait_names) },
+	{ K("spin_us", kv_uint), FIELD(cache.spin_ns), .hi = UINT32_MAX / NS_PER_US,
+	  .scale = NS_PER_US },
+	{ K("backend", kv_enum), FIELD(backend.kind), ENUM(backend_names) },
+	{ K("backend_roots", kv_roots) },
+	{ K("io_engine", kv_enum), FIELD(backend.io_engine), ENUM(io_engine_names) },
+	{ K("io_direct", kv_bool), FIELD(backend.flags), .bit = KVS_BACKEND_F_IO_DIRECT },
+	{ K("io_queue_depth", kv_uint), FIELD(backend.queue_depth), .lo = 1, .hi = 4096 },
+	{ K("io_threads", kv_uint), FIELD(backend.pool_threads), .lo = 1, .hi = 64 },
+	{ K("fsync", kv_bool), FIELD(backend.flags), .bit = KVS_BACKEND_F_NO_FSYNC, .invert = true },
+	{ K("latency_us", kv_uint), FIELD(backend.latency_ns), .hi = US_PER_HOUR, .scale = NS_PER_US },
+	{ K("latency_queue_depth", kv_uint), FIELD(backend.latency_queue_depth), .hi = UINT32_MAX },
+	{ K("fault_error_ppm", kv_uint), FIELD(backend.fault_error_ppm), .hi = 1000000 },
+	{ K("fault_short_ppm", kv_uint), FIELD(backend.fault_short_ppm), .hi = 1000000 },
+	{ K("fault_delay_us", kv_uint), FIELD(backend.fault_delay_ns), .hi = US_PER_HOUR,
+	  .scale = NS_PER_US },
+	{ K("fault_seed", kv_uint), FIELD(backend.fault_seed), .hi = UINT64_MAX },
+	{ K("copy_engine", kv_enum), FIELD(copy_engine), ENUM(copy_engine_names) },
+	{ K("cache_stream_number", kv_uint), FIELD(cache_stream_number), .lo = 1,
+	  .hi = KVS_STORE_STREAMS_MAX },
+	{ K("dispatch_order", kv_enum), FIELD(dispatch_order), ENUM(dispatch_names) },
+	{ K("dump_wait", kv_enum), FIELD(dump_wait), ENUM(dump_wait_names) },
+	{ K("prealloc", kv_bool), FIELD(prealloc) },
+	{ K("waiting_queue_depth", kv_uint), FIELD(waiting_queue_depth), .lo = 1,
+	  .hi = KVS_STORE_WAITING_QD_MAX },
+	{ K("running_queue_depth", kv_uint), FIELD(running_queue_depth), .lo = 1,
+	  .hi = KVS_STORE_RUNNING_QD_MAX },
+	{ K("timeout_ms", kv_uint), FIELD(timeout_ns), .lo = 1, .hi = TIMEOUT_MS_MAX,
+	  .scale = NS_PER_MS },
+	{ K("copy_delay_us", kv_uint), FIELD(copy_delay_ns), .hi = COPY_DELAY_US_MAX,
+	  .scale = NS_PER_US },
+	{ K("cpu_affinity_cores", kv_cpus) },
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+/* Duplicates are found with one bit per key. */
+_Static_assert(NKEYS <= 64, "the seen-keys mask is 64 bits");
+
+#define KEY_NAME_MAX 32 /* longer than any key: no suggestion is computed for longer names */
+
+/* Levenshtein distance of two short strings (both <= KEY_NAME_MAX). */
+static size_t edit_distance(struct span a, const char *b)
+{
+	size_t nb = strlen(b), row[KEY_NAME_MAX + 1];
+
+	for (size_t j = 0; j <= nb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= a.n; i++) {
+		size_t diag = row[0];
+
+		row[0] = i;
+		for (size_t j = 1; j <= nb; j++) {
+			size_t up = row[j];
+			size_t best = diag + (a.s[i - 1] != b[j - 1]);
+
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[nb];
+}
+
+/* The known key closest to an unknown one: within edit distance 2, else one
+ * that starts with it (3 characters at least) or that it starts with. */
+static const char *suggest(struct span key)
+{
+	const char *best = NULL;
+	size_t best_d = 3;
+
+	if (key.n > KEY_NAME_MAX)
+		return NULL;
+	for (size_t i = 0; i < NKEYS; i++) {
+		size_t d = edit_distance(key, keys[i].name);
+
+		if (d < best_d) {
+			best_d = d;
+			best = keys[i].name;
+		}
+	}
+	for (size_t i = 0; i < NKEYS && !best; i++) {
+		size_t n = strlen(keys[i].name);
+
+		if ((key.n >= 3 && key.n < n && strncmp(keys[i].name, key.s, key.n) == 0) ||
+		    (n < key.n && strncmp(keys[i].name, key.s, n) == 0))
+			best = keys[i].name;
+	}
+	return best;
+}
+
+static const struct kv_key *find_key(struct span key)
+{
+	for (size_t i = 0; i < NKEYS; i++)
+		if (span_is(key, keys[i].name, false))
+			return &keys[i];
+	return NULL;
+}
+
+/* One "key=value" item (not empty). */
+static int parse_item(struct parse *p, struct span item, uint64_t *seen)
+{
+	const char *eq = memchr(item.s, '=', item.n);
+	struct span key = { item.s, eq ? (size_t)(eq - item.s) : item.n };
+	struct span val = { eq ? eq + 1 : item.s + item.n, eq ? item.n - key.n - 1 : 0 };
+	const struct kv_key *k;
+	char shown[VALUE_SHOWN_MAX + 4];
+	uint64_t bit;
+
+	if (key.n == 0) {
+		show(shown, item);
+		return fail(p, "store config: item '%s' has no key (want key=value)", shown);
+	}
+	k = find_key(key);
+	if (!k) {
+		const char *near = suggest(key);
+
+		show(shown, key);
+		if (near)
+			return fail(p, "store config: unknown key '%s' (did you mean '%s'?)", shown,
+				    near);
+		return fail(p, "store config: unknown key '%s'", shown);
+	}
+	bit = UINT64_C(1) << (k - keys);
+	if (*seen & bit)
+		return fail(p, "store config: duplicate key %s (each key at most once)", k->name);
+	*seen |= bit;
+	if (!eq)
+		return fail(p, "store config: invalid %s (no '=': want %s=value)", k->name, k->name);
+	if (val.n == 0)
+		return bad(p, k, val, "empty value");
+	return k->kind(p, k, val);
+}
+
+KVS_API int kvs_store_config_parse(struct kvs_store_config *cfg, const char *kv, char *err,
+				   size_t errlen)
+{
+	struct parse p = { .cfg = cfg, .err = err, .errlen = errlen };
+	uint64_t seen = 0;
+	const char *s;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!cfg)
+		return fail(&p, "store config: cfg is NULL");
+	p.log.fn = cfg->log;
+	p.log.arg = cfg->log_arg;
+	if (!kv)
+		return fail(&p, "store config: the key=value string is NULL");
+	if (!*kv)
+		return 0; /* no items */
+	for (s = kv;; s++) {
+		struct span item = { s, strcspn(s, ",") };
+		int rc;
+
+		if (item.n == 0)
+			return fail(&p, "store config: empty item at byte %zu of the string "
+					"(a leading, trailing or doubled ',')",
+				    (size_t)(s - kv));
+		rc = parse_item(&p, item, &seen);
+		if (rc)
+			return rc;
+		s += item.n;
+		if (!*s)
+			return 0;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Resolution                                                                */
+
+#define RBAD(key, fmt, ...)                                                              \
+	do {                                                                             \
+		kvs_log_error(log, "store config: invalid " key " = " fmt, __VA_ARGS__); \
+		return -EINVAL;                                                          \
+	} while (0)
+
+/* The store's own fields (the cache's and backend's are their open calls'). */
+static int check_store_fields(const struct kvs_store_config *c, const struct kvs_log *log)
+{
+	for (size_t i = 0; i < sizeof(c->reserved) / sizeof(c->reserved[0]); i++)
+		if (c->reserved[i])
+			RBAD("reserved", "%s (must be zero)", "non-zero");
+	if (c->timeout_ns == 0 || c->timeout_ns > TIMEOUT_MS_MAX * NS_PER_MS)
+		RBAD("timeout_ms", "%llu ns (want 1 ns .. 24 h)", (unsigned long long)c->timeout_ns);
+	if (c->copy_delay_ns > COPY_DELAY_US_MAX * NS_PER_US)
+		RBAD("copy_delay_us", "%llu ns (want <= 1 s)", (unsigned long long)c->copy_delay_ns);
+	if (c->copy_engine > KVS_COPY_ENGINE_CUDA)
+		RBAD("copy_engine", "%u (want auto|host|cuda)", c->copy_engine);
+	if (c->dispatch_order > KVS_DISPATCH_NATURAL)
+		RBAD("dispatch_order", "%u (want rotated|natural)", c->dispatch_order);
+	if (c->dump_wait > KVS_DUMP_WAIT_CACHED)
+		RBAD("dump_wait", "%u (want durable|cached)", c->dump_wait);
+	if (c->prealloc > 1)
+		RBAD("prealloc", "%u (want 0 or 1)", c->prealloc);
+	if (c->share_buffer > 1)
+		RBAD("share_buffer_enable", "%u (want 0 or 1)", c->share_buffer);
+	if (c->waiting_queue_depth == 0 || c->waiting_queue_depth > KVS_STORE_WAITING_QD_MAX)
+		RBAD("waiting_queue_depth", "%u (want 1..%u)", c->waiting_queue_depth,
+		     KVS_STORE_WAITING_QD_MAX);
+	if (c->running_queue_depth == 0 || c->running_queue_depth > KVS_STORE_RUNNING_QD_MAX)
+		RBAD("running_queue_depth", "%u (want 1..%u)", c->running_queue_depth,
+		     KVS_STORE_RUNNING_QD_MAX);
+	if (c->cache_stream_number == 0 || c->cache_stream_number > KVS_STORE_STREAMS_MAX)
+		RBAD("cache_stream_number", "%u (want 1..%u)", c->cache_stream_number,
+		     KVS_STORE_STREAMS_MAX);
+	if (memchr(c->backend_roots, '\0', sizeof(c->backend_roots)) == NULL)
+		RBAD("backend_roots", "%s", "(not NUL-terminated)");
+	return 0;
+}
+
+/* slot_bytes, tensor split, slot_count and shards_per_block from the sizes. */
+static int resolve_geometry(struct kvs_store_config *out, const struct kvs_log *log)
+{
+	struct kvs_cache_config *c = &out->cache;
+	uint64_t sum = 0;
+
+	if (c->tensor_count > KVS_MAX_TENSORS)
+		RBAD("tensor_size_list", "%u entries (want <= %d)", c->tensor_count, KVS_MAX_TENSORS);
+	for (uint32_t i = 0; i < c->tensor_count; i++) {
+		if (c->tensor_bytes[i] == 0)
+			RBAD("tensor_size_list", "entry %u is 0 (want > 0)", i + 1);
+		if (__builtin_add_overflow(sum, c->tensor_bytes[i], &sum))
+			RBAD("tensor_size_list", "%u entries (their sum overflows 64 bits)",
+			     c->tensor_count);
+	}
+	if (c->tensor_count) {
+		if (c->slot_bytes == 0)
+			c->slot_bytes = sum;
+		else if (sum != c->slot_bytes)
+			RBAD("tensor_size_list", "%llu bytes in all (shard_size is %llu)",
+			     (unsigned long long)sum, (unsigned long long)c->slot_bytes);
+	}
+
+	if (out->tensor_bytes) {
+		uint64_t n;
+
+		if (c->slot_bytes == 0)
+			RBAD("tensor_size", "%llu (shard_size is not set)",
+			     (unsigned long long)out->tensor_bytes);
+		if (c->slot_bytes % out->tensor_bytes)
+			RBAD("tensor_size", "%llu (does not divide shard_size %llu)",
+			     (unsigned long long)out->tensor_bytes, (unsigned long long)c->slot_bytes);
+		n = c->slot_bytes / out->tensor_bytes;
+		if (n > KVS_MAX_TENSORS)
+			RBAD("tensor_size", "%llu (%llu tensors per shard, want <= %d)",
+			     (unsigned long long)out->tensor_bytes, (unsigned long long)n,
+			     KVS_MAX_TENSORS);
+		if (c->tensor_count) {
+			/* Set both ways (tensor_size_list too): they must agree. */
+			bool same = c->tensor_count == n;
+
+			for (uint32_t i = 0; i < c->tensor_count && same; i++)
+				same = c->tensor_bytes[i] == out->tensor_bytes;
+			if (!same)
+				RBAD("tensor_size", "%llu (tensor_size_list differs)",
+				     (unsigned long long)out->tensor_bytes);
+		} else {
+			c->tensor_count = (uint32_t)n;
+			for (uint32_t i = 0; i < n; i++)
+				c->tensor_bytes[i] = out->tensor_bytes;
+		}
+	}
+
+	if ((out->capacity_bytes || out->block_bytes) && c->slot_bytes == 0)
+		RBAD("shard_size", "0 (%s needs it)",
+		     out->capacity_bytes ? "cache_buffer_capacity_gb" : "block_size");
+	if (out->capacity_bytes) {
+		uint64_t slots = out->capacity_bytes / c->slot_bytes;
+
+		if (slots == 0)
+			RBAD("cache_buffer_capacity_gb", "%llu bytes (less than one shard of %llu)",
+			     (unsigned long long)out->capacity_bytes,
+			     (unsigned long long)c->slot_bytes);
+		if (c->slot_count && c->slot_count != slots)
+			RBAD("cache_buffer_capacity_gb", "%llu bytes (%llu slots, slot_count is %llu)",
+			     (unsigned long long)out->capacity_bytes, (unsigned long long)slots,
+			     (unsigned long long)c->slot_count);
+		c->slot_count = slots;
+	}
+	if (out->block_bytes) {
+		uint64_t shards = out->block_bytes / c->slot_bytes;
+
+		if (out->block_bytes % c->slot_bytes)
+			RBAD("block_size", "%llu (not a multiple of shard_size %llu)",
+			     (unsigned long long)out->block_bytes, (unsigned long long)c->slot_bytes);
+		if (shards > BACKEND_SHARDS_MAX)
+			RBAD("block_size", "%llu (%llu shards per block, want <= %u)",
+			     (unsigned long long)out->block_bytes, (unsigned long long)shards,
+			     BACKEND_SHARDS_MAX);
+		/* 1 is also the default, so only another value counts as set. */
+		if (c->shards_per_block != 1 && c->shards_per_block != shards)
+			RBAD("block_size", "%llu (%llu shards per block, shards_per_block is %u)",
+			     (unsigned long long)out->block_bytes, (unsigned long long)shards,
+			     c->shards_per_block);
+		c->shards_per_block = (uint32_t)shards;
+	}
+	return 0;
+}
+
+/* share_buffer_enable=0: a cache of this rank only, "<unique_id>.rank<device_id>". */
+static int resolve_private(struct kvs_store_config *out, const struct kvs_log *log)
+{
+	struct kvs_cache_config *c = &out->cache;
+	char suffix[24];
+	size_t n;
+
+	if (memchr(c->unique_id, '\0', sizeof(c->unique_id)) == NULL ||
+	    !kvs_core_unique_id_valid(c->unique_id))
+		RBAD("unique_id", "'%.72s' (want [A-Za-z0-9_.-]{1,64})", c->unique_id);
+	snprintf(suffix, sizeof(suffix), ".rank%d", (int)c->device_id);
+	n = strlen(c->unique_id);
+	if (n + strlen(suffix) > KVS_UNIQUE_ID_MAX)
+		RBAD("unique_id", "'%s' (share_buffer_enable=0 appends '%s': over %d characters)",
+		     c->unique_id, suffix, KVS_UNIQUE_ID_MAX);
+	memcpy(c->unique_id + n, suffix, strlen(suffix) + 1);
+	c->local_rank_size = 1;
+	return 0;
+}
+
+/* backend_roots "/a:/b" into backend.roots[], pointing into out->backend_roots
+ * (split in place: each ':' becomes a NUL). */
+static int resolve_roots(struct kvs_store_config *out, const struct kvs_log *log)
+{
+	char *s = out->backend_roots;
+	uint32_t n = 0;
+
+	if (out->backend.nroots || out->backend.kind != KVS_BACKEND_POSIX || !s[0])
+		return 0;
+	/* Check first, split after: a refused string is logged whole. */
+	for (const char *e = s;; e++) {
+		if (++n > KVS_BACKEND_MAX_ROOTS)
+			RBAD("backend_roots", "'%s' (more than %d roots)", s, KVS_BACKEND_MAX_ROOTS);
+		if (*e != '/')
+			RBAD("backend_roots", "'%s' (root %u is not an absolute path)", s, n);
+		e += strcspn(e, ":");
+		if (!*e)
+			break;
+	}
+	n = 0;
+	for (char *e = s;; e++) {
+		out->backend.roots[n++] = e;
+		e += strcspn(e, ":");
+		if (!*e)
+			break;
+		*e = '\0';
+	}
+	out->backend.nroots = n;
+	return 0;
+}
+
+/* Any fault_* rate or delay: the configured backend becomes the inner one of a
+ * fault backend (the fault_* fields stay with the wrapper). */
+static int resolve_fault(struct kvs_store_config *out, struct kvs_backend_config *inner,
+			 const struct kvs_log *log)
+{
+	struct kvs_backend_config *b = &out->backend;
+
+	if (b->kind == KVS_BACKEND_FAULT) {
+		/* The caller built the wrapper: give a copy of its inner config the
+		 * cache's shard geometry too. */
+		if (!b->fault_inner || !inner)
+			return 0; /* kvs_backend_open says what is missing */
+		*inner = *b->fault_inner;
+	} else if (b->fault_error_ppm || b->fault_short_ppm || b->fault_delay_ns) {
+		if (!inner) {
+			kvs_log_error(log, "store config: fault_* given but no room for the "
+					   "fault backend's inner config");
+			return -EINVAL;
+		}
+		*inner = *b;
+		inner->fault_error_ppm = 0;
+		inner->fault_short_ppm = 0;
+		inner->fault_delay_ns = 0;
+		inner->fault_seed = 0;
+		inner->fault_inner = NULL;
+		memset(inner->reserved, 0, sizeof(inner->reserved));
+		b->kind = KVS_BACKEND_FAULT;
+	} else {
+		return 0;
+	}
+	inner->shard_bytes = b->shard_bytes;
+	inner->shards_per_block = b->shards_per_block;
+	b->fault_inner = inner;
+	return 0;
+}
+
+int kvs_store_config_resolve(const struct kvs_store_config *cfg, struct kvs_store_config *out,
+			     struct kvs_backend_config *fault_inner, const struct kvs_log *log)
+{
+	struct kvs_log own;
+	int rc;
+
+	if (!cfg || !out)
+		return -EINVAL;
+	if (!log) {
+		own.fn = cfg->log;
+		own.arg = cfg->log_arg;
+		log = &own;
+	}
+	if (out != cfg)
+		*out = *cfg;
+	rc = check_store_fields(out, log);
+	if (rc == 0)
+		rc = resolve_geometry(out, log);
+	if (rc == 0 && !out->share_buffer)
+		rc = resolve_private(out, log);
+	if (rc == 0)
+		rc = resolve_roots(out, log);
+	if (rc)
+		return rc;
+	if (!out->cache.log) {
+		out->cache.log = out->log;
+		out->cache.log_arg = out->log_arg;
+	}
+	if (!out->backend.log) {
+		out->backend.log = out->log;
+		out->backend.log_arg = out->log_arg;
+	}
+	out->backend.shard_bytes = out->cache.slot_bytes;
+	out->backend.shards_per_block = out->cache.shards_per_block;
+	return resolve_fault(out, fault_inner, log);
+}

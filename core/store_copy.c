@@ -1,0 +1,398 @@
+/*
+ * core/store_copy.c — the copier thread: moves bytes between the cache's slots
+ * and the caller's tensors through the copy engine.
+ *
+ * It takes shards from the ring in the dispatcher's visiting order into a
+ * working set of up to KVS_WAIT_ANY_MAX - 1 shards and handles whichever is
+ * ready first, so a ready shard is never stuck behind a slow one:
+ *
+ *   load/prefetch  when the slot is READY (its owner published it: this rank's
+ *                  dispatcher at read completion, or a peer), H2D-scatter it
+ *                  into the shard's tensors (head slices: each tensor's own byte
+ *                  range); FAILED carries the owner's error to this task.  When
+ *                  the task's last shard is resolved: one sync of the engine,
+ *                  then every shard's slot is released (the task is done) — a slot
+ *                  stays pinned until the copy that reads it has completed.
+ *   dump           an owned shard is D2H-gathered (after the task's CUDA event);
+ *                  the gathers of one pass are synced once, published READY and,
+ *                  for the block's writer, handed to the dispatcher to write.  A
+ *                  writer waits for shards a peer is gathering, then writes them.
+ *
+ * Sleeping: kvs_wait_any over the state words of the shards still LOADING plus
+ * the ring's bell (the dispatcher bumps it at every push), futex_waitv in the
+ * kernel build.  Once per slice the check hook looks at the fillers of the
+ * slots it waits for: a dead filler's slot is taken over (load: the dispatcher
+ * reads it) or failed with -KVS_EOWNERDEAD (dump: nobody else has the bytes).
+ * With nothing to wait for, the thread sleeps on its condition variable.
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "core/store.h"
+
+#define WORK_MAX (KVS_WAIT_ANY_MAX - 1) /* one word for the ring's bell */
+/* Idle sleep bound (the wake is the condition variable; this only bounds it). */
+#define COPIER_IDLE_NS KVS_NSEC_PER_SEC
+/* Longest wait for the engine to finish a task's copies beyond its deadline. */
+#define COPIER_SYNC_GRACE_NS (10ull * KVS_NSEC_PER_SEC)
+
+struct copier {
+	struct kvs_store *s;
+	struct kvs_store_sh *work[WORK_MAX];
+	uint32_t nwork;
+	struct kvs_store_sh *gathered[WORK_MAX]; /* dump gathers of this pass */
+	uint32_t ngathered;
+};
+
+static uint64_t sync_deadline(const struct kvs_store_task *t)
+{
+	uint64_t grace = kvs_deadline_after(COPIER_SYNC_GRACE_NS);
+
+	return t->deadline_ns > grace ? t->deadline_ns : grace;
+}
+
+static void copy_count(struct kvs_store *s, const struct kvs_store_sh *sh, uint64_t t0)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t k = 0; k < sh->nseg; k++)
+		bytes += sh->segs[k].len;
+	KVS_STORE_COUNT(s, copy_bytes, bytes);
+	KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
+}
+
+static void copy_delay(const struct kvs_store *s)
+{
+	struct timespec ts;
+
+	if (!s->cfg.copy_delay_ns)
+		return;
+	ts = kvs_ns_to_timespec(kvs_deadline_after(s->cfg.copy_delay_ns));
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+/* ---- loads ---- */
+
+/* Every shard of a load resolved: sync once, finish, release. */
+static void load_end(struct kvs_store *s, struct kvs_store_task *t)
+{
+	int rc = 0;
+
+	if (t->copied) {
+		uint64_t t0 = kvs_now_ns();
+
+		rc = kvs_copy_sync(s->copy, sync_deadline(t));
+		KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
+		if (rc)
+			kvs_log_error(&s->log, "store: copy engine sync: %s", kvs_strerror(rc));
+	}
+	/* n read once: the last put may free the task */
+	for (uint32_t i = 0, n = t->n; i < n; i++) {
+		kvs_store_sh_error(&t->sh[i], rc);
+		kvs_store_sh_put(s, &t->sh[i]);
+	}
+}
+
+static void load_copy(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	uint64_t t0;
+	int rc;
+
+	KVS_STORE_COUNT(s, shards_loaded, 1);
+	if (!sh->nseg)
+		return; /* prefetch: in the cache is all it needs */
+	copy_delay(s);
+	t0 = kvs_now_ns();
+	rc = kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg);
+	copy_count(s, sh, t0);
+	if (rc)
+		kvs_store_sh_error(sh, rc);
+	else
+		sh->task->copied = true;
+}
+
+/* Is the slot of sh (a load) settled?  0: READY; < 0: the owner's error or the
+ * task's timeout; 1: still filling. */
+static int load_state(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
+{
+	int st;
+
+	if (sh->flags & KVS_SH_OWNED) {
+		/* acquire: pairs with read_done's release */
+		st = atomic_load_explicit(&sh->io_result, memory_order_acquire);
+		if (st != KVS_SH_IO_PENDING)
+			return st;
+	} else {
+		st = kvs_slot_state(s->cache, &sh->slot);
+		if (st < 0)
+			return st;
+		if (st == KVS_SLOT_READY)
+			return 0;
+		if (st == KVS_SLOT_FAILED)
+			return sh->slot.error;
+	}
+	return now >= sh->task->deadline_ns ? -ETIMEDOUT : 1;
+}
+
+static bool load_resolve(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
+{
+	int st = sh->err ? sh->err : load_state(s, sh, now);
+
+	if (st == 1)
+		return false;
+	if (st)
+		kvs_store_sh_error(sh, st);
+	else
+		load_copy(s, sh);
+	if (--sh->task->copier_left == 0)
+		load_end(s, sh->task);
+	return true;
+}
+
+/* ---- dumps ---- */
+
+static void dump_fail(struct kvs_store *s, struct kvs_store_sh *sh, int err)
+{
+	if (sh->flags & KVS_SH_OWNED)
+		kvs_slot_publish_failed(s->cache, &sh->slot, err);
+	kvs_store_sh_error(sh, err);
+	kvs_store_sh_put(s, sh);
+}
+
+/* The shard is READY in the cache: write it (the block's writer) or be done. */
+static void dump_cached(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	if (!(sh->flags & KVS_SH_WRITE)) {
+		kvs_store_sh_put(s, sh);
+		return;
+	}
+	if (s->cfg.dump_wait == KVS_DUMP_WAIT_CACHED)
+		kvs_store_sh_done(s, sh);
+	kvs_store_handoff(s, sh, KVS_SH_IO_WRITE); /* our reference goes with it */
+}
+
+static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
+{
+	struct kvs_store *s = cp->s;
+	struct kvs_store_task *t = sh->task;
+	uint64_t t0;
+	int rc;
+
+	if (sh->err) {
+		kvs_store_sh_error(sh, sh->err);
+		kvs_store_sh_put(s, sh);
+		return true;
+	}
+	if (sh->flags & KVS_SH_OWNED) {
+		if (t->event && !t->event_waited) {
+			rc = kvs_copy_wait_event(s->copy, t->event);
+			if (rc) {
+				dump_fail(s, sh, rc);
+				return true;
+			}
+			t->event_waited = true;
+		}
+		copy_delay(s);
+		t0 = kvs_now_ns();
+		rc = kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
+		copy_count(s, sh, t0);
+		if (rc)
+			dump_fail(s, sh, rc);
+		else
+			cp->gathered[cp->ngathered++] = sh;
+		return true;
+	}
+	if (!(sh->flags & KVS_SH_WRITE)) {
+		kvs_store_sh_put(s, sh); /* deduplicated: a peer has it or is filling it */
+		return true;
+	}
+	/* The block's writer, a peer gathering this shard: wait for READY. */
+	rc = kvs_slot_state(s->cache, &sh->slot);
+	if (rc == KVS_SLOT_LOADING && now < t->deadline_ns)
+		return false;
+	if (rc == KVS_SLOT_READY)
+		dump_cached(s, sh);
+	else
+		dump_fail(s, sh, rc == KVS_SLOT_FAILED ? sh->slot.error : rc < 0 ? rc : -ETIMEDOUT);
+	return true;
+}
+
+/* The gathers of this pass: one sync, then publish each. */
+static void dump_publish(struct copier *cp)
+{
+	struct kvs_store *s = cp->s;
+	uint64_t t0 = kvs_now_ns();
+	int rc;
+
+	if (!cp->ngathered)
+		return;
+	rc = kvs_copy_sync(s->copy, sync_deadline(cp->gathered[0]->task));
+	KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
+	for (uint32_t i = 0; i < cp->ngathered; i++) {
+		struct kvs_store_sh *sh = cp->gathered[i];
+
+		if (rc) {
+			dump_fail(s, sh, rc);
+			continue;
+		}
+		rc = kvs_slot_publish_ready(s->cache, &sh->slot);
+		if (rc) {
+			kvs_log_error(&s->log, "store: publishing dumped slot %u: %s", sh->slot.index,
+				      kvs_strerror(rc));
+			kvs_store_sh_error(sh, rc);
+			kvs_store_sh_put(s, sh);
+			rc = 0;
+			continue;
+		}
+		KVS_STORE_COUNT(s, shards_dumped, 1);
+		dump_cached(s, sh);
+	}
+	cp->ngathered = 0;
+}
+
+/* ---- waiting ---- */
+
+struct recover_ctx {
+	struct copier *cp;
+};
+
+/* Once per slice: take over (load) or fail (dump) the slots of dead fillers.
+ * Fillers already seen alive in this pass are not asked again. */
+static int recover_dead(void *arg)
+{
+	struct copier *cp = ((struct recover_ctx *)arg)->cp;
+	struct kvs_store *s = cp->s;
+	struct kvs_cache *c = s->cache;
+	uint64_t alive[WORK_MAX];
+	uint32_t nalive = 0;
+	int woke = 0;
+
+	for (uint32_t i = 0; i < cp->nwork; i++) {
+		struct kvs_store_sh *sh = cp->work[i];
+		bool dump = sh->task->op == KVS_STORE_OP_DUMP;
+		uint64_t f;
+		uint32_t k;
+		int rc;
+
+		if (sh->err || (sh->flags & KVS_SH_OWNED) || !(sh->flags & KVS_SH_GOT))
+			continue;
+		/* relaxed: a hint (kvs_core_slot_recover rechecks under the lock) */
+		f = atomic_load_explicit(&c->slots[sh->slot.index].filler, memory_order_relaxed);
+		for (k = 0; k < nalive && alive[k] != f; k++)
+			;
+		if (k < nalive)
+			continue;
+		rc = kvs_core_slot_recover(c, &sh->slot, dump ? KVS_SLOT_WAIT_NO_TAKEOVER : 0);
+		if (rc == KVS_SLOT_WAIT_OWNER) {
+			/* The dispatcher reads it for us now; our reference stays. */
+			sh->flags |= KVS_SH_OWNED;
+			atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+			kvs_store_handoff(s, sh, KVS_SH_IO_READ);
+			woke = 1;
+		} else if (rc == 0) {
+			alive[nalive++] = f;
+		}
+	}
+	return woke;
+}
+
+/* Sleep until a word we wait for changes, a shard arrives, a deadline passes or
+ * a filler died.  bell: the ring bell's value read before the ring was looked at. */
+static void copier_sleep(struct copier *cp, uint32_t bell)
+{
+	struct kvs_store *s = cp->s;
+	struct kvs_cache *c = s->cache;
+	_Atomic uint32_t *words[KVS_WAIT_ANY_MAX];
+	uint32_t busy[KVS_WAIT_ANY_MAX];
+	uint64_t deadline = kvs_deadline_after(COPIER_IDLE_NS);
+	struct recover_ctx rctx = { .cp = cp };
+	struct kvs_wait_opts o;
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < cp->nwork; i++) {
+		struct kvs_store_sh *sh = cp->work[i];
+
+		words[n] = &c->states[sh->slot.index];
+		busy[n++] = KVS_SLOT_LOADING;
+		if (sh->task->deadline_ns < deadline)
+			deadline = sh->task->deadline_ns;
+	}
+	if (cp->nwork < WORK_MAX) {
+		words[n] = &s->ring_bell;
+		busy[n++] = bell;
+	}
+	memset(&o, 0, sizeof(o));
+	o.deadline_ns = deadline;
+	o.check = recover_dead;
+	o.check_arg = &rctx;
+	o.spin = &c->spin;
+	o.mode = c->cfg.wait;
+	kvs_wait_any(words, busy, n, &o);
+}
+
+/* Take shards from the ring into the working set; sleep on the condition
+ * variable when there is nothing at all.  Returns false when the copier is to
+ * exit. */
+static bool copier_fill(struct copier *cp)
+{
+	struct kvs_store *s = cp->s;
+	bool exit = false;
+
+	pthread_mutex_lock(&s->mu);
+	while (cp->nwork < WORK_MAX && s->ring_count) {
+		cp->work[cp->nwork++] = s->ring[s->ring_head];
+		s->ring_head = (s->ring_head + 1) % s->ring_cap;
+		s->ring_count--;
+		pthread_cond_signal(&s->disp_cv); /* room in the ring */
+	}
+	if (cp->nwork == 0) {
+		if (s->stop && s->active == 0) {
+			s->copier_done = true;
+			pthread_cond_signal(&s->disp_cv);
+			exit = true;
+		} else {
+			struct timespec ts = kvs_ns_to_timespec(kvs_deadline_after(COPIER_IDLE_NS));
+
+			pthread_cond_timedwait(&s->copier_cv, &s->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return !exit;
+}
+
+void *kvs_store_copier(void *arg)
+{
+	struct copier cp = { .s = arg };
+	struct kvs_store *s = cp.s;
+
+	for (;;) {
+		/* acquire: pairs with ring_push's publish; read before the ring is looked
+		 * at, so a push after our look changes the word we sleep on */
+		uint32_t bell = atomic_load_explicit(&s->ring_bell, memory_order_acquire) &
+				KVS_WAIT_VALUE_MASK;
+		uint64_t now;
+		uint32_t kept = 0;
+
+		if (!copier_fill(&cp))
+			break;
+		if (cp.nwork == 0)
+			continue;
+		now = kvs_now_ns();
+		for (uint32_t i = 0; i < cp.nwork; i++) {
+			struct kvs_store_sh *sh = cp.work[i];
+			bool done = sh->task->op == KVS_STORE_OP_DUMP ? dump_resolve(&cp, sh, now)
+								     : load_resolve(s, sh, now);
+
+			if (!done)
+				cp.work[kept++] = sh;
+		}
+		dump_publish(&cp);
+		if (kept == cp.nwork)
+			copier_sleep(&cp, bell);
+		cp.nwork = kept;
+	}
+	return NULL;
+}
