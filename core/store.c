@@ -32,7 +32,6 @@
  */
 #include <errno.h>
 #include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

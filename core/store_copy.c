@@ -255,15 +255,11 @@ static void dump_publish(struct copier *cp)
 
 /* ---- waiting ---- */
 
-struct recover_ctx {
-	struct copier *cp;
-};
-
 /* Once per slice: take over (load) or fail (dump) the slots of dead fillers.
  * Fillers already seen alive in this pass are not asked again. */
 static int recover_dead(void *arg)
 {
-	struct copier *cp = ((struct recover_ctx *)arg)->cp;
+	struct copier *cp = arg;
 	struct kvs_store *s = cp->s;
 	struct kvs_cache *c = s->cache;
 	uint64_t alive[WORK_MAX];
@@ -308,7 +304,6 @@ static void copier_sleep(struct copier *cp, uint32_t bell)
 	_Atomic uint32_t *words[KVS_WAIT_ANY_MAX];
 	uint32_t busy[KVS_WAIT_ANY_MAX];
 	uint64_t deadline = kvs_deadline_after(COPIER_IDLE_NS);
-	struct recover_ctx rctx = { .cp = cp };
 	struct kvs_wait_opts o;
 	unsigned n = 0;
 
@@ -327,7 +322,7 @@ static void copier_sleep(struct copier *cp, uint32_t bell)
 	memset(&o, 0, sizeof(o));
 	o.deadline_ns = deadline;
 	o.check = recover_dead;
-	o.check_arg = &rctx;
+	o.check_arg = cp;
 	o.spin = &c->spin;
 	o.mode = c->cfg.wait;
 	kvs_wait_any(words, busy, n, &o);
