@@ -3,11 +3,23 @@
  *
  * Per data segment and pool (main / reserved): the hand is a shared counter
  * advanced with fetch_add (no lock).  A candidate that is pinned is skipped; one
- * with its reference bit set loses the bit; an unreferenced one is taken if its
+ * with a CLOCK weight loses one unit of it; one at weight 0 is taken if its
  * bucket can be locked: the caller already holds its own bucket B, and takes the
  * victim's bucket A only with trylock (A before B would be the usual order;
- * trylock cannot deadlock, a busy A just means "next candidate").  At most two
- * sweeps, then -ENOSPC: never spin under a bucket lock.
+ * trylock cannot deadlock, a busy A just means "next candidate").  At most
+ * KVS_CLOCK_WEIGHT_MAX + 1 sweeps (enough to bring every weight to 0 and find
+ * one), then -ENOSPC: never spin under a bucket lock.
+ *
+ * Weights (refbits[], one byte per slot, core/layout.h) instead of a single
+ * reference bit: allocation gives 1, a new use of a resident slot adds 1 up to
+ * KVS_CLOCK_WEIGHT_MAX (core/slot.c: clock_alloc / clock_use), the hand takes 1
+ * per pass.  A block read once survives one pass, a block reused survives two:
+ * with one bit both survived one pass and CLOCK degraded towards FIFO when most
+ * of the cache turns over between passes; on the Mooncake traces of
+ * ../shared/traces this loses up to 2 points of hit ratio to LRU, against
+ * 0.1 with weights (docs/replay.md).  A "use" is counted once per use episode,
+ * not once per rank: a get that joins a slot other ranks already pin (the TP
+ * ranks of one request) leaves the weight as it is (slot.c).
  *
  * The pools' bounds come from the handle's copy of the segment table, validated
  * at open: the shared header's copy is never read here (another process could
@@ -64,7 +76,9 @@ static int clock_pool(struct kvs_cache *c, uint32_t b, _Atomic uint64_t *hand, u
 {
 	if (count == 0)
 		return -ENOSPC;
-	for (uint64_t n = 0; n < 2 * count; n++) {
+	for (uint64_t n = 0; n < (KVS_CLOCK_WEIGHT_MAX + 1) * count; n++) {
+		uint8_t w;
+
 		/* relaxed: the hand only spreads candidates; the claim is decided
 		 * under the bucket locks */
 		uint64_t h = atomic_fetch_add_explicit(hand, 1, memory_order_relaxed);
@@ -74,9 +88,15 @@ static int clock_pool(struct kvs_cache *c, uint32_t b, _Atomic uint64_t *hand, u
 			KVS_COUNT(c, clock_sweeps, 1);
 		if (atomic_load_explicit(&c->slots[v].ref, memory_order_relaxed) != 0)
 			continue; /* pinned: racy peek, claim() rechecks */
-		/* relaxed: the reference bit is a heuristic (layout.h) */
-		if (atomic_load_explicit(&c->refbits[v], memory_order_relaxed)) {
-			atomic_store_explicit(&c->refbits[v], 0, memory_order_relaxed);
+		/* relaxed: the weight is a heuristic (layout.h); a racing use
+		 * that this store overwrites costs one pass of protection, never
+		 * correctness.  Not trusted: a byte above the maximum (another
+		 * process wrote it) counts as the maximum, so the bound holds. */
+		w = atomic_load_explicit(&c->refbits[v], memory_order_relaxed);
+		if (w) {
+			if (w > KVS_CLOCK_WEIGHT_MAX)
+				w = KVS_CLOCK_WEIGHT_MAX;
+			atomic_store_explicit(&c->refbits[v], (uint8_t)(w - 1), memory_order_relaxed);
 			continue;
 		}
 		if (claim(c, b, v)) {

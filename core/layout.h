@@ -26,9 +26,11 @@
  *  states   states_off      slot_count * 4            64     owner / reaper / get    32-bit state word (wait/wait.h):
  *                                                                                    publish = one exchange (release),
  *                                                                                    waiters acquire.  Off the slot line.
- *  refbits  refbits_off     slot_count * 1            64     any rank                CLOCK reference bits: relaxed (a
- *                                                                                    heuristic; a lost bit costs one
- *                                                                                    eviction, never correctness).
+ *  refbits  refbits_off     slot_count * 1            64     any rank                CLOCK weights, 0..KVS_CLOCK_WEIGHT_MAX
+ *                                                                                    (core/clock.c): load-then-store,
+ *                                                                                    relaxed (a heuristic; a lost update
+ *                                                                                    costs one eviction choice, never
+ *                                                                                    correctness).  Any byte is harmless.
  *  end      ctl_bytes       rounded up to 4096
  *
  * Data segments (numa/): segment s holds slots [first_slot, first_slot +
@@ -69,7 +71,7 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 3u
+#define KVS_LAYOUT_VERSION 4u /* 4: refbits hold CLOCK weights 0..2, not one bit */
 #define KVS_SHM_MAGIC UINT64_C(0x4b56534852435431) /* "KVSHRCT1" */
 #define KVS_CACHE_LINE 64u
 #define KVS_SHM_PAGE 4096u
@@ -90,6 +92,12 @@
  * wait took it over).  Publishing requires that bit and the slot's filler. */
 #define KVS_PIN_OWNER (UINT32_C(1) << 31)
 #define KVS_PIN_SLOT_MASK (KVS_PIN_OWNER - 1)
+/* Largest CLOCK weight of a slot (refbits[]): allocation gives 1, a new use
+ * adds 1, each pass of the hand takes 1; a slot is evicted at 0.  The hand
+ * sweeps a pool at most KVS_CLOCK_WEIGHT_MAX + 1 times per search.  Part of the
+ * protocol: every process of a cache must agree (KVS_LAYOUT_VERSION). */
+#define KVS_CLOCK_WEIGHT_MAX 2u
+
 /* Filler of a slot nobody is filling (a preallocated LOADING slot). */
 #define KVS_FILLER_NONE UINT64_MAX
 
@@ -238,6 +246,7 @@ _Static_assert(sizeof(struct kvs_shm_slot) == KVS_CACHE_LINE, "slot meta is one 
 _Static_assert(sizeof(struct kvs_shm_seg) % KVS_CACHE_LINE == 0, "segment hands line-aligned");
 _Static_assert(sizeof(_Atomic uint32_t) == 4, "state word is 32 bits (futex)");
 _Static_assert(sizeof(_Atomic uint8_t) == 1, "refbits are bytes");
+_Static_assert(KVS_CLOCK_WEIGHT_MAX >= 1 && KVS_CLOCK_WEIGHT_MAX < 255, "a CLOCK weight fits its byte");
 _Static_assert(KVS_MAX_RANKS < KVS_SHM_PAGE, "rank lock bytes below the lifecycle byte");
 _Static_assert((int)KVS_SHM_SLOT_EMPTY == (int)KVS_SLOT_EMPTY &&
 	       (int)KVS_SHM_SLOT_LOADING == (int)KVS_SLOT_LOADING &&

@@ -39,12 +39,24 @@ static inline uint32_t state_value(struct kvs_cache *c, uint32_t i, memory_order
 	return atomic_load_explicit(&c->states[i], mo) & KVS_WAIT_VALUE_MASK;
 }
 
-static void set_refbit(struct kvs_cache *c, uint32_t i)
+/* CLOCK weights (core/clock.c, layout.h): allocation and any get that does
+ * not start a new use keep the slot's weight at least 1 (a just-filled slot
+ * survives until copied); a new use adds 1 up to KVS_CLOCK_WEIGHT_MAX.
+ * relaxed: a heuristic; load-then-store, not an RMW, and no store when nothing
+ * changes (keeps the line shared on the hit path).  A racing update lost costs
+ * one eviction choice, never correctness. */
+static void clock_alloc(struct kvs_cache *c, uint32_t i)
 {
-	/* relaxed: CLOCK heuristic; skip the store when already set (keeps the
-	 * line shared on the hit path) */
 	if (!atomic_load_explicit(&c->refbits[i], memory_order_relaxed))
 		atomic_store_explicit(&c->refbits[i], 1, memory_order_relaxed);
+}
+
+static void clock_use(struct kvs_cache *c, uint32_t i)
+{
+	uint8_t w = atomic_load_explicit(&c->refbits[i], memory_order_relaxed);
+
+	if (w < KVS_CLOCK_WEIGHT_MAX)
+		atomic_store_explicit(&c->refbits[i], (uint8_t)(w + 1), memory_order_relaxed);
 }
 
 static void fill_slot(struct kvs_cache *c, struct kvs_slot *slot, uint32_t i, uint32_t pin,
@@ -110,7 +122,7 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 		atomic_fetch_add_explicit(&c->slots[i].generation, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&c->slots[i].ref, 1, memory_order_relaxed);
 		make_owner(c, i);
-		set_refbit(c, i);
+		clock_alloc(c, i);
 		KVS_COUNT(c, misses, 1);
 		fill_slot(c, slot, i, pin, KVS_SLOT_OWNER, KVS_SHM_SLOT_LOADING);
 		goto out;
@@ -125,7 +137,13 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 	if (rc)
 		goto out;
 	atomic_store_explicit(&c->slots[i].ref, ref + 1, memory_order_relaxed);
-	set_refbit(c, i);
+	/* A new use: a hit on a READY slot nobody pins.  A get that joins a
+	 * pinned slot (the other TP ranks of the same load) is the same use, and
+	 * a refill (owner) is an allocation: neither raises the weight. */
+	if (!owner && ref == 0 && st == KVS_SHM_SLOT_READY)
+		clock_use(c, i);
+	else
+		clock_alloc(c, i);
 	if (owner) {
 		make_owner(c, i);
 		st = KVS_SHM_SLOT_LOADING;
@@ -418,7 +436,7 @@ static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 			return rc;
 		i = kvs_core_find(c, b, block, s);
 		if (i != KVS_IDX_NONE && touch) {
-			set_refbit(c, i);
+			clock_use(c, i);
 			found++;
 		} else if (i != KVS_IDX_NONE &&
 			   state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_READY) {
@@ -513,7 +531,7 @@ KVS_API int kvs_cache_prealloc(struct kvs_cache *c, const struct kvs_block_id *b
 			atomic_store_explicit(&c->slots[i].filler, KVS_FILLER_NONE, memory_order_relaxed);
 			atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);
 			kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
-			set_refbit(c, i);
+			clock_alloc(c, i);
 			rc = 1;
 		}
 	}
