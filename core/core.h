@@ -13,7 +13,8 @@
  *   index.c    bucket locks (robust, timed in slices, repaired on EOWNERDEAD), chains
  *   clock.c    CLOCK eviction
  *   slot.c     the get table, wait/publish/release, lookups, prealloc, touch
- *   stats.c    kvs_cache_stats, kvs_cache_check
+ *   stats.c    kvs_cache_stats, kvs_cache_check, rank and segment info
+ *   inspect.c  kvs_cache_inspect: a cache described read-only, never attached
  */
 #ifndef KVS_CORE_CORE_H
 #define KVS_CORE_CORE_H

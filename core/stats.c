@@ -1,7 +1,9 @@
 /*
  * core/stats.c — what the cache can say about itself: counters per rank and for
- * the node (kvs_cache_stats), and the invariant checker (kvs_cache_check): the
- * header and segment table, the rank table, then every bucket.
+ * the node (kvs_cache_stats), each rank-table entry (kvs_cache_rank_info) and
+ * data segment (kvs_cache_seg_info) as `kvshare stat` shows them, and the
+ * invariant checker (kvs_cache_check): the header and segment table, the rank
+ * table, then every bucket.
  *
  * Counters are relaxed atomics written by the rank that counts and summed racily
  * here: they are statistics.  The checker verifies each invariant of layout.h
@@ -18,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "core/core.h"
+#include "numa/numa.h"
 #include "wait/wait.h"
 
 static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s)
@@ -75,6 +78,89 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 		o->slots_failed += st == KVS_SHM_SLOT_FAILED;
 		o->slots_pinned += atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed) != 0;
 	}
+	return 0;
+}
+
+KVS_API int kvs_cache_rank_info(struct kvs_cache *c, int rank, struct kvs_cache_rank_info *o)
+{
+	struct kvs_shm_rank *e;
+	uint32_t epoch;
+
+	if (!c || !o || rank < 0 || rank >= (int)KVS_MAX_RANKS)
+		return -EINVAL;
+	memset(o, 0, sizeof(*o));
+	e = &c->ranks[rank];
+	o->entry = (uint32_t)rank;
+	o->device_id = -1;
+	/* relaxed: a description read racily, like the counters */
+	o->epoch = epoch = atomic_load_explicit(&e->epoch, memory_order_relaxed);
+	o->self = rank == c->rank_idx;
+	/* acquire: pairs with the release of attach (pid, device_id) */
+	o->attached = atomic_load_explicit(&e->state, memory_order_acquire) == KVS_SHM_RANK_ATTACHED;
+	if (!o->attached)
+		return 0;
+	o->pid = e->pid;
+	o->device_id = e->device_id < 0 ? -1 : e->device_id;
+	o->alive = kvs_core_rank_alive(c, (uint32_t)rank, epoch);
+	for (uint32_t p = 0; p < KVS_RANK_PINS; p++)
+		/* relaxed: a count, not a snapshot */
+		o->pins += (atomic_load_explicit(&e->pins[p], memory_order_relaxed) &
+			    KVS_PIN_SLOT_MASK) != 0;
+	return 0;
+}
+
+/* Data file of segment sg: "<dir>/kvshare.<uid>.data.<node>" as numa/ names it
+ * (node -1 is file 0).  The record is re-read from shared memory: bounded here,
+ * "" when it is not usable. */
+static void seg_path(const struct kvs_cache *c, const struct kvs_shm_seg *sg, uint32_t backing,
+		     char *buf, size_t len)
+{
+	const char *dir = KVS_NUMA_SHM_DIR;
+	char hdir[KVS_SHM_DIR_MAX];
+	int32_t node = sg->node;
+
+	buf[0] = '\0';
+	if (backing == KVS_NUMA_BACKING_HUGETLB) {
+		memcpy(hdir, c->hdr->hugetlb_dir, sizeof(hdir));
+		if (memchr(hdir, '\0', sizeof(hdir)) == NULL || hdir[0] != '/')
+			return;
+		dir = hdir;
+	} else if (backing != KVS_NUMA_BACKING_SHM) {
+		return;
+	}
+	if (node < KVS_NUMA_NODE_NONE || node >= (int32_t)KVS_NUMA_MAX_NODES)
+		return;
+	if (snprintf(buf, len, "%s/kvshare.%s.data.%d", dir, c->cfg.unique_id,
+		     node < 0 ? 0 : (int)node) >= (int)len)
+		buf[0] = '\0';
+}
+
+KVS_API int kvs_cache_seg_info(struct kvs_cache *c, uint32_t seg, struct kvs_cache_seg_info *o)
+{
+	const struct kvs_shm_seg *sg;
+
+	if (!c || !o)
+		return -EINVAL;
+	memset(o, 0, sizeof(*o));
+	if (seg >= c->seg_count)
+		return -ENOENT;
+	sg = &c->hdr->segs[seg];
+	o->seg = seg;
+	o->seg_count = c->seg_count;
+	/* The geometry is the handle's validated copy; placement is re-read from
+	 * the creator's record (validated at open, bounded again here). */
+	o->first_slot = c->geo[seg].first_slot;
+	o->slot_count = c->geo[seg].slot_count;
+	o->reserved_count = c->geo[seg].reserved_count;
+	o->backing = sg->backing == KVS_NUMA_BACKING_HUGETLB || sg->backing == KVS_NUMA_BACKING_SHM
+			     ? sg->backing : KVS_CACHE_BACKING_NONE;
+	o->node = sg->node >= KVS_NUMA_NODE_NONE && sg->node < (int32_t)KVS_NUMA_MAX_NODES
+			  ? sg->node : KVS_NUMA_NODE_NONE;
+	o->bound_node = sg->bound_node >= 0 && sg->bound_node < (int32_t)KVS_NUMA_MAX_NODES
+				? sg->bound_node : -1;
+	o->page_bytes = sg->page_bytes;
+	o->bytes = sg->bytes;
+	seg_path(c, sg, o->backing, o->path, sizeof(o->path));
 	return 0;
 }
 

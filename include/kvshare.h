@@ -246,6 +246,91 @@ KVS_API void kvs_cache_close(struct kvs_cache *cache);
  */
 KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg);
 
+/*
+ * Inspection without attaching (`kvshare ls`, `kvshare clean`, and `kvshare stat`
+ * before it attaches).  kvs_cache_inspect() opens a control file read-only, tests
+ * the rank entries' liveness locks (F_OFD_GETLK) and reads a snapshot of the
+ * header and rank table with pread(): it takes no lock, maps nothing, writes
+ * nothing, and so never adopts, repairs, reaps or removes anything.  Everything
+ * it reads is validated as an attacher would (the header validator of open), so
+ * a segment of another build or a corrupt one is described, not trusted.
+ */
+
+/* Rank-table entries of a cache: the most processes (ranks and watchers)
+ * attached at once. */
+#define KVS_CACHE_MAX_RANKS 64
+/* Data segments of a cache (one per NUMA node in use). */
+#define KVS_CACHE_MAX_SEGS 16
+
+/* kvs_cache_info.state: what the control segment's header says. */
+enum kvs_cache_info_state {
+	KVS_CACHE_INFO_READY = 0,    /* a valid header of this build's layout, READY */
+	KVS_CACHE_INFO_CREATING = 1, /* not READY: its creator is initialising it
+				      * (ranks_live > 0) or died doing so (ranks_live 0:
+				      * the next open, or kvs_cache_remove, removes it) */
+	KVS_CACHE_INFO_LAYOUT = 2,   /* made by a build of another layout (layout_version
+				      * or struct sizes differ): only layout_version,
+				      * liveness and the file's own attributes are known */
+	KVS_CACHE_INFO_CORRUPT = 3,  /* fails validation (bad magic, truncated, impossible
+				      * geometry); detail names the field */
+};
+
+/* kvs_cache_info.flags (READY only) */
+#define KVS_CACHE_INFO_PERSIST (1u << 0) /* created with KVS_CACHE_PERSIST */
+#define KVS_CACHE_INFO_HUGETLB (1u << 1) /* a data segment is on hugetlbfs */
+
+/* One live rank-table entry, as kvs_cache_inspect() saw it. */
+struct kvs_cache_info_rank {
+	uint32_t entry;     /* rank-table index (kvs_cache_stats' rank) */
+	int32_t pid;        /* as the process recorded it at attach, in its own pid
+			       namespace: informational, never liveness; 0 = unknown */
+	int32_t device_id;  /* >= 0 a rank, -1 a watcher (recorded only) */
+	uint32_t recorded;  /* 1: pid and device_id were read from a READY rank table;
+			       0: only the liveness lock is known (pid 0, device_id -1) */
+};
+
+/* A read-only description of one cache (kvs_cache_inspect). */
+struct kvs_cache_info {
+	char unique_id[72];
+	uint32_t state;           /* enum kvs_cache_info_state */
+	uint32_t flags;           /* KVS_CACHE_INFO_* (READY only) */
+	uint32_t ranks_live;      /* entries whose liveness lock is held; 0 = stale */
+	uint32_t gpu_ranks_live;  /* of those, recorded with device_id >= 0 */
+	uint32_t layout_version;  /* the header's (0 when the magic is wrong) */
+	uint32_t creator_uid;     /* the header's record of its creator (READY; see uid) */
+	uint32_t uid, gid, mode;  /* owner, group and permission bits of the control
+				     file (fstat: the kernel's word, not the header's) */
+	uint32_t seg_count;       /* data segments (READY; 0 otherwise) */
+	uint32_t local_rank_size; /* the fingerprint (READY) */
+	uint32_t shards_per_block;
+	uint32_t reserved_slots;
+	uint32_t fallbacks;       /* KVS_FALLBACK_* the creator recorded (READY) */
+	uint32_t adoptions;       /* times it was adopted after its users died (READY) */
+	uint32_t pad;
+	uint64_t slot_count, slot_bytes; /* (READY) */
+	uint64_t ctl_bytes;       /* size of the control file (fstat) */
+	uint64_t data_bytes;      /* sum of the data segments' sizes (READY, header) */
+	char hugetlb_dir[256];    /* hugetlbfs mount of its hugetlb data segments, "" */
+	char detail[160];         /* LAYOUT, CORRUPT: why, naming the field; else "" */
+	struct kvs_cache_info_rank live[KVS_CACHE_MAX_RANKS]; /* the first ranks_live */
+	uint64_t reserved[8];
+};
+
+/*
+ * Describe the cache unique_id without attaching to it (see above).  A cache of
+ * another layout, a corrupt one and one being created are results (info->state),
+ * not errors.  Liveness is exact at the moment each lock is tested; the rest is a
+ * snapshot that may be out of date when the call returns (a rank may attach or
+ * die meanwhile).
+ * Returns 0 and *info; -EINVAL (NULL, or unique_id not [A-Za-z0-9_.-]{1,64});
+ * -ENOENT (no such cache: no control file); -EACCES (not readable by this
+ * process); another -errno (open, fstat, pread, fcntl).
+ * Blocks: no (a few system calls; 64 lock tests).  Ownership: *info is the
+ * caller's; it is zeroed first, and on failure holds only unique_id (when that
+ * was valid).
+ */
+KVS_API int kvs_cache_inspect(const char *unique_id, struct kvs_cache_info *info);
+
 /* Slot states (kvs_slot.state, kvs_slot_state). */
 enum kvs_slot_state {
 	KVS_SLOT_EMPTY = 0,
@@ -376,7 +461,7 @@ KVS_API int kvs_cache_lookup_prefix(struct kvs_cache *cache, const struct kvs_bl
 KVS_API int kvs_cache_prealloc(struct kvs_cache *cache, const struct kvs_block_id *block,
 			       uint32_t shard);
 
-/* Set the CLOCK reference bit of every resident shard (any state) of n blocks.
+/* Count a use of every resident shard (any state) of n blocks in its CLOCK weight.
  * Returns the number of shards touched; -EINVAL; -ETIMEDOUT.  Blocks: one bucket
  * lock at a time. */
 KVS_API int kvs_cache_touch(struct kvs_cache *cache, const struct kvs_block_id *blocks, size_t n);
@@ -416,6 +501,65 @@ KVS_API int kvs_cache_stats(struct kvs_cache *cache, int rank, struct kvs_cache_
 /* This handle's rank-table entry index (>= 0, for kvs_cache_stats), or -EINVAL
  * for NULL.  Never blocks. */
 KVS_API int kvs_cache_rank(const struct kvs_cache *cache);
+
+/* One rank-table entry seen through an open handle (kvs_cache_rank_info). */
+struct kvs_cache_rank_info {
+	uint32_t entry;     /* = rank */
+	uint32_t attached;  /* 1: the entry is in use (a process attached and has not
+			       detached, nor been reaped since it died) */
+	uint32_t alive;     /* 1: attached and its liveness lock is held (or it is
+			       this handle's own entry); attached && !alive: died,
+			       not reaped yet */
+	uint32_t self;      /* 1: this handle's entry */
+	int32_t pid;        /* recorded at attach, in the attacher's pid namespace:
+			       informational, never liveness (0 for a free entry) */
+	int32_t device_id;  /* >= 0 a rank, -1 a watcher (free entry: -1) */
+	uint32_t epoch;     /* attaches of this entry so far */
+	uint32_t pins;      /* slots it pins now (pin-table entries in use) */
+	uint64_t reserved[4];
+};
+
+/*
+ * Describe rank-table entry rank (0 .. KVS_CACHE_MAX_RANKS - 1; a free entry is
+ * described too, attached 0).  Readable by watchers.  Returns 0 and *info;
+ * -EINVAL (NULL, rank out of range).  Never blocks: the entry is read racily
+ * (one liveness lock test, and its 4096 pin entries counted).
+ * Ownership: *info is the caller's.
+ */
+KVS_API int kvs_cache_rank_info(struct kvs_cache *cache, int rank, struct kvs_cache_rank_info *info);
+
+/* Data segment backing (kvs_cache_seg_info.backing). */
+enum kvs_cache_backing {
+	KVS_CACHE_BACKING_NONE = 0,
+	KVS_CACHE_BACKING_HUGETLB = 1, /* a hugetlbfs file: pages from the huge page pool */
+	KVS_CACHE_BACKING_SHM = 2,     /* a /dev/shm file (MADV_HUGEPAGE where possible) */
+};
+
+/* One data segment as its creator recorded it (kvs_cache_seg_info). */
+struct kvs_cache_seg_info {
+	uint32_t seg;            /* index */
+	uint32_t seg_count;      /* data segments of the cache */
+	uint32_t backing;        /* enum kvs_cache_backing */
+	int32_t node;            /* NUMA node it was made for (-1: none) */
+	int32_t bound_node;      /* node its pages were bound to (-1: not bound) */
+	uint32_t pad;
+	uint64_t page_bytes;     /* page size of its mapping */
+	uint64_t bytes;          /* size of its file */
+	uint64_t first_slot;     /* it holds slots [first_slot, first_slot + slot_count) */
+	uint64_t slot_count;     /* including its reserved ones */
+	uint64_t reserved_count; /* of those, the reserved pool's */
+	char path[384];          /* its file ("" if the record is unusable) */
+	uint64_t reserved[4];
+};
+
+/*
+ * Describe data segment seg (0 .. seg_count - 1) of an open cache: backing, page
+ * size, NUMA node, size, slots, file.  Readable by watchers (they map no data;
+ * this is the creator's record).  Returns 0 and *info; -EINVAL (NULL);
+ * -ENOENT (seg >= the cache's segment count: iterate from 0 until -ENOENT).
+ * Never blocks.  Ownership: *info is the caller's.
+ */
+KVS_API int kvs_cache_seg_info(struct kvs_cache *cache, uint32_t seg, struct kvs_cache_seg_info *info);
 
 /*
  * Verify every shared invariant: chains match bucket_idx, keys hash to their
