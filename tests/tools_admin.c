@@ -1,0 +1,844 @@
+/*
+ * tests/tools_admin.c — `kvshare stat`, `kvshare ls` and `kvshare clean` end to
+ * end, as an operator runs them: the CLI binary (its path is this program's first
+ * argument, from CMake) is fork+exec'd and judged by its exit code, stdout
+ * (parsed with jansson for --json) and stderr, against caches held by real rank
+ * processes (exec'd copies of this program loading through their stores).
+ *
+ *   stat_live        2 ranks hold a cache and loaded the same 8 blocks: stat --json
+ *                    (ranks, slot census, store counters, per-rank rows), text,
+ *                    --prometheus FILE (format, metrics, no FILE.tmp left), --watch
+ *                    ended by SIGTERM; the ranks are undisturbed afterwards
+ *   stat_stale       a stale cache is described read-only, exit 1, not adopted
+ *   stat_last_left   the ranks leave while stat watches: stat does not remove the
+ *                    cache (it is left stale for adoption)
+ *   ls_clean         a live and two stale caches: ls (both forms) states them,
+ *                    --dry-run removes nothing, clean of the live one says why and
+ *                    keeps it, clean of a stale one removes it and its data
+ *   clean_all        a bare `clean` removes every stale cache and no live one, in a
+ *                    private /dev/shm (mount namespace: the machine's other caches
+ *                    are never touched); skipped without CAP_SYS_ADMIN
+ *   bad_input        usage errors (2) and failures (1): one line on stderr each;
+ *                    --help of each subcommand
+ */
+#include <fcntl.h>
+#include <jansson.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+
+#include "store_util.h"
+
+#define SHARD 4096u
+#define NBLK 8u
+
+static const char *cli; /* the kvshare binary */
+
+/* ---- running the CLI ---- */
+
+struct run {
+	int code;       /* exit status, 128 + signal, or -ETIMEDOUT */
+	char out[8 << 20]; /* ls of a busy node's /dev/shm is long */
+	char err[8192];
+};
+
+/* Drain fd into buf (NUL-terminated, truncated). */
+static void drain(int fd, char *buf, size_t cap, size_t *len)
+{
+	char scratch[4096];
+	ssize_t n;
+
+	for (;;) {
+		if (*len + 1 < cap)
+			n = read(fd, buf + *len, cap - 1 - *len);
+		else
+			n = read(fd, scratch, sizeof(scratch));
+		if (n <= 0)
+			break;
+		if (*len + 1 < cap)
+			*len += (size_t)n;
+	}
+	buf[*len] = '\0';
+}
+
+static pid_t cli_spawn(const char *const args[], int *out_fd, int *err_fd)
+{
+	int o[2], e[2];
+	char *argv[32];
+	int n = 0;
+	pid_t pid;
+
+	argv[n++] = (char *)cli;
+	for (int i = 0; args[i] && n < 31; i++)
+		argv[n++] = (char *)args[i];
+	argv[n] = NULL;
+	if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		dup2(o[1], 1);
+		dup2(e[1], 2);
+		execv(cli, argv);
+		_exit(127);
+	}
+	close(o[1]);
+	close(e[1]);
+	*out_fd = o[0];
+	*err_fd = e[0];
+	return pid;
+}
+
+/* Run the CLI with args to completion (10 s at most). */
+static kvs_test_rc cli_run(struct run *r, const char *const args[])
+{
+	int ofd, efd;
+	size_t ol = 0, el = 0;
+	struct pollfd p[2];
+	pid_t pid = cli_spawn(args, &ofd, &efd);
+
+	KVS_CHECK(pid > 0);
+	r->out[0] = r->err[0] = '\0';
+	p[0] = (struct pollfd){ .fd = ofd, .events = POLLIN };
+	p[1] = (struct pollfd){ .fd = efd, .events = POLLIN };
+	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+	while ((p[0].fd >= 0 || p[1].fd >= 0) && kvs_now_ns() < deadline) {
+		if (poll(p, 2, 100) <= 0)
+			continue;
+		for (int i = 0; i < 2; i++) {
+			char *buf = i ? r->err : r->out;
+			size_t cap = i ? sizeof(r->err) : sizeof(r->out), *len = i ? &el : &ol;
+			ssize_t n;
+
+			if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP)))
+				continue;
+			if (*len + 1 >= cap) { /* full: keep draining (the CLI must not get EPIPE) */
+				char scratch[4096];
+
+				n = read(p[i].fd, scratch, sizeof(scratch));
+				if (n > 0)
+					continue;
+			} else {
+				n = read(p[i].fd, buf + *len, cap - 1 - *len);
+			}
+			if (n > 0) {
+				*len += (size_t)n;
+				buf[*len] = '\0';
+			} else {
+				close(p[i].fd);
+				p[i].fd = -1;
+			}
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		if (p[i].fd >= 0)
+			close(p[i].fd);
+	r->code = kvs_test_reap(pid, 10000);
+	return KVS_TEST_PASS;
+}
+
+/* Run and expect exit code `code`; print what it said on a mismatch. */
+static kvs_test_rc cli_expect(struct run *r, int code, const char *const args[])
+{
+	KVS_TRY(cli_run(r, args));
+	if (r->code != code)
+		KVS_FAILF("kvshare %s ...: exit %d, want %d\n--- stdout\n%s--- stderr\n%s", args[0], r->code,
+			  code, r->out, r->err);
+	return KVS_TEST_PASS;
+}
+
+/* stderr is exactly one line containing what. */
+static kvs_test_rc one_line_err(const struct run *r, const char *what)
+{
+	const char *nl = strchr(r->err, '\n');
+
+	if (!nl || nl[1] != '\0' || !strstr(r->err, what))
+		KVS_FAILF("stderr is not one line naming '%s':\n%s", what, r->err);
+	return KVS_TEST_PASS;
+}
+
+static json_t *parse_json(const char *s)
+{
+	json_error_t e;
+	json_t *j = json_loads(s, 0, &e);
+
+	if (!j)
+		fprintf(stderr, "JSON error line %d: %s\n%s\n", e.line, e.text, s);
+	return j;
+}
+
+/* Integer at a '/'-separated path of object keys. */
+static long long jint(json_t *j, const char *path)
+{
+	char buf[256], *save, *k;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (k = strtok_r(buf, "/", &save); k && j; k = strtok_r(NULL, "/", &save))
+		j = json_object_get(j, k);
+	if (!j || !json_is_integer(j)) {
+		fprintf(stderr, "JSON: no integer at %s\n", path);
+		return -999999;
+	}
+	return (long long)json_integer_value(j);
+}
+
+static int ctl_exists(const char *uid)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	return access(path, F_OK) == 0;
+}
+
+static int data_exists(const char *uid)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.0", uid);
+	return access(path, F_OK) == 0;
+}
+
+/* ---- rank processes ---- */
+
+static void rank_cfg(struct kvs_store_config *cfg, const char *uid, int device, bool persist)
+{
+	st_cfg(cfg, uid, device, SHARD, 64, 1);
+	st_latency(cfg, 20000);
+	cfg->cache.numa = KVS_NUMA_OFF;
+	cfg->cache.local_rank_size = 2;
+	if (persist)
+		cfg->cache.flags |= KVS_CACHE_PERSIST;
+}
+
+/* exec'd: --child rank <uid> <device> <persist> <ready fd> <go fd>: open a rank
+ * store, load blocks 0..NBLK-1, say "x" on ready fd, wait for go fd's EOF (or a
+ * kill), close the store. */
+static kvs_test_rc rank_child(int argc, char **argv)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct st_task t;
+	char ch;
+
+	if (argc != 5)
+		KVS_FAILF("usage: --child rank <uid> <device> <persist> <ready fd> <go fd>");
+	/* Never outlive the test (a failed check leaves no rank behind); the go
+	 * pipe's EOF is the normal way out. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	rank_cfg(&cfg, argv[0], atoi(argv[1]), atoi(argv[2]) != 0);
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&t, NBLK, 1, SHARD));
+	for (uint32_t i = 0; i < NBLK; i++) {
+		struct kvs_block_id b = st_block(12, i);
+		st_task_set(&t, i, &b, 0);
+	}
+	KVS_TRY(st_load(s, &t, 20000, 0));
+	KVS_CHECK_EQ(write(atoi(argv[3]), "x", 1), 1);
+	while (read(atoi(argv[4]), &ch, 1) > 0)
+		;
+	kvs_store_close(s);
+	st_task_free(&t);
+	return KVS_TEST_PASS;
+}
+
+struct ranks {
+	pid_t pid[4];
+	int n;
+	int go; /* write end: closing it lets the ranks leave */
+};
+
+/* Start n ranks (devices 0..n-1) on uid, each after the previous one loaded
+ * (so the counts are deterministic: one reads, the other hits), and wait until
+ * all are ready. */
+static kvs_test_rc ranks_start(struct ranks *r, const char *uid, int n, bool persist)
+{
+	int ready[2], go[2];
+	char dev[8], rfd[8], gfd[8], ch;
+
+	KVS_CHECK_OK(pipe(ready));
+	KVS_CHECK_OK(pipe(go));
+	fcntl(ready[0], F_SETFD, FD_CLOEXEC);
+	fcntl(go[1], F_SETFD, FD_CLOEXEC);
+	snprintf(rfd, sizeof(rfd), "%d", ready[1]);
+	snprintf(gfd, sizeof(gfd), "%d", go[0]);
+	r->n = 0;
+	for (int i = 0; i < n; i++) {
+		snprintf(dev, sizeof(dev), "%d", i);
+		const char *av[] = { uid, dev, persist ? "1" : "0", rfd, gfd, NULL };
+		r->pid[r->n] = kvs_test_spawn("rank", av);
+		KVS_CHECK(r->pid[r->n] > 0);
+		r->n++;
+		KVS_CHECK_EQ(read(ready[0], &ch, 1), 1);
+	}
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	r->go = go[1];
+	return KVS_TEST_PASS;
+}
+
+/* Let the ranks close their stores and exit 0. */
+static kvs_test_rc ranks_stop(struct ranks *r)
+{
+	close(r->go);
+	for (int i = 0; i < r->n; i++)
+		KVS_CHECK_EQ(kvs_test_reap(r->pid[i], 20000), 0);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc ranks_kill(struct ranks *r)
+{
+	for (int i = 0; i < r->n; i++) {
+		kill(r->pid[i], SIGKILL);
+		KVS_CHECK_EQ(kvs_test_reap(r->pid[i], 10000), 128 + SIGKILL);
+	}
+	close(r->go);
+	return KVS_TEST_PASS;
+}
+
+/* ---- stat ---- */
+
+static kvs_test_rc check_stat_json(json_t *j, const char *uid, const struct ranks *r)
+{
+	json_t *ranks = json_object_get(j, "ranks");
+	int seen = 0;
+
+	KVS_CHECK(j != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(j, "unique_id")), uid) == 0);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(j, "state")), "live") == 0);
+	KVS_CHECK_EQ(jint(j, "ranks_attached"), 3); /* 2 ranks + stat */
+	KVS_CHECK_EQ(jint(j, "gpu_ranks_attached"), 2);
+	KVS_CHECK_EQ(jint(j, "local_rank_size"), 2);
+	KVS_CHECK_EQ(jint(j, "slot_count"), 64);
+	KVS_CHECK_EQ(jint(j, "slot_bytes"), SHARD);
+	KVS_CHECK_EQ(jint(j, "capacity_bytes"), 64 * SHARD);
+	KVS_CHECK_EQ(jint(j, "slots/ready"), NBLK);
+	KVS_CHECK_EQ(jint(j, "slots/loading"), 0);
+	KVS_CHECK_EQ(jint(j, "slots/failed"), 0);
+	KVS_CHECK_EQ(jint(j, "slots/empty"), 64 - NBLK);
+	KVS_CHECK_EQ(jint(j, "slots/pinned"), 0);
+	KVS_CHECK_EQ(jint(j, "cache/misses"), NBLK);       /* one owner per shard */
+	KVS_CHECK_EQ(jint(j, "cache/owner_fills"), NBLK);
+	KVS_CHECK_EQ(jint(j, "cache/hits"), NBLK);         /* the second rank's loads */
+	KVS_CHECK_EQ(jint(j, "cache/dedup_hits"), NBLK);
+	KVS_CHECK_EQ(jint(j, "cache/failures"), 0);
+	KVS_CHECK_EQ(jint(j, "store/tasks_load"), 2);
+	KVS_CHECK_EQ(jint(j, "store/shards_loaded"), 2 * NBLK);
+	KVS_CHECK_EQ(jint(j, "store/owner_reads"), NBLK);
+	KVS_CHECK_EQ(jint(j, "store/load_hits"), NBLK);
+	KVS_CHECK_EQ(jint(j, "store/tasks_failed"), 0);
+	KVS_CHECK_EQ(jint(j, "store/copy_bytes"), 2 * NBLK * SHARD);
+	KVS_CHECK_EQ(jint(j, "store/task_latency/tasks"), 2);
+	KVS_CHECK(jint(j, "store/task_latency/p50_us_max") >= 2);
+	KVS_CHECK(jint(j, "store/task_latency/p99_us_max") >= jint(j, "store/task_latency/p50_us_max"));
+	KVS_CHECK(json_real_value(json_object_get(json_object_get(j, "store"), "copy_gbps")) > 0);
+	KVS_CHECK_EQ(json_array_size(json_object_get(j, "segments")), 1);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(json_array_get(json_object_get(j, "segments"), 0),
+							   "backing")), "shm") == 0);
+	KVS_CHECK_EQ(json_array_size(ranks), 3);
+	for (size_t i = 0; i < json_array_size(ranks); i++) {
+		json_t *e = json_array_get(ranks, i);
+
+		KVS_CHECK(json_is_true(json_object_get(e, "alive")));
+		if (json_is_true(json_object_get(e, "self"))) {
+			KVS_CHECK_EQ(jint(e, "device_id"), -1);
+			continue;
+		}
+		for (int k = 0; k < r->n; k++)
+			if (jint(e, "pid") == r->pid[k]) {
+				KVS_CHECK_EQ(jint(e, "device_id"), k);
+				KVS_CHECK_EQ(jint(e, "store/tasks_load"), 1);
+				KVS_CHECK_EQ(jint(e, "store/shards_loaded"), NBLK);
+				seen++;
+			}
+	}
+	KVS_CHECK_EQ(seen, 2);
+	return KVS_TEST_PASS;
+}
+
+/* Every sample line is `name{labels} value` with a TYPE line for its family
+ * before it; returns the file's text in buf. */
+static kvs_test_rc check_prom_file(const char *path, char *buf, size_t cap)
+{
+	char tmp[300], *save, *line, *copy, family[128] = "";
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	KVS_CHECK(f != NULL);
+	n = fread(buf, 1, cap - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	KVS_CHECK(access(tmp, F_OK) != 0); /* renamed, not left behind */
+	copy = strdup(buf);
+	KVS_CHECK(copy != NULL);
+	for (line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char name[128], *brace;
+		double v;
+
+		if (strncmp(line, "# TYPE ", 7) == 0) {
+			KVS_CHECK(sscanf(line + 7, "%127s", family) == 1);
+			KVS_CHECK(strncmp(family, "kvshare_", 8) == 0);
+			continue;
+		}
+		if (strncmp(line, "# HELP ", 7) == 0)
+			continue;
+		brace = strchr(line, '{');
+		if (!brace || brace - line >= (long)sizeof(name))
+			KVS_FAILF("bad sample line: %s", line);
+		memcpy(name, line, (size_t)(brace - line));
+		name[brace - line] = '\0';
+		if (strncmp(name, family, strlen(family)) != 0)
+			KVS_FAILF("sample %s outside its family %s", name, family);
+		if (!strstr(line, "unique_id=\"") || !strchr(brace, '}') ||
+		    sscanf(strchr(brace, '}') + 1, " %lf", &v) != 1)
+			KVS_FAILF("bad sample line: %s", line);
+	}
+	free(copy);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc has(const char *text, const char *what)
+{
+	if (!strstr(text, what))
+		KVS_FAILF("'%s' not found in:\n%s", what, text);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_stat_live(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	struct kvs_cache_info info;
+	char uid[80], prom[160], want[256], *text = malloc(65536);
+	json_t *j;
+
+	KVS_CHECK(run && text);
+	kvs_test_unique_id(uid, sizeof(uid), "tstat");
+	KVS_TRY(ranks_start(&r, uid, 2, false));
+
+	const char *a_json[] = { "stat", uid, "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, a_json));
+	j = parse_json(run->out);
+	KVS_TRY(check_stat_json(j, uid, &r));
+	json_decref(j);
+
+	const char *a_text[] = { "stat", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_text));
+	KVS_TRY(has(run->out, "live: 2 GPU ranks + 1 watcher"));
+	KVS_TRY(has(run->out, "segment 0: shm"));
+	KVS_TRY(has(run->out, "local_rank_size 2, GPU ranks seen 2"));
+	KVS_TRY(has(run->out, "copy "));
+	KVS_CHECK(run->err[0] == '\0');
+
+	snprintf(prom, sizeof(prom), "/tmp/kvs-%s.prom", uid);
+	const char *a_prom[] = { "stat", uid, "--prometheus", prom, "--quiet", NULL };
+	KVS_TRY(cli_expect(run, 0, a_prom));
+	KVS_CHECK(run->out[0] == '\0');
+	KVS_TRY(check_prom_file(prom, text, 65536));
+#define PROM(...) do { snprintf(want, sizeof(want), __VA_ARGS__); KVS_TRY(has(text, want)); } while (0)
+	PROM("# TYPE kvshare_ranks_attached gauge\nkvshare_ranks_attached{unique_id=\"%s\"} 3\n", uid);
+	PROM("kvshare_gpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
+	PROM("kvshare_slots{unique_id=\"%s\",state=\"ready\"} %u\n", uid, NBLK);
+	PROM("kvshare_capacity_bytes{unique_id=\"%s\"} %u\n", uid, 64 * SHARD);
+	PROM("# TYPE kvshare_hits_total counter\nkvshare_hits_total{unique_id=\"%s\"} %u\n", uid, NBLK);
+	PROM("kvshare_owner_fills_total{unique_id=\"%s\"} %u\n", uid, NBLK);
+	PROM("# TYPE kvshare_wait_seconds_total counter\n");
+	PROM("kvshare_store_tasks_total{unique_id=\"%s\",op=\"load\"} 2\n", uid);
+	PROM("kvshare_store_shards_loaded_total{unique_id=\"%s\"} %u\n", uid, 2 * NBLK);
+	PROM("# TYPE kvshare_store_task_latency_seconds histogram\n");
+	PROM("kvshare_store_task_latency_seconds_bucket{unique_id=\"%s\",le=\"+Inf\"} 2\n", uid);
+	PROM("kvshare_store_task_latency_seconds_count{unique_id=\"%s\"} 2\n", uid);
+	PROM("kvshare_rank_info{unique_id=\"%s\",rank=\"", uid);
+	PROM(",pid=\"%d\",device=\"0\",watcher=\"0\"} 1\n", (int)r.pid[0]);
+	PROM("kvshare_rank_store_shards_loaded_total{unique_id=\"%s\",rank=\"", uid);
+#undef PROM
+	unlink(prom);
+
+	/* --watch: two intervals, then SIGTERM: a clean exit. */
+	{
+		const char *a_watch[] = { "stat", uid, "--watch", "0.2", "--json", NULL };
+		int ofd, efd, lines = 0;
+		size_t len = 0, el = 0;
+		pid_t pid = cli_spawn(a_watch, &ofd, &efd);
+		uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+
+		KVS_CHECK(pid > 0);
+		while (lines < 2 && kvs_now_ns() < deadline) {
+			struct pollfd p = { .fd = ofd, .events = POLLIN };
+			ssize_t n;
+
+			if (poll(&p, 1, 100) <= 0)
+				continue;
+			n = read(ofd, run->out + len, sizeof(run->out) - 1 - len);
+			if (n <= 0)
+				break;
+			len += (size_t)n;
+			run->out[len] = '\0';
+			lines = 0;
+			for (char *q = run->out; (q = strchr(q, '\n')); q++)
+				lines++;
+		}
+		KVS_CHECK(lines >= 2);
+		kill(pid, SIGTERM);
+		drain(ofd, run->out, sizeof(run->out), &len);
+		drain(efd, run->err, sizeof(run->err), &el);
+		close(ofd);
+		close(efd);
+		KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
+		for (char *q = run->out, *nl; (nl = strchr(q, '\n')); q = nl + 1) {
+			*nl = '\0';
+			j = parse_json(q);
+			KVS_CHECK(j != NULL);
+			KVS_CHECK_EQ(jint(j, "ranks_attached"), 3);
+			json_decref(j);
+		}
+		KVS_CHECK(run->err[0] == '\0');
+	}
+
+	/* stat left nothing behind and disturbed nobody. */
+	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
+	KVS_CHECK_EQ(info.ranks_live, 2);
+	KVS_CHECK_EQ(info.adoptions, 0);
+	KVS_TRY(ranks_stop(&r));
+	KVS_CHECK(!ctl_exists(uid)); /* the last rank removed it: stat's entry was freed */
+	free(run);
+	free(text);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_stat_stale(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	struct kvs_cache_info info;
+	json_t *j;
+	char uid[80];
+
+	KVS_CHECK(run);
+	kvs_test_unique_id(uid, sizeof(uid), "tsstale");
+	KVS_TRY(ranks_start(&r, uid, 1, false));
+	KVS_TRY(ranks_kill(&r));
+	const char *a[] = { "stat", uid, NULL };
+	KVS_TRY(cli_expect(run, 1, a));
+	KVS_TRY(one_line_err(run, "stale"));
+	KVS_TRY(has(run->out, "stale: no live process attached"));
+	const char *aj[] = { "stat", uid, "--json", NULL };
+	KVS_TRY(cli_expect(run, 1, aj));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(j, "state")), "stale") == 0);
+	KVS_CHECK_EQ(jint(j, "slot_count"), 64);
+	json_decref(j);
+	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
+	KVS_CHECK_EQ(info.adoptions, 0); /* not attached, so not adopted */
+	KVS_CHECK_EQ(info.ranks_live, 0);
+	const char *ac[] = { "clean", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, ac));
+	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+/* The only rank leaves (cleanly: it would remove the cache were stat not
+ * attached) while stat watches: stat, the last one attached, leaves the cache in
+ * place, stale, instead of removing it. */
+static kvs_test_rc test_stat_last_left(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	struct kvs_cache_info info;
+	char uid[80], ch;
+	int ofd, efd;
+	size_t el = 0, ol = 0;
+
+	KVS_CHECK(run);
+	kvs_test_unique_id(uid, sizeof(uid), "tslast");
+	KVS_TRY(ranks_start(&r, uid, 1, false));
+	const char *a[] = { "stat", uid, "--watch", "0.1", "--json", NULL };
+	pid_t pid = cli_spawn(a, &ofd, &efd);
+	KVS_CHECK(pid > 0);
+	KVS_CHECK_EQ(read(ofd, &ch, 1), 1); /* stat attached and printed */
+	KVS_TRY(ranks_stop(&r));
+	KVS_CHECK(ctl_exists(uid)); /* stat is still attached: not removed */
+	kill(pid, SIGTERM);
+	drain(ofd, run->out, sizeof(run->out), &ol);
+	drain(efd, run->err, sizeof(run->err), &el);
+	close(ofd);
+	close(efd);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
+	KVS_TRY(one_line_err(run, "leaving without detaching"));
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
+	KVS_CHECK_EQ(info.ranks_live, 0);
+	const char *ac[] = { "clean", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, ac));
+	KVS_CHECK(!ctl_exists(uid));
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+/* ---- ls and clean ---- */
+
+static json_t *ls_find(json_t *ls, const char *uid)
+{
+	json_t *arr = json_object_get(ls, "caches");
+
+	for (size_t i = 0; i < json_array_size(arr); i++) {
+		json_t *e = json_array_get(arr, i);
+
+		if (strcmp(json_string_value(json_object_get(e, "unique_id")), uid) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/* A line of `kvshare ls` naming uid has state `state`. */
+static kvs_test_rc ls_line(const char *out, const char *uid, const char *state)
+{
+	char want[160];
+
+	snprintf(want, sizeof(want), "\n%-40s %-6s ", uid, state);
+	return has(out, want);
+}
+
+/* A live cache (held by this process, device 0), a stale one (its rank killed),
+ * a stale persistent one (cleanly closed). */
+static kvs_test_rc caches_make(char *live, char *stale, char *pers, struct kvs_store **held)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct ranks r;
+
+	kvs_test_unique_id(live, 80, "tlive");
+	kvs_test_unique_id(stale, 80, "tstale");
+	kvs_test_unique_id(pers, 80, "tpers");
+	rank_cfg(&cfg, live, 0, false);
+	KVS_TRY(st_open(&cfg, held));
+	KVS_TRY(ranks_start(&r, stale, 1, false));
+	KVS_TRY(ranks_kill(&r));
+	rank_cfg(&cfg, pers, 0, true);
+	KVS_TRY(st_open(&cfg, &s));
+	kvs_store_close(s);
+	KVS_CHECK(ctl_exists(live) && ctl_exists(stale) && ctl_exists(pers));
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_ls_clean(void)
+{
+	struct run *run = calloc(1, sizeof(*run));
+	struct kvs_store *held = NULL;
+	char live[80], stale[80], pers[80], want[256];
+	json_t *j, *e;
+
+	KVS_CHECK(run);
+	KVS_TRY(caches_make(live, stale, pers, &held));
+
+	const char *a_lsj[] = { "ls", "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, a_lsj));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	e = ls_find(j, live);
+	KVS_CHECK(e != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "state")), "live") == 0);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "header")), "ready") == 0);
+	KVS_CHECK_EQ(jint(e, "ranks_live"), 1);
+	KVS_CHECK_EQ(jint(e, "gpu_ranks_live"), 1);
+	KVS_CHECK_EQ(json_integer_value(json_array_get(json_object_get(e, "pids"), 0)), getpid());
+	KVS_CHECK_EQ(jint(e, "owner_uid"), geteuid());
+	KVS_CHECK_EQ(jint(e, "slot_count"), 64);
+	KVS_CHECK(jint(e, "size_bytes") > 64 * SHARD);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "backing")), "shm") == 0);
+	e = ls_find(j, stale);
+	KVS_CHECK(e != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "state")), "stale") == 0);
+	KVS_CHECK_EQ(jint(e, "ranks_live"), 0);
+	KVS_CHECK(json_is_false(json_object_get(e, "persist")));
+	e = ls_find(j, pers);
+	KVS_CHECK(e != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "state")), "stale") == 0);
+	KVS_CHECK(json_is_true(json_object_get(e, "persist")));
+	json_decref(j);
+
+	const char *a_ls[] = { "ls", NULL };
+	KVS_TRY(cli_expect(run, 0, a_ls));
+	KVS_TRY(ls_line(run->out, live, "live"));
+	KVS_TRY(ls_line(run->out, stale, "stale"));
+	KVS_TRY(ls_line(run->out, pers, "stale"));
+
+	/* --dry-run removes nothing, named or not. */
+	const char *a_dry1[] = { "clean", "--dry-run", stale, NULL };
+	KVS_TRY(cli_expect(run, 0, a_dry1));
+	snprintf(want, sizeof(want), "would remove %s (stale", stale);
+	KVS_TRY(has(run->out, want));
+	const char *a_dry[] = { "clean", "--dry-run", NULL };
+	KVS_TRY(cli_expect(run, 0, a_dry));
+	KVS_TRY(has(run->out, want));
+	snprintf(want, sizeof(want), "skipped %s: live: 1 rank attached (pids %d)", live, (int)getpid());
+	KVS_TRY(has(run->out, want));
+	KVS_CHECK(ctl_exists(live) && ctl_exists(stale) && ctl_exists(pers));
+	KVS_CHECK(data_exists(stale));
+
+	/* The live cache: refused, with the reason; untouched. */
+	const char *a_live[] = { "clean", live, NULL };
+	KVS_TRY(cli_expect(run, 1, a_live));
+	snprintf(want, sizeof(want), "live: 1 rank attached (pids %d): not removed", (int)getpid());
+	KVS_TRY(one_line_err(run, want));
+	KVS_CHECK(ctl_exists(live) && data_exists(live));
+
+	/* The stale ones: removed, data too. */
+	const char *a_stale[] = { "clean", stale, NULL };
+	KVS_TRY(cli_expect(run, 0, a_stale));
+	snprintf(want, sizeof(want), "removed %s (stale", stale);
+	KVS_TRY(has(run->out, want));
+	KVS_CHECK(!ctl_exists(stale) && !data_exists(stale));
+	const char *a_pers[] = { "clean", pers, NULL };
+	KVS_TRY(cli_expect(run, 0, a_pers));
+	KVS_CHECK(!ctl_exists(pers) && !data_exists(pers));
+	KVS_TRY(cli_expect(run, 1, a_stale)); /* gone now */
+	KVS_TRY(one_line_err(run, "no cache"));
+
+	/* The live one still works. */
+	KVS_CHECK(ctl_exists(live) && data_exists(live));
+	KVS_CHECK_OK(kvs_cache_check(kvs_store_cache(held)));
+	kvs_store_close(held);
+	KVS_CHECK(!ctl_exists(live));
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+/* In a private mount namespace with its own /dev/shm: a bare `clean` removes
+ * every stale cache and keeps the live one; `ls` then lists only that one. */
+static kvs_test_rc clean_all_child(void *arg)
+{
+	struct run *run = calloc(1, sizeof(*run));
+	struct kvs_store *held = NULL;
+	char live[80], stale[80], pers[80];
+	json_t *j;
+
+	(void)arg;
+	KVS_CHECK(run);
+	if (unshare(CLONE_NEWNS))
+		KVS_SKIP("unshare(CLONE_NEWNS): %s (needs CAP_SYS_ADMIN)", strerror(errno));
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"))
+		KVS_SKIP("a private tmpfs on /dev/shm: %s", strerror(errno));
+	KVS_TRY(caches_make(live, stale, pers, &held));
+	const char *a[] = { "clean", NULL };
+	KVS_TRY(cli_expect(run, 0, a));
+	KVS_TRY(has(run->out, "removed 2 stale caches"));
+	KVS_TRY(has(run->out, "1 live left alone"));
+	KVS_CHECK(ctl_exists(live) && data_exists(live));
+	KVS_CHECK(!ctl_exists(stale) && !data_exists(stale) && !ctl_exists(pers) && !data_exists(pers));
+	const char *als[] = { "ls", "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, als));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	KVS_CHECK_EQ(json_array_size(json_object_get(j, "caches")), 1);
+	KVS_CHECK(ls_find(j, live) != NULL);
+	json_decref(j);
+	KVS_CHECK_OK(kvs_cache_check(kvs_store_cache(held)));
+	kvs_store_close(held);
+	KVS_TRY(cli_expect(run, 0, als));
+	KVS_TRY(has(run->out, "\"caches\": []"));
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_clean_all(void)
+{
+	pid_t pid = kvs_test_fork(clean_all_child, NULL);
+	int rc;
+
+	KVS_CHECK(pid > 0);
+	rc = kvs_test_reap(pid, 60000);
+	if (rc == KVS_TEST_SKIP.code)
+		return KVS_TEST_SKIP;
+	KVS_CHECK_EQ(rc, 0);
+	return KVS_TEST_PASS;
+}
+
+/* ---- bad input ---- */
+
+static kvs_test_rc test_bad_input(void)
+{
+	static const struct {
+		int code;
+		const char *what; /* in the one stderr line */
+		const char *args[6];
+	} bad[] = {
+		{ 2, "missing UNIQUE_ID", { "stat", NULL } },
+		{ 2, "unknown option '--bogus'", { "stat", "x", "--bogus", NULL } },
+		{ 2, "unknown option '-z'", { "stat", "x", "-z", NULL } },
+		{ 2, "bad --watch 'abc'", { "stat", "x", "--watch", "abc", NULL } },
+		{ 2, "bad --watch '0'", { "stat", "x", "--watch", "0", NULL } },
+		{ 2, "bad --watch '5s'", { "stat", "x", "--watch", "5s", NULL } },
+		{ 2, "bad --watch 'nan'", { "stat", "x", "--watch", "nan", NULL } },
+		{ 2, "needs a value", { "stat", "x", "--watch", NULL } },
+		{ 2, "needs a value", { "stat", "x", "--prometheus", NULL } },
+		{ 2, "one UNIQUE_ID only", { "stat", "x", "y", NULL } },
+		{ 2, "invalid unique_id '../etc'", { "stat", "../etc", NULL } },
+		{ 2, "--quiet without --prometheus", { "stat", "x", "--quiet", NULL } },
+		{ 1, "no cache 't.none.0'", { "stat", "t.none.0", NULL } },
+		{ 2, "unknown option '--all'", { "ls", "--all", NULL } },
+		{ 2, "unexpected argument 'x'", { "ls", "x", NULL } },
+		{ 2, "unknown option '--force'", { "clean", "--force", NULL } },
+		{ 2, "one UNIQUE_ID at most", { "clean", "a", "b", NULL } },
+		{ 2, "invalid unique_id 'a/b'", { "clean", "a/b", NULL } },
+		{ 1, "no cache 't.none.0'", { "clean", "t.none.0", NULL } },
+		{ 1, "no cache 't.none.0'", { "clean", "--dry-run", "t.none.0", NULL } },
+	};
+	static const char *const helps[] = { "stat", "ls", "clean" };
+	struct run *run = calloc(1, sizeof(*run));
+
+	KVS_CHECK(run);
+	for (size_t i = 0; i < KVS_ARRAY_LEN(bad); i++) {
+		KVS_TRY(cli_expect(run, bad[i].code, bad[i].args));
+		KVS_TRY(one_line_err(run, bad[i].what));
+		KVS_CHECK(run->out[0] == '\0');
+	}
+	for (size_t i = 0; i < KVS_ARRAY_LEN(helps); i++) {
+		const char *a[] = { helps[i], "--help", NULL };
+		char want[64];
+
+		KVS_TRY(cli_expect(run, 0, a));
+		snprintf(want, sizeof(want), "usage: kvshare %s", helps[i]);
+		KVS_TRY(has(run->out, want));
+		KVS_CHECK(run->err[0] == '\0');
+	}
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+static const struct kvs_test_case cases[] = {
+	{ "bad_input", test_bad_input },
+	{ "stat_live", test_stat_live },
+	{ "stat_stale", test_stat_stale },
+	{ "stat_last_left", test_stat_last_left },
+	{ "ls_clean", test_ls_clean },
+	{ "clean_all", test_clean_all },
+};
+
+static const struct kvs_test_child children[] = {
+	{ "rank", rank_child },
+};
+
+/* `tools_admin /path/to/kvshare [case...]`; exec'd children get `--child ...`. */
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && argv[1][0] == '/') {
+		cli = argv[1];
+		argv[1] = argv[0];
+		argc--;
+		argv++;
+		if (access(cli, X_OK)) {
+			fprintf(stderr, "%s: not an executable: %s\n", argv[0], strerror(errno));
+			return 1;
+		}
+	} else if (!(argc >= 3 && strcmp(argv[1], "--child") == 0)) {
+		fprintf(stderr, "usage: %s /path/to/kvshare [case...]\n", argv[0]);
+		return 2;
+	}
+	return kvs_test_run(argc, argv, cases, KVS_ARRAY_LEN(cases), children, KVS_ARRAY_LEN(children));
+}

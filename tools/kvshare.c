@@ -1,0 +1,57 @@
+/*
+ * tools/kvshare.c — the kvshare CLI: dispatch to a subcommand.
+ *
+ *   kvshare bench [options]          the main job (tools/bench.c)
+ *   kvshare stat UNIQUE_ID [options] a live cache, from a watcher (tools/stat.c)
+ *   kvshare ls                       the node's segments (tools/ls.c)
+ *   kvshare clean [--dry-run] [ID]   remove stale segments (tools/ls.c)
+ *   kvshare replay TRACE [options]   trace replay, CLOCK vs FIFO/LRU/Belady (tools/replay.c)
+ *
+ * `kvshare SUBCOMMAND --help` describes each.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kvshare.h"
+#include "tools/cli.h"
+
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} cmds[] = {
+	{ "bench", kvs_cli_bench, "simulate a TP node: ranks load a KV working set through the shared tier" },
+	{ "stat", kvs_cli_stat, "show a live cache (ranks, slots, hits, store counters) as a watcher" },
+	{ "ls", kvs_cli_ls, "list this node's kvshare segments and their state" },
+	{ "clean", kvs_cli_clean, "remove stale segments (no live rank); never live ones" },
+	{ "replay", kvs_cli_replay, "replay a Mooncake trace through the cache and FIFO/LRU/Belady" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvshare SUBCOMMAND [options]   (kvshare SUBCOMMAND --help)\n\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "  %-7s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "\nlibkvshare %s (%s)\n", kvs_version(), kvs_variant());
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return KVS_CLI_USAGE;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return KVS_CLI_OK;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("kvshare %s (%s)\n", kvs_version(), kvs_variant());
+		return KVS_CLI_OK;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "kvshare: unknown subcommand '%s' (kvshare --help lists them)\n", argv[1]);
+	return KVS_CLI_USAGE;
+}

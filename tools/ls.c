@@ -1,0 +1,601 @@
+/*
+ * tools/ls.c — `kvshare ls` (the node's caches and their state) and `kvshare
+ * clean` (remove the stale ones).
+ *
+ * Both look without attaching: every control file /dev/shm/kvshare.<id>.ctl is
+ * described by kvs_cache_inspect(), which opens it read-only, tests the rank
+ * entries' liveness locks and validates a private copy of the header; it never
+ * adopts, reaps or writes.  A cache is "live" while any rank entry's lock is held,
+ * "stale" otherwise (DESIGN.md §3: liveness comes from those locks only).  Data
+ * files are found through the header's record (hugetlb_dir for hugetlbfs ones),
+ * so a cache's size is its control file plus its recorded data segments.  Data
+ * files with no control file (left by a removal that could not read another
+ * build's header) are listed by ls; nothing here removes them, since without a
+ * control file there is no lock to exclude a new creator of the same name.
+ *
+ * clean removes through kvs_cache_remove(), which takes the lifecycle lock and
+ * refuses (-EBUSY) a cache any process is attached to, whatever it was a moment
+ * before: the inspection only explains a refusal ("live: 3 ranks attached (pids
+ * ...)") and decides what --dry-run would do.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvshare.h"
+#include "tools/cli.h"
+
+#define SHM_DIR "/dev/shm"
+#define CTL_PREFIX "kvshare."
+#define CTL_SUFFIX ".ctl"
+
+static const char *const ls_usage =
+	"usage: kvshare ls [--json]\n"
+	"\n"
+	"List this node's kvshare caches (control files " SHM_DIR "/kvshare.<id>.ctl) without\n"
+	"attaching to any: state (live: a process is attached, by the rank liveness locks;\n"
+	"stale: none), live ranks, slots, size (control + data), backing, owner uid, layout.\n"
+	"A cache of another kvshare layout, a corrupt one or one being created is listed\n"
+	"as such.  Data files whose control file is gone are listed at the end.\n"
+	"\n"
+	"  -j, --json   JSON\n"
+	"  -h, --help   this text\n"
+	"\n"
+	"Exit: 0 ok, 1 failure, 2 bad usage.\n";
+
+static const char *const clean_usage =
+	"usage: kvshare clean [--dry-run] [UNIQUE_ID]\n"
+	"\n"
+	"Remove stale caches (no process attached): their control file and the data files\n"
+	"their header records.  A live cache is never removed: clean says why (\"live: 3\n"
+	"ranks attached (pids ...)\").  Without UNIQUE_ID, every stale kvshare cache of the\n"
+	"node is removed and live ones are skipped.\n"
+	"\n"
+	"  -n, --dry-run   say what would be removed; remove nothing\n"
+	"  -h, --help      this text\n"
+	"\n"
+	"Exit: 0 ok (UNIQUE_ID removed, or everything stale removed), 1 failure (no such\n"
+	"cache, UNIQUE_ID live, a removal failed), 2 bad usage.\n";
+
+/* One cache found on the node. */
+struct entry {
+	int rc;                    /* kvs_cache_inspect's result (0, -EACCES, ...) */
+	struct stat st;            /* of the control file (rc != 0: all we know) */
+	struct kvs_cache_info info;
+};
+
+static char last_log[512];
+
+/* Library log lines: the last one is kept for messages; warnings (e.g. "data
+ * segments left behind") are worth showing. */
+static void cli_log(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	snprintf(last_log, sizeof(last_log), "%s", msg);
+	if (level <= KVS_LOG_WARN)
+		fprintf(stderr, "kvshare: %s\n", msg);
+}
+
+static const char *human(char *buf, size_t len, uint64_t n)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", n);
+	else
+		snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+/* "kvshare.<id>.ctl" -> id (into buf), or false. */
+static bool ctl_id(const char *name, char *buf, size_t len)
+{
+	size_t n = strlen(name), pre = strlen(CTL_PREFIX), suf = strlen(CTL_SUFFIX);
+
+	if (n <= pre + suf || strncmp(name, CTL_PREFIX, pre) || strcmp(name + n - suf, CTL_SUFFIX))
+		return false;
+	n -= pre + suf;
+	if (n >= len || n > KVS_UNIQUE_ID_MAX)
+		return false;
+	memcpy(buf, name + pre, n);
+	buf[n] = '\0';
+	return true;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct entry *)a)->info.unique_id, ((const struct entry *)b)->info.unique_id);
+}
+
+/* Every cache of the node, sorted by unique_id.  Returns the count or -errno. */
+static int scan(struct entry **out)
+{
+	DIR *d = opendir(SHM_DIR);
+	struct dirent *de;
+	struct entry *v = NULL;
+	size_t n = 0, cap = 0;
+	char id[KVS_UNIQUE_ID_MAX + 8], path[512];
+
+	*out = NULL;
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		struct entry *e;
+		int rc;
+
+		if (!ctl_id(de->d_name, id, sizeof(id)))
+			continue;
+		if (n == cap) {
+			struct entry *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		e = &v[n];
+		memset(e, 0, sizeof(*e));
+		rc = kvs_cache_inspect(id, &e->info);
+		if (rc == -ENOENT || rc == -EINVAL)
+			continue; /* removed meanwhile, or not a name kvshare makes */
+		e->rc = rc;
+		snprintf(path, sizeof(path), SHM_DIR "/%s", de->d_name);
+		if (stat(path, &e->st) && rc == 0)
+			memset(&e->st, 0, sizeof(e->st));
+		snprintf(e->info.unique_id, sizeof(e->info.unique_id), "%s", id);
+		n++;
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof(*v), entry_cmp);
+	*out = v;
+	return (int)n;
+}
+
+static const char *header_name(uint32_t state)
+{
+	switch (state) {
+	case KVS_CACHE_INFO_READY: return "ready";
+	case KVS_CACHE_INFO_CREATING: return "creating";
+	case KVS_CACHE_INFO_LAYOUT: return "layout";
+	default: return "corrupt";
+	}
+}
+
+/* What the header state adds to live/stale, for people. */
+static void note_of(const struct entry *e, char *buf, size_t len)
+{
+	const struct kvs_cache_info *in = &e->info;
+
+	buf[0] = '\0';
+	if (e->rc) {
+		snprintf(buf, len, "cannot read: %s", kvs_strerror(e->rc));
+		return;
+	}
+	switch (in->state) {
+	case KVS_CACHE_INFO_READY:
+		if (in->flags & KVS_CACHE_INFO_PERSIST)
+			snprintf(buf, len, "persistent");
+		break;
+	case KVS_CACHE_INFO_CREATING:
+		snprintf(buf, len, in->ranks_live ? "being created" : "creator died during creation");
+		break;
+	case KVS_CACHE_INFO_LAYOUT:
+		snprintf(buf, len, "layout v%u: made by another kvshare build (not this one's layout)",
+			 in->layout_version);
+		break;
+	default:
+		snprintf(buf, len, "corrupt: %s", in->detail);
+		break;
+	}
+}
+
+/* "live: 2 ranks + 1 watcher attached (pids 10, 11, 12)". */
+static void live_why(const struct kvs_cache_info *in, char *buf, size_t len)
+{
+	uint32_t gpu = 0, watch = 0, unknown = 0;
+	size_t k;
+
+	for (uint32_t i = 0; i < in->ranks_live; i++) {
+		if (!in->live[i].recorded)
+			unknown++;
+		else if (in->live[i].device_id >= 0)
+			gpu++;
+		else
+			watch++;
+	}
+	if (unknown == in->ranks_live)
+		k = (size_t)snprintf(buf, len, "live: %u process%s attached", in->ranks_live,
+				     in->ranks_live == 1 ? "" : "es");
+	else if (watch == 0 && unknown == 0)
+		k = (size_t)snprintf(buf, len, "live: %u rank%s attached", gpu, gpu == 1 ? "" : "s");
+	else
+		k = (size_t)snprintf(buf, len, "live: %u rank%s + %u watcher%s%s attached", gpu,
+				     gpu == 1 ? "" : "s", watch, watch == 1 ? "" : "s",
+				     unknown ? " + others" : "");
+	if (unknown == in->ranks_live) {
+		if (k < len)
+			snprintf(buf + k, len - k, " (pids unknown: header not readable by this build)");
+		return;
+	}
+	for (uint32_t i = 0, first = 1; i < in->ranks_live && k < len; i++) {
+		if (!in->live[i].recorded)
+			continue;
+		k += (size_t)snprintf(buf + k, len - k, "%s%d", first ? " (pids " : ", ",
+				      (int)in->live[i].pid);
+		first = 0;
+	}
+	if (k < len)
+		snprintf(buf + k, len - k, ")");
+}
+
+static uint64_t entry_bytes(const struct entry *e)
+{
+	return e->rc ? (uint64_t)e->st.st_size : e->info.ctl_bytes + e->info.data_bytes;
+}
+
+/* ---- orphan data files: kvshare.<id>.data.<n> with no kvshare.<id>.ctl ---- */
+
+/* hugetlbfs mounts from /proc/mounts, plus /dev/shm: up to max directories. */
+static int data_dirs(char dirs[][256], int max)
+{
+	FILE *f = fopen("/proc/mounts", "re");
+	char dev[256], dir[256], type[64];
+	int n = 0;
+
+	snprintf(dirs[n++], 256, SHM_DIR);
+	if (!f)
+		return n;
+	while (n < max && fscanf(f, "%255s %255s %63s %*[^\n]", dev, dir, type) == 3)
+		if (strcmp(type, "hugetlbfs") == 0)
+			snprintf(dirs[n++], 256, "%s", dir);
+	fclose(f);
+	return n;
+}
+
+/* Call fn(path) for each orphan data file.  Returns the count. */
+static int orphans(void (*fn)(const char *path, void *arg), void *arg)
+{
+	char dirs[16][256], id[KVS_UNIQUE_ID_MAX + 8], ctl[512], path[4608];
+	int nd = data_dirs(dirs, 16), count = 0;
+
+	for (int i = 0; i < nd; i++) {
+		DIR *d = opendir(dirs[i]);
+		struct dirent *de;
+
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			const char *dot = strstr(de->d_name, ".data.");
+			size_t n;
+
+			if (strncmp(de->d_name, CTL_PREFIX, strlen(CTL_PREFIX)) || !dot)
+				continue;
+			n = (size_t)(dot - de->d_name) - strlen(CTL_PREFIX);
+			if (n == 0 || n > KVS_UNIQUE_ID_MAX)
+				continue;
+			memcpy(id, de->d_name + strlen(CTL_PREFIX), n);
+			id[n] = '\0';
+			snprintf(ctl, sizeof(ctl), SHM_DIR "/" CTL_PREFIX "%s" CTL_SUFFIX, id);
+			if (access(ctl, F_OK) == 0 || errno != ENOENT)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dirs[i], de->d_name);
+			if (fn)
+				fn(path, arg);
+			count++;
+		}
+		closedir(d);
+	}
+	return count;
+}
+
+static void orphan_print(const char *path, void *arg)
+{
+	(void)arg;
+	printf("  %s\n", path);
+}
+
+static void orphan_json(const char *path, void *arg)
+{
+	json_array_append_new(arg, json_string(path));
+}
+
+/* ------------------------------------------------------------------------ */
+/* ls                                                                        */
+
+static json_t *entry_json(const struct entry *e)
+{
+	const struct kvs_cache_info *in = &e->info;
+	json_t *o = json_object(), *pids = json_array();
+	char mode[8], note[256];
+
+	json_object_set_new(o, "unique_id", json_string(in->unique_id));
+	json_object_set_new(o, "state", json_string(e->rc ? "unknown" : in->ranks_live ? "live" : "stale"));
+	if (e->rc) {
+		note_of(e, note, sizeof(note));
+		json_object_set_new(o, "error", json_string(note));
+		json_object_set_new(o, "owner_uid", json_integer(e->st.st_uid));
+		json_object_set_new(o, "ctl_bytes", json_integer((json_int_t)e->st.st_size));
+		return o;
+	}
+	json_object_set_new(o, "header", json_string(header_name(in->state)));
+	json_object_set_new(o, "detail", json_string(in->detail));
+	json_object_set_new(o, "ranks_live", json_integer(in->ranks_live));
+	json_object_set_new(o, "gpu_ranks_live", json_integer(in->gpu_ranks_live));
+	for (uint32_t i = 0; i < in->ranks_live; i++)
+		if (in->live[i].recorded)
+			json_array_append_new(pids, json_integer(in->live[i].pid));
+	json_object_set_new(o, "pids", pids);
+	json_object_set_new(o, "layout_version", json_integer(in->layout_version));
+	json_object_set_new(o, "slot_count", json_integer((json_int_t)in->slot_count));
+	json_object_set_new(o, "slot_bytes", json_integer((json_int_t)in->slot_bytes));
+	json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)(in->slot_count * in->slot_bytes)));
+	json_object_set_new(o, "ctl_bytes", json_integer((json_int_t)in->ctl_bytes));
+	json_object_set_new(o, "data_bytes", json_integer((json_int_t)in->data_bytes));
+	json_object_set_new(o, "size_bytes", json_integer((json_int_t)entry_bytes(e)));
+	json_object_set_new(o, "segments", json_integer(in->seg_count));
+	json_object_set_new(o, "backing", in->state != KVS_CACHE_INFO_READY ? json_null() :
+			    json_string(in->flags & KVS_CACHE_INFO_HUGETLB ? "hugetlb" : "shm"));
+	json_object_set_new(o, "hugetlb_dir", json_string(in->hugetlb_dir));
+	json_object_set_new(o, "owner_uid", json_integer(in->uid));
+	json_object_set_new(o, "gid", json_integer(in->gid));
+	snprintf(mode, sizeof(mode), "%04o", in->mode);
+	json_object_set_new(o, "mode", json_string(mode));
+	json_object_set_new(o, "creator_uid", json_integer(in->creator_uid));
+	json_object_set_new(o, "local_rank_size", json_integer(in->local_rank_size));
+	json_object_set_new(o, "persist", json_boolean(in->flags & KVS_CACHE_INFO_PERSIST));
+	json_object_set_new(o, "adoptions", json_integer(in->adoptions));
+	return o;
+}
+
+static int ls_parse(int argc, char **argv, bool *json)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	*json = false;
+	optind = 1;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":jh", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'j':
+			*json = true;
+			break;
+		case 'h':
+			fputs(ls_usage, stdout);
+			return -1;
+		default:
+			fprintf(stderr, "kvshare ls: unknown option '%s' (kvshare ls --help)\n", argv[optind - 1]);
+			return KVS_CLI_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvshare ls: unexpected argument '%s' (kvshare ls takes none)\n", argv[optind]);
+		return KVS_CLI_USAGE;
+	}
+	return 0;
+}
+
+int kvs_cli_ls(int argc, char **argv)
+{
+	struct entry *v;
+	bool json;
+	int n, rc = ls_parse(argc, argv, &json);
+	uint64_t total = 0;
+	uint32_t live = 0;
+	char b1[32], b2[32], note[256], ranks[32];
+
+	if (rc)
+		return rc < 0 ? KVS_CLI_OK : rc;
+	n = scan(&v);
+	if (n < 0) {
+		fprintf(stderr, "kvshare ls: reading " SHM_DIR ": %s\n", kvs_strerror(n));
+		return KVS_CLI_FAIL;
+	}
+	if (json) {
+		json_t *o = json_object(), *arr = json_array(), *orph = json_array();
+
+		for (int i = 0; i < n; i++)
+			json_array_append_new(arr, entry_json(&v[i]));
+		orphans(orphan_json, orph);
+		json_object_set_new(o, "caches", arr);
+		json_object_set_new(o, "orphan_data_files", orph);
+		rc = json_dumpf(o, stdout, JSON_INDENT(2));
+		fputc('\n', stdout);
+		json_decref(o);
+		free(v);
+		return rc ? KVS_CLI_FAIL : KVS_CLI_OK;
+	}
+	printf("%-40s %-6s %-9s %10s %10s %10s %-8s %6s %6s  %s\n", "UNIQUE_ID", "STATE", "RANKS",
+	       "SLOTS", "SLOT", "SIZE", "BACKING", "UID", "LAYOUT", "NOTE");
+	for (int i = 0; i < n; i++) {
+		const struct entry *e = &v[i];
+		const struct kvs_cache_info *in = &e->info;
+		bool ready = e->rc == 0 && in->state == KVS_CACHE_INFO_READY;
+		char slots[24] = "-", slot[16] = "-", layout[12] = "-";
+
+		note_of(e, note, sizeof(note));
+		if (e->rc)
+			snprintf(ranks, sizeof(ranks), "?");
+		else if (in->ranks_live && ready)
+			snprintf(ranks, sizeof(ranks), "%u (%u gpu)", in->ranks_live, in->gpu_ranks_live);
+		else
+			snprintf(ranks, sizeof(ranks), "%u", in->ranks_live);
+		if (ready) {
+			snprintf(slots, sizeof(slots), "%" PRIu64, in->slot_count);
+			human(slot, sizeof(slot), in->slot_bytes);
+		}
+		if (e->rc == 0 && in->layout_version)
+			snprintf(layout, sizeof(layout), "%u", in->layout_version);
+		printf("%-40s %-6s %-9s %10s %10s %10s %-8s %6u %6s%s%s\n", in->unique_id,
+		       e->rc ? "?" : in->ranks_live ? "live" : "stale", ranks, slots, slot,
+		       human(b1, sizeof(b1), entry_bytes(e)),
+		       !ready ? "-" : in->flags & KVS_CACHE_INFO_HUGETLB ? "hugetlb" : "shm",
+		       e->rc ? (unsigned)e->st.st_uid : in->uid, layout, note[0] ? "  " : "", note);
+		total += entry_bytes(e);
+		live += e->rc == 0 && in->ranks_live > 0;
+	}
+	printf("%d cache%s: %u live, %d stale or unreadable; %s in all\n", n, n == 1 ? "" : "s", live,
+	       n - (int)live, human(b2, sizeof(b2), total));
+	if (orphans(NULL, NULL) > 0) {
+		printf("data files without a control file (not removed by kvshare clean: remove by hand "
+		       "once no process maps them):\n");
+		orphans(orphan_print, NULL);
+	}
+	free(v);
+	return KVS_CLI_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* clean                                                                     */
+
+struct clean_sum {
+	int removed, would, live, failed;
+	uint64_t bytes;
+};
+
+/* Clean one inspected cache.  single: the user named it (live is a failure). */
+static void clean_one(const struct entry *e, bool dry, bool single, struct clean_sum *sum)
+{
+	const struct kvs_cache_info *in = &e->info;
+	struct kvs_cache_config cfg;
+	char why[1024], b1[32], note[256];
+	int rc;
+
+	if (e->rc) {
+		fprintf(stderr, "kvshare clean: %s: cannot read its control segment: %s\n", in->unique_id,
+			kvs_strerror(e->rc));
+		sum->failed++;
+		return;
+	}
+	if (in->ranks_live) {
+		live_why(in, why, sizeof(why));
+		if (single)
+			fprintf(stderr, "kvshare clean: %s: %s: not removed\n", in->unique_id, why);
+		else
+			printf("skipped %s: %s\n", in->unique_id, why);
+		sum->live++;
+		return;
+	}
+	note_of(e, note, sizeof(note));
+	human(b1, sizeof(b1), entry_bytes(e));
+	if (dry) {
+		printf("would remove %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
+		sum->would++;
+		sum->bytes += entry_bytes(e);
+		return;
+	}
+	kvs_cache_config_init(&cfg);
+	memcpy(cfg.unique_id, in->unique_id, strlen(in->unique_id) + 1);
+	cfg.attach_timeout_ns = 5ull * 1000000000ull;
+	cfg.log = cli_log;
+	last_log[0] = '\0';
+	rc = kvs_cache_remove(&cfg);
+	if (rc == 0) {
+		printf("removed %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
+		sum->removed++;
+		sum->bytes += entry_bytes(e);
+	} else if (rc == -EBUSY) {
+		fprintf(stderr, "kvshare clean: %s: live: a process attached since it was inspected: "
+			"not removed\n", in->unique_id);
+		sum->live++;
+	} else if (rc == -ENOENT) {
+		printf("%s: already gone\n", in->unique_id);
+	} else {
+		fprintf(stderr, "kvshare clean: %s: %s%s%s\n", in->unique_id, kvs_strerror(rc),
+			last_log[0] ? ": " : "", last_log);
+		sum->failed++;
+	}
+}
+
+int kvs_cli_clean(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct clean_sum sum = { 0 };
+	struct entry *v = NULL;
+	bool dry = false;
+	char b1[32];
+	int ch, n;
+
+	optind = 1;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":nh", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'n':
+			dry = true;
+			break;
+		case 'h':
+			fputs(clean_usage, stdout);
+			return KVS_CLI_OK;
+		default:
+			fprintf(stderr, "kvshare clean: unknown option '%s' (kvshare clean --help)\n",
+				argv[optind - 1]);
+			return KVS_CLI_USAGE;
+		}
+	}
+	if (argc - optind > 1) {
+		fprintf(stderr, "kvshare clean: one UNIQUE_ID at most (unexpected '%s')\n", argv[optind + 1]);
+		return KVS_CLI_USAGE;
+	}
+	if (optind < argc) {
+		struct entry e;
+		const char *uid = argv[optind];
+		int rc;
+
+		memset(&e, 0, sizeof(e));
+		rc = kvs_cache_inspect(uid, &e.info);
+		if (rc == -EINVAL) {
+			fprintf(stderr, "kvshare clean: invalid unique_id '%s' (want [A-Za-z0-9_.-]{1,64})\n", uid);
+			return KVS_CLI_USAGE;
+		}
+		if (rc == -ENOENT) {
+			fprintf(stderr, "kvshare clean: no cache '%s' on this node (no " SHM_DIR
+				"/kvshare.%s.ctl; kvshare ls lists them)\n", uid, uid);
+			return KVS_CLI_FAIL;
+		}
+		e.rc = rc;
+		snprintf(e.info.unique_id, sizeof(e.info.unique_id), "%s", uid);
+		clean_one(&e, dry, true, &sum);
+		return sum.removed + sum.would == 1 ? KVS_CLI_OK : KVS_CLI_FAIL;
+	}
+	n = scan(&v);
+	if (n < 0) {
+		fprintf(stderr, "kvshare clean: reading " SHM_DIR ": %s\n", kvs_strerror(n));
+		return KVS_CLI_FAIL;
+	}
+	for (int i = 0; i < n; i++)
+		clean_one(&v[i], dry, false, &sum);
+	free(v);
+	if (dry)
+		printf("would remove %d stale cache%s (%s); %d live left alone\n", sum.would,
+		       sum.would == 1 ? "" : "s", human(b1, sizeof(b1), sum.bytes), sum.live);
+	else
+		printf("removed %d stale cache%s (%s); %d live left alone%s\n", sum.removed,
+		       sum.removed == 1 ? "" : "s", human(b1, sizeof(b1), sum.bytes), sum.live,
+		       sum.failed ? "; some removals failed" : "");
+	return sum.failed ? KVS_CLI_FAIL : KVS_CLI_OK;
+}
