@@ -10,12 +10,18 @@
 #ifndef KVS_TOOLS_CLI_H
 #define KVS_TOOLS_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* Exit codes of every subcommand. */
 enum kvs_cli_exit {
 	KVS_CLI_OK = 0,
 	KVS_CLI_FAIL = 1,   /* the operation failed (message on stderr) */
 	KVS_CLI_USAGE = 2,  /* bad command line (message on stderr) */
 };
+
+/* n bytes for people: "512 B", "1.5 MiB" (into buf, returned). */
+const char *kvs_cli_human_bytes(char *buf, size_t len, uint64_t n);
 
 int kvs_cli_bench(int argc, char **argv);
 int kvs_cli_stat(int argc, char **argv);

@@ -1,5 +1,6 @@
 /*
- * tools/kvshare.c — the kvshare CLI: dispatch to a subcommand.
+ * tools/kvshare.c — the kvshare CLI: dispatch to a subcommand, and the small
+ * formatting helpers the subcommands share (tools/cli.h).
  *
  *   kvshare bench [options]          the main job (tools/bench.c)
  *   kvshare stat UNIQUE_ID [options] a live cache, from a watcher (tools/stat.c)
@@ -9,6 +10,7 @@
  *
  * `kvshare SUBCOMMAND --help` describes each.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +28,23 @@ static const struct {
 	{ "clean", kvs_cli_clean, "remove stale segments (no live rank); never live ones" },
 	{ "replay", kvs_cli_replay, "replay a Mooncake trace through the cache and FIFO/LRU/Belady" },
 };
+
+const char *kvs_cli_human_bytes(char *buf, size_t len, uint64_t n)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", n);
+	else
+		snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
 
 static void usage(FILE *f)
 {

@@ -84,23 +84,6 @@ static void cli_log(void *arg, int level, const char *msg)
 		fprintf(stderr, "kvshare: %s\n", msg);
 }
 
-static const char *human(char *buf, size_t len, uint64_t n)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)n;
-	int u = 0;
-
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%" PRIu64 " B", n);
-	else
-		snprintf(buf, len, "%.1f %s", v, unit[u]);
-	return buf;
-}
-
 /* "kvshare.<id>.ctl" -> id (into buf), or false. */
 static bool ctl_id(const char *name, char *buf, size_t len)
 {
@@ -443,20 +426,20 @@ int kvs_cli_ls(int argc, char **argv)
 			snprintf(ranks, sizeof(ranks), "%u", in->ranks_live);
 		if (ready) {
 			snprintf(slots, sizeof(slots), "%" PRIu64, in->slot_count);
-			human(slot, sizeof(slot), in->slot_bytes);
+			kvs_cli_human_bytes(slot, sizeof(slot), in->slot_bytes);
 		}
 		if (e->rc == 0 && in->layout_version)
 			snprintf(layout, sizeof(layout), "%u", in->layout_version);
 		printf("%-40s %-6s %-9s %10s %10s %10s %-8s %6u %6s%s%s\n", in->unique_id,
 		       e->rc ? "?" : in->ranks_live ? "live" : "stale", ranks, slots, slot,
-		       human(b1, sizeof(b1), entry_bytes(e)),
+		       kvs_cli_human_bytes(b1, sizeof(b1), entry_bytes(e)),
 		       !ready ? "-" : in->flags & KVS_CACHE_INFO_HUGETLB ? "hugetlb" : "shm",
 		       e->rc ? (unsigned)e->st.st_uid : in->uid, layout, note[0] ? "  " : "", note);
 		total += entry_bytes(e);
 		live += e->rc == 0 && in->ranks_live > 0;
 	}
 	printf("%d cache%s: %u live, %d stale or unreadable; %s in all\n", n, n == 1 ? "" : "s", live,
-	       n - (int)live, human(b2, sizeof(b2), total));
+	       n - (int)live, kvs_cli_human_bytes(b2, sizeof(b2), total));
 	if (orphans(NULL, NULL) > 0) {
 		printf("data files without a control file (not removed by kvshare clean: remove by hand "
 		       "once no process maps them):\n");
@@ -498,7 +481,7 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 		return;
 	}
 	note_of(e, note, sizeof(note));
-	human(b1, sizeof(b1), entry_bytes(e));
+	kvs_cli_human_bytes(b1, sizeof(b1), entry_bytes(e));
 	if (dry) {
 		printf("would remove %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
 		sum->would++;
@@ -592,10 +575,10 @@ int kvs_cli_clean(int argc, char **argv)
 	free(v);
 	if (dry)
 		printf("would remove %d stale cache%s (%s); %d live left alone\n", sum.would,
-		       sum.would == 1 ? "" : "s", human(b1, sizeof(b1), sum.bytes), sum.live);
+		       sum.would == 1 ? "" : "s", kvs_cli_human_bytes(b1, sizeof(b1), sum.bytes), sum.live);
 	else
 		printf("removed %d stale cache%s (%s); %d live left alone%s\n", sum.removed,
-		       sum.removed == 1 ? "" : "s", human(b1, sizeof(b1), sum.bytes), sum.live,
+		       sum.removed == 1 ? "" : "s", kvs_cli_human_bytes(b1, sizeof(b1), sum.bytes), sum.live,
 		       sum.failed ? "; some removals failed" : "");
 	return sum.failed ? KVS_CLI_FAIL : KVS_CLI_OK;
 }

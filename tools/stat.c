@@ -119,23 +119,6 @@ static void stat_log(void *arg, int level, const char *msg)
 		snprintf(last_log, sizeof(last_log), "%s", msg);
 }
 
-static const char *human(char *buf, size_t len, uint64_t n)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)n;
-	int u = 0;
-
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%" PRIu64 " B", n);
-	else
-		snprintf(buf, len, "%.1f %s", v, unit[u]);
-	return buf;
-}
-
 static const char *human_ns(char *buf, size_t len, double ns)
 {
 	if (ns < 1e3)
@@ -306,12 +289,12 @@ static void print_text(FILE *f, const struct stat_snap *s)
 	if (!s->attached) {
 		fprintf(f, "  state      stale: no live process attached; not attached (attaching would adopt it)\n");
 		fprintf(f, "  capacity   %" PRIu64 " slots x %s = %s (%u shard%s/block, %u reserved)\n",
-			in->slot_count, human(b1, sizeof(b1), in->slot_bytes),
-			human(b2, sizeof(b2), in->slot_count * in->slot_bytes), in->shards_per_block,
+			in->slot_count, kvs_cli_human_bytes(b1, sizeof(b1), in->slot_bytes),
+			kvs_cli_human_bytes(b2, sizeof(b2), in->slot_count * in->slot_bytes), in->shards_per_block,
 			in->shards_per_block == 1 ? "" : "s",
 			in->reserved_slots);
 		fprintf(f, "  size       control %s + data %s (%u segment%s on %s)\n",
-			human(b1, sizeof(b1), in->ctl_bytes), human(b2, sizeof(b2), in->data_bytes),
+			kvs_cli_human_bytes(b1, sizeof(b1), in->ctl_bytes), kvs_cli_human_bytes(b2, sizeof(b2), in->data_bytes),
 			in->seg_count, in->seg_count == 1 ? "" : "s",
 			in->flags & KVS_CACHE_INFO_HUGETLB ? in->hugetlb_dir : "/dev/shm");
 		fprintf(f, "  lifetime   layout %u, persist %s, adopted %u time(s), owner uid %u mode %04o\n",
@@ -340,10 +323,10 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		n->gpu_ranks_attached < in->local_rank_size ? " (fewer than local_rank_size)" : "",
 		n->lrs_mismatch ? "; attaches beyond it so far: see lrs_mismatch" : "");
 	fprintf(f, "  capacity   %" PRIu64 " slots x %s = %s (%u shard%s/block, %u reserved); control %s\n",
-		n->slot_count, human(b1, sizeof(b1), n->slot_bytes),
-		human(b2, sizeof(b2), n->slot_count * n->slot_bytes), in->shards_per_block,
+		n->slot_count, kvs_cli_human_bytes(b1, sizeof(b1), n->slot_bytes),
+		kvs_cli_human_bytes(b2, sizeof(b2), n->slot_count * n->slot_bytes), in->shards_per_block,
 		in->shards_per_block == 1 ? "" : "s",
-		in->reserved_slots, human(b3, sizeof(b3), in->ctl_bytes));
+		in->reserved_slots, kvs_cli_human_bytes(b3, sizeof(b3), in->ctl_bytes));
 	fprintf(f, "  slots      ready %" PRIu64 ", loading %" PRIu64 ", failed %" PRIu64 ", empty %" PRIu64
 		"; pinned %" PRIu64 "\n",
 		n->slots_ready, n->slots_loading, n->slots_failed, slots_empty(n), n->slots_pinned);
@@ -357,7 +340,7 @@ static void print_text(FILE *f, const struct stat_snap *s)
 			snprintf(bound, sizeof(bound), "bound to %d", g->bound_node);
 		fprintf(f, "  %-10s segment %u: %s, %s pages, node %s (%s), %s, slots %" PRIu64 "-%" PRIu64
 			", %s\n", i == 0 ? "backing" : "", g->seg, backing_name(g->backing),
-			human(b1, sizeof(b1), g->page_bytes), node, bound, human(b2, sizeof(b2), g->bytes),
+			kvs_cli_human_bytes(b1, sizeof(b1), g->page_bytes), node, bound, kvs_cli_human_bytes(b2, sizeof(b2), g->bytes),
 			g->first_slot, g->first_slot + g->slot_count - 1, g->path[0] ? g->path : "?");
 	}
 	fprintf(f, "  fallbacks  %s%s%s\n", n->fallbacks ? "" : "none",
@@ -394,7 +377,7 @@ static void print_text(FILE *f, const struct stat_snap *s)
 			ntasks, p50, p90, p99, p999);
 	else
 		fprintf(f, "             latency: no task finished yet\n");
-	fprintf(f, "             copy %s in %s = %.2f GB/s\n", human(b1, sizeof(b1), st->copy_bytes),
+	fprintf(f, "             copy %s in %s = %.2f GB/s\n", kvs_cli_human_bytes(b1, sizeof(b1), st->copy_bytes),
 		human_ns(b2, sizeof(b2), (double)st->copy_ns), copy_gbps(st));
 	fprintf(f, "  per rank   %-5s %-8s %-7s %-4s %-5s %5s %9s %9s %9s %9s %7s %9s\n", "ENTRY", "PID",
 		"DEVICE", "NODE", "ALIVE", "PINS", "HITS", "MISSES", "FILLS", "WAITS", "TASKS", "SHARDS");
