@@ -63,6 +63,11 @@ int kvs_core_config_validate(const struct kvs_cache_config *cfg, const struct kv
 	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
 		if (cfg->reserved[i])
 			BAD("reserved", "%s (must be zero)", "non-zero");
+	if (cfg->reserved32)
+		BAD("reserved32", "%u (must be zero)", cfg->reserved32);
+	if (cfg->prefault_threads > KVS_CACHE_PREFAULT_THREADS_MAX)
+		BAD("prefault_threads", "%u (want 0..64; 0 = one per CPU of the node)",
+		    cfg->prefault_threads);
 	if (cfg->flags & ~(KVS_CACHE_PERSIST | KVS_CACHE_ATTACH))
 		BAD("flags", "0x%x", cfg->flags);
 	if (cfg->device_id < -1)

@@ -181,6 +181,10 @@ static inline uint64_t kvs_core_filler(uint32_t rank, uint32_t epoch)
  * -EINVAL / -ESTALE.  Blocks: one bucket lock, only when the filler is dead. */
 int kvs_core_slot_recover(struct kvs_cache *c, struct kvs_slot *slot, uint32_t flags);
 
+/* Log (WARN) that slot i was not published within timeout_ns, naming its filler's
+ * rank entry and pid ("stopped?"): for waits that time out on a live filler. */
+void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout_ns);
+
 /* ---- test hooks (static library only, not exported by libkvshare.so.1) ---- */
 /* Points of creation where a test may stall the creator (tests/core_attach.c):
  * the anonymous control file is ready but unnamed; named, data not yet made. */

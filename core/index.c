@@ -134,6 +134,30 @@ void kvs_core_bucket_repair(struct kvs_cache *c, uint32_t b)
 	}
 }
 
+/*
+ * A bucket lock not had in time: name the holder (rank entry and pid) so that
+ * the operator can look at that process (stopped: SIGSTOP, a debugger, a
+ * frozen cgroup; or stuck in the kernel).  holder is a diagnostic hint written
+ * by the holder after it locked; it is bounded before use, and the pid is the
+ * entry's (informational: the entry may have been reused since).
+ */
+static void log_lock_timeout(struct kvs_cache *c, uint32_t b)
+{
+	/* relaxed: diagnostics only */
+	uint32_t h = atomic_load_explicit(&c->buckets[b].holder, memory_order_relaxed);
+
+	if (h == 0 || h > KVS_MAX_RANKS) {
+		kvs_log_warn(&c->log, "bucket %u: lock not had within %llu ns (holder unknown: "
+				      "it locked before naming itself; stopped?)",
+			     b, (unsigned long long)c->cfg.lock_timeout_ns);
+		return;
+	}
+	kvs_log_warn(&c->log, "bucket %u: lock not had within %llu ns: held by rank entry %u "
+			      "(pid %d; stopped?)",
+		     b, (unsigned long long)c->cfg.lock_timeout_ns, h - 1,
+		     __atomic_load_n(&c->ranks[h - 1].pid, __ATOMIC_RELAXED));
+}
+
 static int bucket_acquired(struct kvs_cache *c, uint32_t b, int rc)
 {
 	if (rc == EOWNERDEAD) {
@@ -153,9 +177,7 @@ static int bucket_acquired(struct kvs_cache *c, uint32_t b, int rc)
 		return -KVS_ECORRUPT;
 	} else if (rc) {
 		if (rc == ETIMEDOUT)
-			kvs_log_warn(&c->log, "bucket %u: lock not had within %llu ns (holder %u stopped?)",
-				     b, (unsigned long long)c->cfg.lock_timeout_ns,
-				     atomic_load_explicit(&c->buckets[b].holder, memory_order_relaxed));
+			log_lock_timeout(c, b);
 		return -rc;
 	}
 	/* relaxed: diagnostics only */

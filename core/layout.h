@@ -37,7 +37,8 @@
  * slot_count) contiguously, slot_bytes apart; its backing, page size, size and
  * node are recorded in the header's segment table, and the hugetlbfs directory in
  * hugetlb_dir, by the creator: attachers use the record, never recompute it.
- * They hold only KV bytes.
+ * The record also says how the creator pre-faulted it (threads, wall time: for
+ * stats only, nothing depends on them).  They hold only KV bytes.
  *
  * Nothing here is trusted: every value is bounded before use (core/header.c at
  * open and in kvs_cache_check; indices and links where they are followed).
@@ -71,7 +72,8 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 4u /* 4: refbits hold CLOCK weights 0..2, not one bit */
+#define KVS_LAYOUT_VERSION 5u /* 5: segment pre-fault record; store registration and
+				* staging counters.  4: refbits hold CLOCK weights 0..2 */
 #define KVS_SHM_MAGIC UINT64_C(0x4b56534852435431) /* "KVSHRCT1" */
 #define KVS_CACHE_LINE 64u
 #define KVS_SHM_PAGE 4096u
@@ -131,6 +133,11 @@ struct kvs_shm_store_stats {
 	_Atomic uint64_t owner_reads, read_errors, backend_writes, write_errors;
 	_Atomic uint64_t prealloc, prealloc_hits, copy_bytes, copy_ns;
 	_Atomic uint64_t task_lat_us[KVS_STORE_LAT_BUCKETS];
+	/* Registration of the data plane with the copy engine (store.c): the bytes
+	 * this rank registers (added once at open), registered so far, the time the
+	 * registration calls took; shard copies made through the staging buffer
+	 * because their slot was not registered yet. */
+	_Atomic uint64_t register_total_bytes, registered_bytes, register_ns, staged_shards;
 };
 
 /* Counters of one rank (or the node's departed ranks).  Relaxed fetch_add by the
@@ -157,13 +164,13 @@ struct kvs_shm_seg {
 	int32_t node;           /* node passed to kvs_numa_seg_create (-1 = unbound) */
 	int32_t bound_node;     /* node numa/ reported (-1 = none) */
 	uint32_t backing;       /* enum kvs_numa_backing */
-	uint32_t pad;
+	uint32_t prefault_threads; /* threads that pre-faulted it (creator's record) */
 	uint64_t page_bytes;
 	uint64_t bytes;         /* mapped size */
 	uint64_t first_slot;
 	uint64_t slot_count;    /* including the reserved ones at the end */
 	uint64_t reserved_count;
-	uint64_t pad2;
+	uint64_t prefault_ns;   /* wall time of its pre-fault (creator's record) */
 	alignas(KVS_CACHE_LINE) _Atomic uint64_t hand;          /* CLOCK hand, main pool */
 	alignas(KVS_CACHE_LINE) _Atomic uint64_t reserved_hand; /* CLOCK hand, reserved pool */
 };

@@ -72,6 +72,7 @@ static void seg_opts(struct kvs_cache *c, struct kvs_numa_seg_opts *o)
 	o->page_bytes = c->cfg.hugepage_bytes;
 	o->file_mode = c->cfg.file_mode;
 	o->gid = c->cfg.gid;
+	o->prefault_threads = c->cfg.prefault_threads;
 	o->log = &c->log;
 }
 
@@ -172,6 +173,8 @@ static int record_seg(struct kvs_cache *c, struct kvs_shm_seg *sg, const struct 
 	sg->backing = m->backing;
 	sg->page_bytes = m->page_bytes;
 	sg->bytes = m->bytes;
+	sg->prefault_ns = m->prefault_ns;
+	sg->prefault_threads = m->prefault_threads;
 	if (sg->backing != KVS_NUMA_BACKING_HUGETLB && KVS_KERNEL && c->cfg.hugetlb == KVS_HUGETLB_AUTO)
 		h->fallbacks |= KVS_FALLBACK_HUGETLB;
 	if (sg->bound_node < 0 && c->cfg.numa == KVS_NUMA_AUTO)
@@ -353,9 +356,15 @@ static int create_anon(struct kvs_cache *c)
 			      c->cfg.unique_id, kvs_strerror(rc));
 		return rc;
 	}
-	if (fchmod(c->ctl_fd, c->cfg.file_mode) ||
-	    (c->cfg.gid >= 0 && fchown(c->ctl_fd, (uid_t)-1, (gid_t)c->cfg.gid)))
+	if (fchmod(c->ctl_fd, c->cfg.file_mode))
 		return -errno;
+	if (c->cfg.gid >= 0 && fchown(c->ctl_fd, (uid_t)-1, (gid_t)c->cfg.gid)) {
+		rc = -errno;
+		kvs_log_error(&c->log, "%s: cannot give the control segment to group %d: %s%s",
+			      c->cfg.unique_id, (int)c->cfg.gid, strerror(-rc),
+			      rc == -EPERM ? " (uid not a member of it)" : "");
+		return rc;
+	}
 	rc = kvs_core_ofd_lock(c->ctl_fd, KVS_LOCK_LIFECYCLE_BYTE, F_WRLCK);
 	if (rc)
 		return rc;
@@ -514,6 +523,17 @@ static int attach_ready(struct kvs_cache *c, const struct stat *st, bool live)
 	return rc;
 }
 
+/* A control segment that is not ours to attach: name its owner, group and
+ * mode, so the operator sees whose cache it is and what would share it. */
+static void log_refused(struct kvs_cache *c, const struct stat *st)
+{
+	kvs_log_error(&c->log, "%s: control segment belongs to uid %u (group %u, mode 0%o), "
+			       "not to uid %u%s: refused",
+		      c->cfg.unique_id, (unsigned)st->st_uid, (unsigned)st->st_gid,
+		      (unsigned)(st->st_mode & 07777), (unsigned)geteuid(),
+		      c->cfg.gid >= 0 ? " or a member of its group" : "");
+}
+
 /* Attach through the open control fd (lifecycle lock taken here and held on
  * return).  -EAGAIN: start over (the file went away or was dead remains). */
 static int attach(struct kvs_cache *c, uint64_t deadline)
@@ -525,9 +545,7 @@ static int attach(struct kvs_cache *c, uint64_t deadline)
 	if (fstat(c->ctl_fd, &st))
 		return -errno;
 	if (!owner_ok(&c->cfg, &st)) {
-		kvs_log_error(&c->log, "%s: control segment belongs to uid %u (group %u), not %u: refused",
-			      c->cfg.unique_id, (unsigned)st.st_uid, (unsigned)st.st_gid,
-			      (unsigned)geteuid());
+		log_refused(c, &st);
 		return -EACCES;
 	}
 	rc = kvs_core_lifecycle_lock(c->ctl_fd, deadline);
@@ -583,6 +601,19 @@ static int open_once(struct kvs_cache *c, uint64_t deadline)
 		handle_teardown(c);
 		ctl_name(name, sizeof(name), c->cfg.unique_id);
 		c->ctl_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+		if (c->ctl_fd < 0 && errno == EACCES) {
+			/* another uid's, not shared with us: say whose */
+			struct stat st;
+			char path[160];
+
+			snprintf(path, sizeof(path), "%s%s", KVS_NUMA_SHM_DIR, name);
+			if (stat(path, &st) == 0)
+				log_refused(c, &st);
+			else
+				kvs_log_error(&c->log, "%s: control segment %s: %s", c->cfg.unique_id,
+					      path, strerror(EACCES));
+			return -EACCES;
+		}
 		if (c->ctl_fd < 0)
 			return errno == ENOENT && !(c->cfg.flags & KVS_CACHE_ATTACH) ? -EAGAIN : -errno;
 		rc = attach(c, deadline);
@@ -687,8 +718,10 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	if (c->ctl_fd < 0)
 		return -errno;
 	rc = fstat(c->ctl_fd, &st) ? -errno : 0;
-	if (rc == 0 && !owner_ok(cfg, &st))
+	if (rc == 0 && !owner_ok(cfg, &st)) {
+		log_refused(c, &st);
 		rc = -EACCES;
+	}
 	if (rc == 0)
 		rc = kvs_core_lifecycle_lock(c->ctl_fd,
 					     kvs_deadline_after(cfg->attach_timeout_ns ?

@@ -291,6 +291,28 @@ static int wait_result(struct kvs_cache *c, struct kvs_slot *slot, int st)
 	return -KVS_ECORRUPT;
 }
 
+/*
+ * A wait that timed out on a live filler: name it (rank entry and pid) for the
+ * operator, as a bucket lock timeout does.  The filler word is a hint read
+ * without the lock; the rank is bounded before its pid is read.
+ */
+void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout_ns)
+{
+	/* relaxed: diagnostics only */
+	uint64_t f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
+	uint32_t r = (uint32_t)(f >> 32);
+
+	if (f == KVS_FILLER_NONE || r >= KVS_MAX_RANKS) {
+		kvs_log_warn(&c->log, "slot %u: not published within %llu ns (no filler recorded)",
+			     i, (unsigned long long)timeout_ns);
+		return;
+	}
+	kvs_log_warn(&c->log, "slot %u: not published within %llu ns: filled by rank entry %u "
+			      "(pid %d, alive; stopped?)",
+		     i, (unsigned long long)timeout_ns, r,
+		     __atomic_load_n(&c->ranks[r].pid, __ATOMIC_RELAXED));
+}
+
 KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint32_t flags,
 			  uint64_t timeout_ns)
 {
@@ -327,6 +349,8 @@ KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 	}
 	if (rc == -KVS_EOWNERDEAD) /* failed by our own check: read what we published */
 		rc = (int)state_value(c, slot->index, memory_order_acquire);
+	if (rc == -ETIMEDOUT && timeout_ns) /* a zero timeout is a poll: nothing to say */
+		kvs_core_log_fill_timeout(c, slot->index, timeout_ns);
 	if (rc < 0)
 		return rc;
 	return wait_result(c, slot, rc);

@@ -69,6 +69,18 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 	}
 	o->slot_count = c->slot_count;
 	o->slot_bytes = c->slot_bytes;
+	/* The creator's pre-fault record: statistics, whatever the bytes say. */
+	for (uint32_t s = 0; s < c->seg_count; s++) {
+		const struct kvs_shm_seg *sg = &c->hdr->segs[s];
+
+		o->data_bytes += sg->bytes;
+		o->prefault_ns += sg->prefault_ns;
+		if (sg->prefault_threads > o->prefault_threads)
+			o->prefault_threads = sg->prefault_threads;
+	}
+	if (o->data_bytes)
+		o->prefault_ms_per_gib = (double)o->prefault_ns / 1e6 /
+					 ((double)o->data_bytes / (double)(UINT64_C(1) << 30));
 	for (uint32_t i = 0; i < c->slot_count; i++) {
 		/* relaxed: a census, not a snapshot */
 		uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
@@ -160,6 +172,8 @@ KVS_API int kvs_cache_seg_info(struct kvs_cache *c, uint32_t seg, struct kvs_cac
 				? sg->bound_node : -1;
 	o->page_bytes = sg->page_bytes;
 	o->bytes = sg->bytes;
+	o->prefault_ns = sg->prefault_ns;
+	o->prefault_threads = sg->prefault_threads;
 	seg_path(c, sg, o->backing, o->path, sizeof(o->path));
 	return 0;
 }

@@ -44,8 +44,9 @@
 #define TASK_SHARDS_MAX (1u << 20)
 
 _Static_assert(KVS_STORE_WAITING_QD_MAX <= TASK_IDX_MASK + 1, "task index fits its bits");
-_Static_assert(sizeof(struct kvs_shm_store_stats) == offsetof(struct kvs_store_stats, reserved),
-	       "shared store counters mirror struct kvs_store_stats");
+_Static_assert(sizeof(struct kvs_shm_store_stats) ==
+		       offsetof(struct kvs_store_stats, register_ms_per_gib),
+	       "shared store counters mirror struct kvs_store_stats (up to its derived fields)");
 
 /* ------------------------------------------------------------------------ */
 /* Shards and tasks                                                          */
@@ -369,45 +370,38 @@ KVS_API int kvs_store_wait(struct kvs_store *s, uint64_t id, uint64_t timeout_ns
 KVS_API int kvs_store_lookup(struct kvs_store *s, const struct kvs_block_id *blocks, size_t n,
 			     bool *hits)
 {
-	int rc, hit;
+	int rc;
 
 	if (!s || (n && (!blocks || !hits)))
 		return -EINVAL;
 	rc = kvs_cache_lookup(s->cache, blocks, n, KVS_ALL_SHARDS, hits);
-	if (rc < 0)
+	if (rc < 0 || rc == (int)n)
 		return rc;
-	hit = rc;
-	for (size_t i = 0; i < n; i++) {
-		if (hits[i])
-			continue;
-		rc = kvs_backend_lookup(s->backend, &blocks[i]);
-		if (rc < 0)
-			return rc;
-		hits[i] = rc == 1;
-		hit += rc == 1;
-	}
-	return hit;
+	/* The blocks the cache lacks (hits[i] false), in one backend round trip
+	 * where the backend batches (redis). */
+	return kvs_backend_lookup_batch(s->backend, blocks, n, 0, hits);
 }
 
 KVS_API int kvs_store_lookup_prefix(struct kvs_store *s, const struct kvs_block_id *blocks,
 				    size_t n)
 {
+	bool *hits;
 	int rc;
 	size_t i;
 
 	if (!s || (n && !blocks) || n > INT32_MAX)
 		return -EINVAL;
 	rc = kvs_cache_lookup_prefix(s->cache, blocks, n, KVS_ALL_SHARDS);
-	if (rc < 0)
+	if (rc < 0 || rc == (int)n)
 		return rc;
-	for (i = (size_t)rc; i < n; i++) {
-		rc = kvs_backend_lookup(s->backend, &blocks[i]);
-		if (rc < 0)
-			return rc;
-		if (rc != 1)
-			break;
-	}
-	return (int)i;
+	i = (size_t)rc;
+	hits = calloc(n - i, sizeof(*hits));
+	if (!hits)
+		return -ENOMEM;
+	rc = kvs_backend_lookup_batch(s->backend, blocks + i, n - i, KVS_BACKEND_LOOKUP_PREFIX,
+				      hits);
+	free(hits);
+	return rc < 0 ? rc : (int)i + rc;
 }
 
 static void add_store_stats(struct kvs_store_stats *o, struct kvs_shm_store_stats *st)
@@ -420,6 +414,16 @@ static void add_store_stats(struct kvs_store_stats *o, struct kvs_shm_store_stat
 		dst[k] += atomic_load_explicit(&src[k], memory_order_relaxed);
 }
 
+/* Has the rank of st registered everything it registers?  (Racy, like every
+ * counter.) */
+static bool rank_registered(struct kvs_shm_store_stats *st)
+{
+	/* relaxed: statistics */
+	uint64_t total = atomic_load_explicit(&st->register_total_bytes, memory_order_relaxed);
+
+	return total && atomic_load_explicit(&st->registered_bytes, memory_order_relaxed) >= total;
+}
+
 KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stats *o)
 {
 	struct kvs_cache *c;
@@ -429,12 +433,31 @@ KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stat
 	c = s->cache;
 	memset(o, 0, sizeof(*o));
 	if (rank == KVS_STATS_NODE) {
+		uint32_t live = 0, ready = 0;
+
 		add_store_stats(o, &c->hdr->departed.store);
-		for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
-			add_store_stats(o, &c->ranks[r].stats.store);
+		for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
+			struct kvs_shm_rank *e = &c->ranks[r];
+
+			add_store_stats(o, &e->stats.store);
+			/* Ready: every live GPU rank (a dead one's registration died with
+			 * it).  relaxed: the epoch is rechecked by kvs_core_rank_alive
+			 * after its acquire of the entry's state (device_id with it). */
+			if (!kvs_core_rank_alive(c, r, atomic_load_explicit(&e->epoch,
+									 memory_order_relaxed)) ||
+			    e->device_id < 0)
+				continue;
+			live++;
+			ready += rank_registered(&e->stats.store);
+		}
+		o->ready = live && ready == live;
 	} else {
 		add_store_stats(o, &c->ranks[rank].stats.store);
+		o->ready = rank_registered(&c->ranks[rank].stats.store);
 	}
+	if (o->registered_bytes)
+		o->register_ms_per_gib = (double)o->register_ns / 1e6 /
+					 ((double)o->registered_bytes / (double)(UINT64_C(1) << 30));
 	return 0;
 }
 
@@ -446,6 +469,8 @@ KVS_API struct kvs_cache *kvs_store_cache(struct kvs_store *s)
 /* ------------------------------------------------------------------------ */
 /* Open and close                                                            */
 
+/* The copy engine; the data plane is registered with it in the background
+ * (store_register.c). */
 static int copy_open(struct kvs_store *s)
 {
 	struct kvs_copy_opts o = {
@@ -453,8 +478,8 @@ static int copy_open(struct kvs_store *s)
 		.device_id = s->cfg.cache.device_id,
 		.streams = s->cfg.cache_stream_number,
 		.log = &s->log,
+		.register_delay_ns = s->cfg.register_delay_ns,
 	};
-	struct kvs_cache *c = s->cache;
 	int rc = kvs_copy_open(&o, &s->copy);
 
 	if (rc) {
@@ -463,16 +488,7 @@ static int copy_open(struct kvs_store *s)
 			      o.kind == KVS_COPY_CUDA ? " (no CUDA device: set copy_engine=host)" : "");
 		return rc == -EOPNOTSUPP ? -ENODEV : rc;
 	}
-	for (; s->registered < c->seg_count; s->registered++) {
-		rc = kvs_copy_register(s->copy, c->segs[s->registered].base,
-				       c->segs[s->registered].bytes);
-		if (rc) {
-			kvs_log_error(&s->log, "store: registering data segment %u with the %s engine: %s",
-				      s->registered, kvs_copy_name(s->copy), kvs_strerror(rc));
-			return rc;
-		}
-	}
-	return 0;
+	return kvs_store_register_start(s);
 }
 
 static int backend_open(struct kvs_store *s)
@@ -551,6 +567,7 @@ static int sync_init(struct kvs_store *s)
 	pthread_cond_init(&s->disp_cv, &ca);
 	pthread_cond_init(&s->copier_cv, &ca);
 	pthread_cond_init(&s->done_cv, &ca);
+	pthread_cond_init(&s->reg_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	return 0;
 }
@@ -634,11 +651,14 @@ KVS_API void kvs_store_close(struct kvs_store *s)
 {
 	if (!s)
 		return;
+	/* The registration thread stops before its next chunk. */
+	pthread_mutex_lock(&s->mu);
+	s->stop = true;
+	pthread_mutex_unlock(&s->mu);
 	if (s->threads) {
 		/* Drain: the threads exit once no task is active (each bounded by its
 		 * deadline) and no transfer is in flight. */
 		pthread_mutex_lock(&s->mu);
-		s->stop = true;
 		pthread_cond_signal(&s->disp_cv);
 		pthread_cond_signal(&s->copier_cv);
 		pthread_mutex_unlock(&s->mu);
@@ -649,10 +669,8 @@ KVS_API void kvs_store_close(struct kvs_store *s)
 				task_unref(s->tasks[i]);
 	}
 	if (s->copy) {
-		while (s->registered > 0) {
-			s->registered--;
-			kvs_copy_unregister(s->copy, s->cache->segs[s->registered].base);
-		}
+		/* Nothing copies any more: unregister (this process only). */
+		kvs_store_register_stop(s);
 		kvs_copy_close(s->copy);
 	}
 	/* The dispatcher closed the backend it issued on; a watcher's is ours. */
@@ -661,6 +679,7 @@ KVS_API void kvs_store_close(struct kvs_store *s)
 	free(s->claims);
 	free(s->tasks);
 	free(s->ring);
+	pthread_cond_destroy(&s->reg_cv);
 	pthread_cond_destroy(&s->done_cv);
 	pthread_cond_destroy(&s->copier_cv);
 	pthread_cond_destroy(&s->disp_cv);

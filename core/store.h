@@ -10,7 +10,10 @@
  *   store_dispatch.c the dispatcher thread: rotated visiting order, gets, backend
  *                   reads and writes, publish at completion, prealloc
  *   store_copy.c    the copier thread: wait-for-any over slot words, H2D scatter,
- *                   D2H gather, one sync per task
+ *                   D2H gather, one sync per task; staged copies of slots not
+ *                   registered yet
+ *   store_register.c the registration thread: the data plane registered with the
+ *                   copy engine in chunks, in the background; readiness
  */
 #ifndef KVS_CORE_STORE_H
 #define KVS_CORE_STORE_H
@@ -27,6 +30,15 @@
 #define KVS_STORE_RUNNING_QD_DEFAULT 256u
 #define KVS_STORE_RUNNING_QD_MAX 65536u
 #define KVS_STORE_STREAMS_MAX 16u
+/* Registration chunks (register_chunk_size): a few GiB by default, always far
+ * below the single-registration sizes cudaHostRegister is reported to refuse
+ * (512 GiB and more; vLLM keeps chunks under 64 GiB). */
+#define KVS_STORE_REGISTER_CHUNK_DEFAULT (4ull << 30)
+#define KVS_STORE_REGISTER_CHUNK_MIN (1ull << 20)
+#define KVS_STORE_REGISTER_CHUNK_MAX (32ull << 30)
+/* The staging buffer for copies of slots not registered yet: a shard larger
+ * than this goes through it in pieces. */
+#define KVS_STORE_STAGING_MAX (8ull << 20)
 
 /*
  * Resolve and validate a store config into *out (a copy of cfg):
@@ -120,6 +132,7 @@ struct kvs_store_task {
 	uint32_t copier_left;          /* copier: shards not yet resolved */
 	bool copied;                   /* copier: copies queued, the task end syncs */
 	bool event_waited;             /* copier: wait_event done */
+	bool filler_named;             /* copier: a peer's slot timed out, its filler logged */
 	uint32_t *order;               /* visiting order (dispatch_order) */
 	struct kvs_store_task *next;   /* dispatcher's queue */
 	struct kvs_store_sh sh[];
@@ -149,8 +162,26 @@ struct kvs_store {
 	uint32_t tensor_count;
 	uint64_t tensor_bytes[KVS_MAX_TENSORS];
 	uint64_t tensor_off[KVS_MAX_TENSORS];
-	uint32_t registered;           /* data segments registered with the copy engine */
 	bool threads;
+
+	/* Registration of the data plane with the copy engine (store_register.c). */
+	pthread_t reg_thr;
+	bool reg_started;
+	uint32_t reg_order[KVS_MAX_SEGS]; /* data segments, the rank's node's first */
+	uint64_t reg_chunk[KVS_MAX_SEGS]; /* chunk size of each segment */
+	/* Bytes of segment i registered, from its start (a prefix: chunks go in
+	 * order).  Stored (release) by the registration thread after the engine's
+	 * register call returned; loaded (acquire) by the copier before it copies a
+	 * slot directly, and by close to know what to unregister. */
+	_Atomic uint64_t reg_end[KVS_MAX_SEGS];
+	/* 1 once every segment is registered (release, after the last reg_end):
+	 * the copier's fast path (acquire). */
+	_Atomic uint32_t reg_ready;
+	bool reg_done;                 /* under mu: the registration thread finished */
+	int reg_err;                   /* under mu: why it stopped early (0: it did not) */
+	pthread_cond_t reg_cv;         /* kvs_store_ready: reg_done */
+	void *staging;                 /* copier: pinned bounce buffer (kvs_copy_host_alloc) */
+	uint64_t staging_bytes;
 
 	/* Everything below is guarded by mu. */
 	pthread_mutex_t mu;
@@ -207,5 +238,21 @@ void kvs_store_handoff(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t op
 /* ---- store_dispatch.c, store_copy.c: the threads ---- */
 void *kvs_store_dispatcher(void *arg);
 void *kvs_store_copier(void *arg);
+
+/* ---- store_register.c ---- */
+/* Plan the registration (order, chunk sizes, register_total_bytes), allocate
+ * the staging buffer and start the registration thread.  0 or -errno. */
+int kvs_store_register_start(struct kvs_store *s);
+/* Join the registration thread (s->stop is set: it ends after its current
+ * chunk) and unregister every chunk it registered; free the staging buffer. */
+void kvs_store_register_stop(struct kvs_store *s);
+/* Is sh's slot inside registered memory (copy it directly)? */
+bool kvs_store_slot_registered(struct kvs_store *s, const struct kvs_store_sh *sh);
+
+/* Test hook (static library only): called by the registration thread before
+ * each chunk; a test blocks in it to hold registration at a known point, or
+ * returns an error to have the chunk refused as the engine would (0: go on). */
+extern int (*kvs_store_test_register_hook)(struct kvs_store *s, uint32_t seg, uint64_t off,
+					   uint64_t len);
 
 #endif

@@ -59,6 +59,7 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg)
 	cfg->waiting_queue_depth = KVS_STORE_WAITING_QD_DEFAULT;
 	cfg->running_queue_depth = KVS_STORE_RUNNING_QD_DEFAULT;
 	cfg->cache_stream_number = 1;
+	cfg->register_chunk_bytes = KVS_STORE_REGISTER_CHUNK_DEFAULT;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -67,8 +68,11 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg)
 #define NS_PER_US UINT64_C(1000)
 #define NS_PER_MS UINT64_C(1000000)
 #define US_PER_HOUR (UINT64_C(3600) * 1000000)
+#define MS_PER_HOUR (UINT64_C(3600) * 1000)
+#define REDIS_TTL_S_MAX ((UINT64_C(1) << 53) / 1000) /* kvs_backend_redis_config.ttl_ms */
 #define TIMEOUT_MS_MAX UINT64_C(86400000) /* a day */
 #define COPY_DELAY_US_MAX UINT64_C(1000000) /* a second */
+#define REGISTER_DELAY_US_MAX (KVS_COPY_REGISTER_DELAY_MAX_NS / NS_PER_US)
 #define BACKEND_SHARDS_MAX 65536u          /* kvs_backend_config.shards_per_block */
 #define VALUE_SHOWN_MAX 48                 /* bytes of a bad value quoted in an error */
 #define GIB_DECIMALS_MAX 9
@@ -100,6 +104,7 @@ struct kv_key {
 	uint64_t scale;           /* key unit -> field unit (us -> ns: 1000); 0 = 1 */
 	uint32_t bit;             /* kv_bool on a flags word: the bit (0: a 0/1 field) */
 	bool invert;              /* kv_bool: true clears the bit */
+	bool secret;              /* kv_str: never show the value (a password) */
 	const char *const *names; /* kv_enum: names[value], count entries */
 	uint32_t count;
 };
@@ -320,16 +325,18 @@ static int kv_enum(struct parse *p, const struct kv_key *k, struct span v)
 	char want[128];
 	size_t used = 0;
 
+	/* A NULL name is a value not chosen by name (backend: fault, user). */
 	for (uint32_t i = 0; i < k->count; i++) {
-		if (span_is(v, k->names[i], false)) {
+		if (k->names[i] && span_is(v, k->names[i], false)) {
 			put_u64(p->cfg, k, i);
 			return 0;
 		}
 	}
 	want[0] = '\0';
 	for (uint32_t i = 0; i < k->count && used < sizeof(want); i++)
-		used += (size_t)snprintf(want + used, sizeof(want) - used, "%s%s", i ? "|" : "",
-					 k->names[i]);
+		if (k->names[i])
+			used += (size_t)snprintf(want + used, sizeof(want) - used, "%s%s",
+						 used ? "|" : "", k->names[i]);
 	return bad(p, k, v, "want %s", want);
 }
 
@@ -458,6 +465,25 @@ static int kv_roots(struct parse *p, const struct kv_key *k, struct span v)
 	return 0;
 }
 
+/* A string into a char[width] field (NUL-terminated; a secret's value is never
+ * shown in an error). */
+static int kv_str(struct parse *p, const struct kv_key *k, struct span v)
+{
+	unsigned char *field = (unsigned char *)p->cfg + k->off;
+
+	if (memchr(v.s, '\0', v.n))
+		return fail(p, "store config: invalid %s (contains a NUL byte)", k->name);
+	if (v.n >= k->width) {
+		if (k->secret)
+			return fail(p, "store config: invalid %s (longer than %zu characters; the "
+				       "value is not shown)", k->name, k->width - 1);
+		return bad(p, k, v, "longer than %zu characters", k->width - 1);
+	}
+	memset(field, 0, k->width);
+	memcpy(field, v.s, v.n);
+	return 0;
+}
+
 /* cpu_affinity_cores: entries n or a-b (a <= b), each < KVS_STORE_MAX_CPUS. */
 static int kv_cpus(struct parse *p, const struct kv_key *k, struct span v)
 {
@@ -508,7 +534,8 @@ static const char *const wait_names[] = {
 /* fault and user are not chosen by name: fault_* values wrap the backend. */
 static const char *const backend_names[] = {
 	[KVS_BACKEND_POSIX] = "posix", [KVS_BACKEND_NONE] = "none",
-	[KVS_BACKEND_LATENCY] = "latency",
+	[KVS_BACKEND_LATENCY] = "latency", [KVS_BACKEND_FAULT] = NULL, [KVS_BACKEND_USER] = NULL,
+	[KVS_BACKEND_REDIS] = "redis",
 };
 static const char *const io_engine_names[] = {
 	[KVS_IO_ENGINE_AUTO] = "auto", [KVS_IO_ENGINE_URING] = "uring",
@@ -559,6 +586,20 @@ static const struct kv_key keys[] = {
 	{ K("fault_delay_us", kv_uint), FIELD(backend.fault_delay_ns), .hi = US_PER_HOUR,
 	  .scale = NS_PER_US },
 	{ K("fault_seed", kv_uint), FIELD(backend.fault_seed), .hi = UINT64_MAX },
+	{ K("redis_endpoints", kv_str), FIELD(backend.redis.endpoints) },
+	{ K("redis_db", kv_uint), FIELD(backend.redis.db), .hi = INT32_MAX },
+	{ K("redis_user", kv_str), FIELD(backend.redis.user) },
+	{ K("redis_password", kv_str), FIELD(backend.redis.password), .secret = true },
+	{ K("redis_password_file", kv_str), FIELD(backend.redis.password_file) },
+	{ K("redis_connections", kv_uint), FIELD(backend.redis.connections), .lo = 1,
+	  .hi = KVS_REDIS_MAX_CONNECTIONS },
+	{ K("redis_connect_timeout_ms", kv_uint), FIELD(backend.redis.connect_timeout_ns), .lo = 1,
+	  .hi = MS_PER_HOUR, .scale = NS_PER_MS },
+	{ K("redis_command_timeout_ms", kv_uint), FIELD(backend.redis.command_timeout_ns), .lo = 1,
+	  .hi = MS_PER_HOUR, .scale = NS_PER_MS },
+	{ K("redis_key_prefix", kv_str), FIELD(backend.redis.key_prefix) },
+	{ K("redis_ttl_s", kv_uint), FIELD(backend.redis.ttl_ms), .hi = REDIS_TTL_S_MAX,
+	  .scale = 1000 },
 	{ K("copy_engine", kv_enum), FIELD(copy_engine), ENUM(copy_engine_names) },
 	{ K("cache_stream_number", kv_uint), FIELD(cache_stream_number), .lo = 1,
 	  .hi = KVS_STORE_STREAMS_MAX },
@@ -574,6 +615,12 @@ static const struct kv_key keys[] = {
 	{ K("copy_delay_us", kv_uint), FIELD(copy_delay_ns), .hi = COPY_DELAY_US_MAX,
 	  .scale = NS_PER_US },
 	{ K("cpu_affinity_cores", kv_cpus) },
+	{ K("prefault_threads", kv_uint), FIELD(cache.prefault_threads),
+	  .hi = KVS_CACHE_PREFAULT_THREADS_MAX },
+	{ K("register_chunk_size", kv_size), FIELD(register_chunk_bytes),
+	  .lo = KVS_STORE_REGISTER_CHUNK_MIN, .hi = KVS_STORE_REGISTER_CHUNK_MAX },
+	{ K("register_delay_us", kv_uint), FIELD(register_delay_ns), .hi = REGISTER_DELAY_US_MAX,
+	  .scale = NS_PER_US },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -733,6 +780,16 @@ static int check_store_fields(const struct kvs_store_config *c, const struct kvs
 		RBAD("copy_delay_us", "%llu ns (want <= 1 s)", (unsigned long long)c->copy_delay_ns);
 	if (c->copy_engine > KVS_COPY_ENGINE_CUDA)
 		RBAD("copy_engine", "%u (want auto|host|cuda)", c->copy_engine);
+	if (c->register_chunk_bytes < KVS_STORE_REGISTER_CHUNK_MIN ||
+	    c->register_chunk_bytes > KVS_STORE_REGISTER_CHUNK_MAX)
+		RBAD("register_chunk_size", "%llu bytes (want 1m .. 32g)",
+		     (unsigned long long)c->register_chunk_bytes);
+	if (c->register_delay_ns > KVS_COPY_REGISTER_DELAY_MAX_NS)
+		RBAD("register_delay_us", "%llu ns (want <= 1 s)",
+		     (unsigned long long)c->register_delay_ns);
+	if (c->register_delay_ns && c->copy_engine != KVS_COPY_ENGINE_HOST)
+		RBAD("register_delay_us", "%llu us (the host copy engine's test mode: set "
+		     "copy_engine=host)", (unsigned long long)(c->register_delay_ns / NS_PER_US));
 	if (c->dispatch_order > KVS_DISPATCH_NATURAL)
 		RBAD("dispatch_order", "%u (want rotated|natural)", c->dispatch_order);
 	if (c->dump_wait > KVS_DUMP_WAIT_CACHED)

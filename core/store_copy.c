@@ -18,6 +18,14 @@
  *                  for the block's writer, handed to the dispatcher to write.  A
  *                  writer waits for shards a peer is gathering, then writes them.
  *
+ * Staging: a slot the registration thread (store_register.c) has not registered
+ * with the copy engine yet is not copied from directly (with CUDA that would be
+ * a pageable copy, synchronous and through the driver's own buffers): its
+ * tensor ranges go
+ * through the store's pinned staging buffer in pieces, each synced before the
+ * buffer is reused (memcpy + h2d for a load, d2h + memcpy for a dump).  Slow
+ * next to the direct path, and only until the slot's chunk is registered.
+ *
  * Sleeping: kvs_wait_any over the state words of the shards still LOADING plus
  * the ring's bell (the dispatcher bumps it at every push), futex_waitv in the
  * kernel build.  Once per slice the check hook looks at the fillers of the
@@ -38,12 +46,22 @@
 /* Longest wait for the engine to finish a task's copies beyond its deadline. */
 #define COPIER_SYNC_GRACE_NS (10ull * KVS_NSEC_PER_SEC)
 
+/* One fill of the staging buffer: its copy segments (host_off within the
+ * buffer) and where each piece is in the slot. */
+struct staged {
+	struct kvs_copy_seg piece[KVS_MAX_TENSORS];
+	uint64_t slot_off[KVS_MAX_TENSORS];
+	uint32_t n;
+	uint64_t fill;
+};
+
 struct copier {
 	struct kvs_store *s;
 	struct kvs_store_sh *work[WORK_MAX];
 	uint32_t nwork;
 	struct kvs_store_sh *gathered[WORK_MAX]; /* dump gathers of this pass */
 	uint32_t ngathered;
+	struct staged stage;
 };
 
 static uint64_t sync_deadline(const struct kvs_store_task *t)
@@ -74,6 +92,70 @@ static void copy_delay(const struct kvs_store *s)
 		;
 }
 
+/* ---- staged copies ---- */
+
+/* Copy the buffer's pieces to (h2d) or from (d2h) the device and wait for it:
+ * the buffer is reused next.  A d2h's pieces then go to the slot. */
+static int staged_flush(struct kvs_store *s, struct staged *g, unsigned char *slot, bool h2d,
+			uint64_t deadline)
+{
+	int rc = h2d ? kvs_copy_h2d(s->copy, s->staging, g->piece, g->n)
+		     : kvs_copy_d2h(s->copy, s->staging, g->piece, g->n);
+
+	if (rc == 0)
+		rc = kvs_copy_sync(s->copy, deadline);
+	for (uint32_t i = 0; rc == 0 && !h2d && i < g->n; i++)
+		memcpy(slot + g->slot_off[i], (unsigned char *)s->staging + g->piece[i].host_off,
+		       g->piece[i].len);
+	g->n = 0;
+	g->fill = 0;
+	return rc;
+}
+
+/* Copy sh's tensors through the staging buffer (its slot is not registered). */
+static int staged_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
+{
+	struct kvs_store *s = cp->s;
+	struct staged *g = &cp->stage;
+	unsigned char *slot = sh->data;
+	uint64_t deadline = sync_deadline(sh->task);
+	int rc = 0;
+
+	g->n = 0;
+	g->fill = 0;
+	for (uint32_t k = 0; k < sh->nseg && rc == 0; k++) {
+		const struct kvs_copy_seg *seg = &sh->segs[k];
+
+		for (uint64_t pos = 0, len; pos < seg->len && rc == 0; pos += len) {
+			len = seg->len - pos < s->staging_bytes - g->fill ? seg->len - pos
+									  : s->staging_bytes - g->fill;
+			g->piece[g->n] = (struct kvs_copy_seg){ g->fill, seg->dev + pos, len };
+			g->slot_off[g->n++] = seg->host_off + pos;
+			if (h2d)
+				memcpy((unsigned char *)s->staging + g->fill, slot + seg->host_off + pos,
+				       len);
+			g->fill += len;
+			if (g->fill == s->staging_bytes || g->n == KVS_MAX_TENSORS)
+				rc = staged_flush(s, g, slot, h2d, deadline);
+		}
+	}
+	if (rc == 0 && g->n)
+		rc = staged_flush(s, g, slot, h2d, deadline);
+	KVS_STORE_COUNT(s, staged_shards, 1);
+	return rc;
+}
+
+/* One shard's copy, direct or staged. */
+static int shard_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
+{
+	struct kvs_store *s = cp->s;
+
+	if (!kvs_store_slot_registered(s, sh))
+		return staged_copy(cp, sh, h2d);
+	return h2d ? kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg)
+		   : kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
+}
+
 /* ---- loads ---- */
 
 /* Every shard of a load resolved: sync once, finish, release. */
@@ -96,8 +178,9 @@ static void load_end(struct kvs_store *s, struct kvs_store_task *t)
 	}
 }
 
-static void load_copy(struct kvs_store *s, struct kvs_store_sh *sh)
+static void load_copy(struct copier *cp, struct kvs_store_sh *sh)
 {
+	struct kvs_store *s = cp->s;
 	uint64_t t0;
 	int rc;
 
@@ -106,12 +189,24 @@ static void load_copy(struct kvs_store *s, struct kvs_store_sh *sh)
 		return; /* prefetch: in the cache is all it needs */
 	copy_delay(s);
 	t0 = kvs_now_ns();
-	rc = kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg);
+	rc = shard_copy(cp, sh, true);
 	copy_count(s, sh, t0);
 	if (rc)
 		kvs_store_sh_error(sh, rc);
 	else
 		sh->task->copied = true;
+}
+
+/* sh waited out its task's deadline on a slot a peer fills: name the peer (rank
+ * entry, pid: a stopped process, usually), once per task -- one stopped peer
+ * tends to hold many of a task's shards. */
+static int filler_timeout(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
+{
+	if (!sh->task->filler_named) {
+		sh->task->filler_named = true;
+		kvs_core_log_fill_timeout(s->cache, sh->slot.index, now - sh->task->submit_ns);
+	}
+	return -ETIMEDOUT;
 }
 
 /* Is the slot of sh (a load) settled?  0: READY; < 0: the owner's error or the
@@ -133,12 +228,16 @@ static int load_state(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now
 			return 0;
 		if (st == KVS_SLOT_FAILED)
 			return sh->slot.error;
+		if (now >= sh->task->deadline_ns)
+			return filler_timeout(s, sh, now);
+		return 1;
 	}
 	return now >= sh->task->deadline_ns ? -ETIMEDOUT : 1;
 }
 
-static bool load_resolve(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
+static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
 {
+	struct kvs_store *s = cp->s;
 	int st = sh->err ? sh->err : load_state(s, sh, now);
 
 	if (st == 1)
@@ -146,7 +245,7 @@ static bool load_resolve(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t 
 	if (st)
 		kvs_store_sh_error(sh, st);
 	else
-		load_copy(s, sh);
+		load_copy(cp, sh);
 	if (--sh->task->copier_left == 0)
 		load_end(s, sh->task);
 	return true;
@@ -197,7 +296,7 @@ static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		}
 		copy_delay(s);
 		t0 = kvs_now_ns();
-		rc = kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
+		rc = shard_copy(cp, sh, false);
 		copy_count(s, sh, t0);
 		if (rc)
 			dump_fail(s, sh, rc);
@@ -215,8 +314,10 @@ static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		return false;
 	if (rc == KVS_SLOT_READY)
 		dump_cached(s, sh);
+	else if (rc == KVS_SLOT_FAILED)
+		dump_fail(s, sh, sh->slot.error);
 	else
-		dump_fail(s, sh, rc == KVS_SLOT_FAILED ? sh->slot.error : rc < 0 ? rc : -ETIMEDOUT);
+		dump_fail(s, sh, rc < 0 ? rc : filler_timeout(s, sh, now));
 	return true;
 }
 
@@ -379,7 +480,7 @@ void *kvs_store_copier(void *arg)
 		for (uint32_t i = 0; i < cp.nwork; i++) {
 			struct kvs_store_sh *sh = cp.work[i];
 			bool done = sh->task->op == KVS_STORE_OP_DUMP ? dump_resolve(&cp, sh, now)
-								     : load_resolve(s, sh, now);
+								     : load_resolve(&cp, sh, now);
 
 			if (!done)
 				cp.work[kept++] = sh;

@@ -170,6 +170,8 @@ enum kvs_wait_mode {
 #define KVS_MAX_TENSORS 256
 /* Longest unique_id (without NUL); characters [A-Za-z0-9_.-]. */
 #define KVS_UNIQUE_ID_MAX 64
+/* Most threads pre-faulting one data segment (kvs_cache_config.prefault_threads). */
+#define KVS_CACHE_PREFAULT_THREADS_MAX 64
 
 /* kvs_cache_config.flags */
 #define KVS_CACHE_PERSIST (1u << 0) /* keep the segments after the last clean detach */
@@ -201,7 +203,11 @@ struct kvs_cache_config {
 	uint64_t lock_timeout_ns;  /* longest wait for one bucket lock (10 s) */
 	kvs_log_fn log;            /* optional log callback */
 	void *log_arg;
-	uint64_t reserved[8];      /* must be zero */
+	uint32_t prefault_threads; /* creator: threads pre-faulting each data segment,
+				      0..KVS_CACHE_PREFAULT_THREADS_MAX (0 = one per CPU
+				      of the segment's node, at most 16) */
+	uint32_t reserved32;       /* must be zero */
+	uint64_t reserved[7];      /* must be zero */
 };
 
 /* Fill cfg with defaults (unique_id empty, slot_bytes and slot_count 0: the
@@ -487,7 +493,13 @@ struct kvs_cache_stats {
 	uint32_t adoptions;      /* times this segment was adopted after its users died */
 	uint64_t slot_count, slot_bytes;
 	uint64_t slots_ready, slots_loading, slots_failed, slots_pinned;
-	uint64_t reserved[8];
+	/* How the creator pre-faulted the data plane (its record in the header). */
+	uint64_t data_bytes;         /* size of the data segments together */
+	uint64_t prefault_ns;        /* wall time of their pre-faults, summed */
+	double prefault_ms_per_gib;  /* prefault_ns per GiB of data_bytes, in ms */
+	uint32_t prefault_threads;   /* most threads one segment's pre-fault used */
+	uint32_t pad;
+	uint64_t reserved[4];
 };
 
 /*
@@ -549,7 +561,10 @@ struct kvs_cache_seg_info {
 	uint64_t slot_count;     /* including its reserved ones */
 	uint64_t reserved_count; /* of those, the reserved pool's */
 	char path[384];          /* its file ("" if the record is unusable) */
-	uint64_t reserved[4];
+	uint64_t prefault_ns;    /* wall time its creator took to pre-fault it */
+	uint32_t prefault_threads; /* threads that did it */
+	uint32_t pad2;
+	uint64_t reserved[2];
 };
 
 /*
@@ -608,6 +623,19 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *            generator: -EIO completions, short reads (reported as -EIO, the
  *            buffer's tail untouched) and an added delay.
  *   user     any struct kvs_backend_ops (user_ops, user_arg).
+ *   redis    a Redis-protocol server (Redis, Valkey, managed services) through
+ *            hiredis: the store several nodes share.  One key per (block, shard),
+ *            <key_prefix><32 hex of the block id>:<shard>, holding the shard's
+ *            bytes (binary-safe); a value of another length is a read error
+ *            (-EIO), never a partial slot.  A block is present when all its
+ *            shards' keys exist (pipelined EXISTS; kvs_backend_lookup_batch asks
+ *            for many blocks in one round trip).  Blocks are spread over the
+ *            endpoints by id; transfers are pipelined on `connections` sockets per
+ *            endpoint (docs/io.md, "redis").  A server error reply fails only its
+ *            shard: OOM -ENOSPC, READONLY -EROFS, NOAUTH/WRONGPASS/NOPERM -EACCES,
+ *            LOADING/BUSY/MASTERDOWN/TRYAGAIN -EBUSY, others -EIO; a lost or
+ *            silent connection fails the transfers on it (-ECONNRESET,
+ *            -ETIMEDOUT) and is reconnected with a bounded backoff.
  *
  * Threads.  A backend handle is single-issuer: submit_*, poll and
  * register_buffers must come from one thread at a time, and with the io_uring
@@ -631,6 +659,7 @@ enum kvs_backend_kind {
 	KVS_BACKEND_LATENCY = 2,
 	KVS_BACKEND_FAULT = 3,
 	KVS_BACKEND_USER = 4,
+	KVS_BACKEND_REDIS = 5,
 };
 
 /* The posix backend's engine. */
@@ -646,14 +675,44 @@ enum kvs_io_engine {
 
 #define KVS_BACKEND_MAX_ROOTS 8
 
+/* Sizes of the redis backend's strings (with their NUL). */
+#define KVS_REDIS_ENDPOINTS_LEN 512
+#define KVS_REDIS_USER_LEN 64
+#define KVS_REDIS_PASSWORD_LEN 256
+#define KVS_REDIS_PATH_LEN 256
+#define KVS_REDIS_PREFIX_LEN 64
+/* Most endpoints and connections per endpoint. */
+#define KVS_REDIS_MAX_ENDPOINTS 16
+#define KVS_REDIS_MAX_CONNECTIONS 64
+
+/* The redis backend's settings (kvs_backend_config.redis; strings NUL-terminated). */
+struct kvs_backend_redis_config {
+	char endpoints[KVS_REDIS_ENDPOINTS_LEN]; /* ';'-separated "host:port", "[v6addr]:port"
+					  or a unix socket path ("/..."); 1..16 of them;
+					  required */
+	char user[KVS_REDIS_USER_LEN];   /* ACL user; "" = AUTH <password> alone */
+	char password[KVS_REDIS_PASSWORD_LEN]; /* "" = none; never logged */
+	char password_file[KVS_REDIS_PATH_LEN]; /* when password is "": its first line is
+					  read at open (never logged) */
+	char key_prefix[KVS_REDIS_PREFIX_LEN]; /* prepended to every key (default "kvshare:") */
+	uint32_t db;                     /* SELECT db when > 0, 0..2^31 - 1 (default 0) */
+	uint32_t connections;            /* sockets per endpoint per handle, 1..64 (default 2) */
+	uint64_t connect_timeout_ns;     /* 1 ms .. 1 h (default 2 s) */
+	uint64_t command_timeout_ns;     /* a reply's deadline from submit, 1 ms .. 1 h
+					    (default 10 s); past it the connection is reset */
+	uint64_t ttl_ms;                 /* dumped keys expire after this; 0 = never (default) */
+	uint64_t reserved[4];            /* must be zero */
+};
+
 struct kvs_backend_ops;
 
 /*
  * Backend configuration, filled with defaults by kvs_backend_config_init().  Like
  * struct kvs_cache_config it has no size or version field: its layout is fixed
- * for libkvshare.so.1, and fields added later take the place of reserved[] words
- * (zero = the old behaviour), so every reserved word must be zero (else -EINVAL,
- * logged as "reserved").
+ * for libkvshare.so.1 from the first release on (`redis` joined before it, while
+ * KVSHARE_1 was still growing), and fields added later take the place of
+ * reserved[] words (zero = the old behaviour), so every reserved word must be zero
+ * (else -EINVAL, logged as "reserved").
  */
 struct kvs_backend_config {
 	uint32_t kind;             /* enum kvs_backend_kind (default posix) */
@@ -678,6 +737,9 @@ struct kvs_backend_config {
 	void *user_arg;            /* user: passed to user_ops->open */
 	kvs_log_fn log;            /* optional log callback */
 	void *log_arg;
+	struct kvs_backend_redis_config redis; /* redis: endpoints, credentials, timeouts; the
+						  posix fields queue_depth (transfers in flight
+						  per handle) applies too */
 	uint64_t reserved[8];      /* must be zero */
 };
 
@@ -712,7 +774,7 @@ struct kvs_backend_info {
 	uint32_t kind;          /* enum kvs_backend_kind */
 	uint32_t io_engine;     /* posix: engine in use (uring or pool), else 0 */
 	uint32_t flags;         /* KVS_BACKEND_INFO_* */
-	int32_t fallback_err;   /* why io_uring was refused (-EPERM, -ENOSYS, -EACCES), else 0 */
+	int32_t fallback_err;   /* why io_uring was refused (-EPERM, -ENOSYS, -EACCES, -ENOMEM), else 0 */
 	uint32_t dio_mem_align; /* O_DIRECT: buffer address alignment, else 0 */
 	uint32_t dio_offset_align; /* O_DIRECT: offset/length alignment, else 0 */
 	uint64_t reserved[4];
@@ -750,6 +812,12 @@ struct kvs_backend_ops {
 	int (*register_buffers)(void *state, const struct kvs_backend_buffer *bufs, uint32_t n);
 	/* Optional: fill io_engine, flags, fallback_err, dio_* (kind is set by the library). */
 	void (*info)(void *state, struct kvs_backend_info *info);
+	/* Optional: as lookup for the blocks whose hits[i] is false (the others are
+	 * known present and not asked), setting hits[i]; one round trip for them all
+	 * where the store can (redis: pipelined EXISTS).  Returns the number of hits[]
+	 * true on return, or a negative errno (hits[] then unspecified).  Without it
+	 * the library calls lookup block by block. */
+	int (*lookup_batch)(void *state, const struct kvs_block_id *blocks, size_t n, bool *hits);
 };
 
 struct kvs_backend;
@@ -788,6 +856,24 @@ KVS_API void kvs_backend_close(struct kvs_backend *b);
  * Ownership: none.
  */
 KVS_API int kvs_backend_lookup(struct kvs_backend *b, const struct kvs_block_id *block);
+
+/* kvs_backend_lookup_batch() flags */
+#define KVS_BACKEND_LOOKUP_PREFIX (1u << 0) /* only the leading run of hits matters */
+
+/*
+ * kvs_backend_lookup for many blocks: on entry hits[i] true means "known present"
+ * (e.g. in the cache: not asked), false "ask the backend"; on return hits[i] says
+ * whether block i is present.  A backend with a batch lookup (redis: pipelined
+ * EXISTS) answers every asked block in one round trip; the others are asked block
+ * by block.  With KVS_BACKEND_LOOKUP_PREFIX every entry after the first miss is
+ * false on return (a block-by-block lookup stops asking there).
+ * Returns the number of entries true on return (with PREFIX: the length of the
+ * leading run), or a negative errno (-EINVAL: NULL, n > INT32_MAX, unknown flags;
+ * the backend's: hits[] then unspecified).  Blocks: one round trip (batch) or a
+ * lookup per asked block.  Ownership: blocks and hits (n entries) are the caller's.
+ */
+KVS_API int kvs_backend_lookup_batch(struct kvs_backend *b, const struct kvs_block_id *blocks,
+				     size_t n, uint32_t flags, bool *hits);
 
 /*
  * Queue a read of io->len bytes at io->offset of shard io->shard into io->buf.
@@ -919,7 +1005,13 @@ struct kvs_store_config {
 	kvs_log_fn log;            /* optional; also used by the cache and backend when
 				      their own log is NULL */
 	void *log_arg;
-	uint64_t reserved[8];      /* must be zero */
+	uint64_t register_chunk_bytes; /* the data plane is registered with the copy engine
+					  in chunks of this size, on a background thread
+					  (default 4 GiB; 1 MiB .. 32 GiB; rounded up to the
+					  segment's page size) */
+	uint64_t register_delay_ns; /* host engine test mode: added to every chunk's
+				       registration (default 0, <= 1 s; copy_engine=host only) */
+	uint64_t reserved[6];      /* must be zero */
 };
 
 /* Fill cfg with defaults (cache and backend defaults included; backend kind
@@ -931,13 +1023,17 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
  *   unique_id device_id local_rank_size shard_size block_size tensor_size
  *   tensor_size_list(a:b:..) cache_buffer_capacity_gb(decimal GiB) reserved_slots
  *   share_buffer_enable persist hugetlb(auto|required|off) numa(auto|off|required)
- *   numa_node wait(auto|futex|spin) spin_us backend(posix|none|latency)
+ *   numa_node wait(auto|futex|spin) spin_us backend(posix|none|latency|redis)
  *   backend_roots(/a:/b) io_engine(auto|uring|pool) io_direct io_queue_depth
  *   io_threads fsync latency_us latency_queue_depth fault_error_ppm
+ *   redis_endpoints(h:p;/sock) redis_db redis_user redis_password
+ *   redis_password_file redis_connections redis_connect_timeout_ms
+ *   redis_command_timeout_ms redis_key_prefix redis_ttl_s
  *   fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
  *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
  *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us
- *   cpu_affinity_cores(2:4-7)
+ *   cpu_affinity_cores(2:4-7) prefault_threads register_chunk_size
+ *   register_delay_us
  * Booleans: 1/0, true/false, on/off, yes/no.  Sizes: bytes, with an optional
  * k/m/g suffix (KiB, MiB, GiB).  Any fault_* value > 0 wraps the backend in the
  * fault backend.  Each key at most once per string.
@@ -954,8 +1050,10 @@ struct kvs_store;
 
 /*
  * Open a store: resolve the derived sizes, open the cache (create or attach),
- * the backend and the copy engine, register the data segments with both, start
- * the dispatcher and copier (ranks; a watcher starts nothing).  cfg is copied.
+ * the backend and the copy engine, register the data segments with the backend,
+ * start the dispatcher, the copier and the copy engine's background registration
+ * (ranks; a watcher starts nothing; kvs_store_ready says when it is done: the
+ * store serves before).  cfg is copied.
  * Returns 0 and *store; -EINVAL (a bad field, logged by name); -ENODEV (no CUDA
  * device for copy_engine auto/cuda: set copy_engine=host); kvs_cache_open's and
  * kvs_backend_open's errors.  Blocks: as kvs_cache_open and kvs_backend_open.
@@ -965,8 +1063,10 @@ KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store 
 
 /*
  * Close: tasks still running are drained (each bounded by its timeout), the
- * threads stopped, the backend, copy engine and cache closed.  Task ids not yet
- * reaped become invalid.  NULL is a no-op.  Blocks: until the drain ends.
+ * threads stopped (a registration in progress finishes its current chunk, then
+ * everything registered is unregistered: process-local, no other rank waits),
+ * the backend, copy engine and cache closed.  Task ids not yet reaped become
+ * invalid.  NULL is a no-op.  Blocks: until the drain ends.
  */
 KVS_API void kvs_store_close(struct kvs_store *store);
 
@@ -1028,7 +1128,9 @@ KVS_API int kvs_store_wait(struct kvs_store *store, uint64_t task, uint64_t time
  * For each of n blocks, hits[i] = whether every shard of it is in the shared
  * cache (READY) or else in the backend.  Returns the number of hits; -EINVAL;
  * the cache's or backend's errors.  Works from a watcher.  Blocks: one bucket
- * lock at a time, then a backend lookup per block the cache lacks.
+ * lock at a time, then kvs_backend_lookup_batch for the blocks the cache lacks
+ * (one round trip for them all with a batch backend such as redis; else a
+ * backend lookup per block).
  */
 KVS_API int kvs_store_lookup(struct kvs_store *store, const struct kvs_block_id *blocks,
 			     size_t n, bool *hits);
@@ -1060,7 +1162,18 @@ struct kvs_store_stats {
 	uint64_t copy_bytes;      /* bytes copied by the copier (both directions) */
 	uint64_t copy_ns;         /* time in the copy engine (queue + sync) */
 	uint64_t task_lat_us[KVS_STORE_LAT_BUCKETS];
-	uint64_t reserved[8];
+	/* Registration of the data plane with the copy engine (background, in chunks;
+	 * see kvs_store_ready). */
+	uint64_t register_total_bytes; /* bytes the rank registers: its data segments */
+	uint64_t registered_bytes;     /* registered so far */
+	uint64_t register_ns;          /* time the registration calls took */
+	uint64_t staged_shards;        /* shard copies made through the staging buffer
+					  (their slot not registered yet) */
+	double register_ms_per_gib;    /* register_ns per GiB registered, in ms */
+	uint32_t ready;                /* 1: everything registered (a rank: its segments;
+					  the node: every live rank's) */
+	uint32_t pad;
+	uint64_t reserved[2];
 };
 
 /*
@@ -1069,6 +1182,23 @@ struct kvs_store_stats {
  * -EINVAL.  Never blocks (counters read racily).
  */
 KVS_API int kvs_store_stats(struct kvs_store *store, int rank, struct kvs_store_stats *stats);
+
+/*
+ * Whether this rank's whole data plane is registered with its copy engine (the
+ * tier is pinned: every copy is direct DMA).  Registration runs on a background
+ * thread from kvs_store_open on, chunk by chunk (register_chunk_bytes), the
+ * segment of the rank's NUMA node first; loads and dumps are served from the
+ * first moment: a shard whose slot is not registered yet is copied through a
+ * small pinned staging buffer, and directly once its chunk is registered.
+ * Waits up to timeout_ns (0: just ask) for registration to finish.
+ * Returns 1 ready; 0 not yet (still registering at the timeout); the
+ * registration's error (< 0: the engine refused a chunk, e.g. -ENOMEM when
+ * RLIMIT_MEMLOCK is too low; the log names it; registration stops there and the
+ * rest of the tier keeps being served through the staging buffer); -EINVAL
+ * (NULL); -EOPNOTSUPP (a watcher registers nothing).
+ * Blocks: up to timeout_ns (condition variable, no polling).
+ */
+KVS_API int kvs_store_ready(struct kvs_store *store, uint64_t timeout_ns);
 
 /* The store's cache (for kvs_cache_stats, kvs_cache_rank, kvs_cache_check).
  * Owned by the store: never close it.  Returns NULL for NULL. */

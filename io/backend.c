@@ -2,7 +2,7 @@
  * io/backend.c — the backend registry: config defaults and validation, and the
  * exported kvs_backend_* calls that dispatch to an ops table.
  *
- * Built-in backends (posix, none, latency, fault) are ops tables like a user's,
+ * Built-in backends (posix, none, latency, fault, redis) are ops tables like a user's,
  * so one code path drives them all.  This file validates everything once —
  * every config field with a log line naming it, every transfer's shard, range
  * and flags — so the backends themselves only see well-formed requests.  A
@@ -25,6 +25,7 @@ struct kvs_backend {
 	uint64_t shard_bytes;
 	bool has_register; /* ops->register_buffers is present and covered by ops->size */
 	bool has_info;
+	bool has_lookup_batch;
 	struct kvs_log log;
 };
 
@@ -39,9 +40,16 @@ _Static_assert(CFG_SIZE(kind) + CFG_SIZE(flags) + CFG_SIZE(io_engine) +
 		       CFG_SIZE(fault_error_ppm) + CFG_SIZE(fault_short_ppm) +
 		       CFG_SIZE(fault_delay_ns) + CFG_SIZE(fault_seed) + CFG_SIZE(fault_inner) +
 		       CFG_SIZE(user_ops) + CFG_SIZE(user_arg) + CFG_SIZE(log) +
-		       CFG_SIZE(log_arg) + CFG_SIZE(reserved) ==
+		       CFG_SIZE(log_arg) + CFG_SIZE(redis) + CFG_SIZE(reserved) ==
 	       sizeof(struct kvs_backend_config),
 	       "struct kvs_backend_config has implicit padding");
+#define RCFG_SIZE(member) sizeof(((struct kvs_backend_redis_config *)0)->member)
+_Static_assert(RCFG_SIZE(endpoints) + RCFG_SIZE(user) + RCFG_SIZE(password) +
+		       RCFG_SIZE(password_file) + RCFG_SIZE(key_prefix) + RCFG_SIZE(db) +
+		       RCFG_SIZE(connections) + RCFG_SIZE(connect_timeout_ns) +
+		       RCFG_SIZE(command_timeout_ns) + RCFG_SIZE(ttl_ms) + RCFG_SIZE(reserved) ==
+	       sizeof(struct kvs_backend_redis_config),
+	       "struct kvs_backend_redis_config has implicit padding");
 
 #define OPS_HAS(ops, member)                                                             \
 	((ops)->size >= offsetof(struct kvs_backend_ops, member) + sizeof((ops)->member) && \
@@ -49,7 +57,7 @@ _Static_assert(CFG_SIZE(kind) + CFG_SIZE(flags) + CFG_SIZE(io_engine) +
 
 const char *kvs_io_kind_name(uint32_t kind)
 {
-	static const char *const names[] = { "posix", "none", "latency", "fault", "user" };
+	static const char *const names[] = { "posix", "none", "latency", "fault", "user", "redis" };
 
 	return kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "?";
 }
@@ -85,6 +93,10 @@ KVS_API void kvs_backend_config_init(struct kvs_backend_config *cfg)
 	cfg->pool_threads = 4;
 	cfg->latency_ns = 100000;
 	cfg->fault_seed = 1;
+	memcpy(cfg->redis.key_prefix, "kvshare:", sizeof("kvshare:"));
+	cfg->redis.connections = 2;
+	cfg->redis.connect_timeout_ns = 2 * UINT64_C(1000000000);
+	cfg->redis.command_timeout_ns = 10 * UINT64_C(1000000000);
 }
 
 #define BAD(log, ...)                                                                    \
@@ -108,13 +120,61 @@ static int validate_ops(const struct kvs_backend_ops *ops, const struct kvs_log 
 	return 0;
 }
 
+/* A char[] field holds a C string (NUL inside), non-empty when required. */
+static int check_str(const char *s, size_t size, bool required, const char *name,
+		     const struct kvs_log *log)
+{
+	if (!memchr(s, '\0', size))
+		BAD(log, "backend: redis.%s is not NUL-terminated within %zu bytes", name, size);
+	if (required && !s[0])
+		BAD(log, "backend: redis.%s is empty (required for kind=redis)", name);
+	return 0;
+}
+
+/* The redis fields' shapes and ranges; the endpoints' syntax is checked (each by
+ * name) when redis.c parses them at open. */
+static int validate_redis(const struct kvs_backend_config *cfg, const struct kvs_log *log)
+{
+	const struct kvs_backend_redis_config *r = &cfg->redis;
+	const uint64_t hour = 3600 * UINT64_C(1000000000), ms = 1000000;
+	int rc;
+
+	if ((rc = check_str(r->endpoints, sizeof(r->endpoints), true, "endpoints", log)) ||
+	    (rc = check_str(r->user, sizeof(r->user), false, "user", log)) ||
+	    (rc = check_str(r->password, sizeof(r->password), false, "password", log)) ||
+	    (rc = check_str(r->password_file, sizeof(r->password_file), false, "password_file",
+			    log)) ||
+	    (rc = check_str(r->key_prefix, sizeof(r->key_prefix), false, "key_prefix", log)))
+		return rc;
+	for (size_t i = 0; i < sizeof(r->reserved) / sizeof(r->reserved[0]); i++)
+		if (r->reserved[i])
+			BAD(log, "backend: invalid redis.reserved = non-zero (must be zero)");
+	if (r->db > INT32_MAX)
+		BAD(log, "backend: redis.db %u out of range 0..2^31-1", r->db);
+	if (r->connections == 0 || r->connections > KVS_REDIS_MAX_CONNECTIONS)
+		BAD(log, "backend: redis.connections %u out of range 1..%d", r->connections,
+		    KVS_REDIS_MAX_CONNECTIONS);
+	if (r->connect_timeout_ns < ms || r->connect_timeout_ns > hour)
+		BAD(log, "backend: redis.connect_timeout_ns %llu out of range 1 ms .. 1 h",
+		    (unsigned long long)r->connect_timeout_ns);
+	if (r->command_timeout_ns < ms || r->command_timeout_ns > hour)
+		BAD(log, "backend: redis.command_timeout_ns %llu out of range 1 ms .. 1 h",
+		    (unsigned long long)r->command_timeout_ns);
+	if (r->ttl_ms > (UINT64_C(1) << 53))
+		BAD(log, "backend: redis.ttl_ms %llu exceeds 2^53", (unsigned long long)r->ttl_ms);
+	if (cfg->shard_bytes > KVS_IO_REDIS_VALUE_MAX)
+		BAD(log, "backend: shard_bytes %llu exceeds 512 MiB, the largest Redis string",
+		    (unsigned long long)cfg->shard_bytes);
+	return 0;
+}
+
 /* Checks every field of cfg; depth bounds fault-over-fault nesting. */
 static int validate_config(const struct kvs_backend_config *cfg, const struct kvs_log *log,
 			   int depth)
 {
 	const uint32_t known_flags = KVS_BACKEND_F_IO_DIRECT | KVS_BACKEND_F_NO_FSYNC;
 
-	if (cfg->kind > KVS_BACKEND_USER)
+	if (cfg->kind > KVS_BACKEND_REDIS)
 		BAD(log, "backend: kind %u is not a backend kind", cfg->kind);
 	if (cfg->flags & ~known_flags)
 		BAD(log, "backend: flags 0x%x has unknown bits 0x%x", cfg->flags,
@@ -171,6 +231,8 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 		return validate_config(cfg->fault_inner, log, depth + 1);
 	case KVS_BACKEND_USER:
 		return validate_ops(cfg->user_ops, log);
+	case KVS_BACKEND_REDIS:
+		return validate_redis(cfg, log);
 	default:
 		break;
 	}
@@ -188,6 +250,8 @@ static const struct kvs_backend_ops *ops_of(const struct kvs_backend_config *cfg
 		return &kvs_io_latency_ops;
 	case KVS_BACKEND_FAULT:
 		return &kvs_io_fault_ops;
+	case KVS_BACKEND_REDIS:
+		return &kvs_io_redis_ops;
 	default:
 		return cfg->user_ops;
 	}
@@ -218,6 +282,7 @@ KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_ba
 	b->shards_per_block = cfg->shards_per_block;
 	b->has_register = OPS_HAS(b->ops, register_buffers);
 	b->has_info = OPS_HAS(b->ops, info);
+	b->has_lookup_batch = OPS_HAS(b->ops, lookup_batch);
 	b->log = log;
 	rc = b->ops->open(cfg, &b->state);
 	if (rc < 0) {
@@ -241,6 +306,42 @@ KVS_API int kvs_backend_lookup(struct kvs_backend *b, const struct kvs_block_id 
 	if (!b || !block)
 		return -EINVAL;
 	return b->ops->lookup(b->state, block);
+}
+
+KVS_API int kvs_backend_lookup_batch(struct kvs_backend *b, const struct kvs_block_id *blocks,
+				     size_t n, uint32_t flags, bool *hits)
+{
+	size_t i, hit = 0;
+	int rc;
+
+	if (!b || (n && (!blocks || !hits)) || n > INT32_MAX || (flags & ~KVS_BACKEND_LOOKUP_PREFIX))
+		return -EINVAL;
+	if (b->has_lookup_batch) {
+		rc = b->ops->lookup_batch(b->state, blocks, n, hits);
+		if (rc < 0)
+			return rc;
+		if (!(flags & KVS_BACKEND_LOOKUP_PREFIX))
+			return rc;
+	} else {
+		for (i = 0; i < n; i++) {
+			if (hits[i])
+				continue;
+			rc = b->ops->lookup(b->state, &blocks[i]);
+			if (rc < 0)
+				return rc;
+			hits[i] = rc == 1;
+			if (!hits[i] && (flags & KVS_BACKEND_LOOKUP_PREFIX))
+				break; /* the rest is cleared below, unasked */
+		}
+	}
+	for (i = 0; i < n && hits[i]; i++)
+		hit++;
+	for (; i < n; i++) {
+		if (flags & KVS_BACKEND_LOOKUP_PREFIX)
+			hits[i] = false;
+		hit += hits[i];
+	}
+	return (int)hit;
 }
 
 static int validate_io(const struct kvs_backend *b, const struct kvs_backend_io *io,

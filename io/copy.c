@@ -10,7 +10,10 @@
  * The host engine treats "device" addresses as host pointers: a scatter is n
  * memcpy calls and is complete when it returns, so sync has nothing to wait for
  * and there is no event to wait on (a non-NULL event is a caller bug: -EINVAL).
- * It is the engine of CPU-only runs and CI, and the reference the cuda engine's
+ * Registering pins nothing; in its test mode (register_delay_ns) each
+ * registration sleeps that long, so the store's background registration, its
+ * staging of unregistered slots and a close in mid-registration are exercised
+ * without a GPU.  It is the engine of CPU-only runs and CI, and the reference the cuda engine's
  * tests compare against.  The cuda engine lives in copy_cuda.c (+ the copy kernel
  * in copy_kernel.cu) and exists only in a kernel-variant build with the CUDA
  * toolkit (KVS_HAVE_CUDA).
@@ -18,12 +21,21 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "common/clock.h"
 #include "io/copy_impl.h"
 
 static int host_reg(struct kvs_copy_engine *eng, void *base, uint64_t bytes)
 {
-	(void)eng, (void)base, (void)bytes;
+	struct timespec ts;
+
+	(void)base, (void)bytes;
+	if (!eng->register_delay_ns)
+		return 0;
+	ts = kvs_ns_to_timespec(kvs_deadline_after(eng->register_delay_ns));
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
 	return 0;
 }
 
@@ -31,6 +43,19 @@ static int host_unreg(struct kvs_copy_engine *eng, void *base)
 {
 	(void)eng, (void)base;
 	return 0;
+}
+
+static int host_alloc(struct kvs_copy_engine *eng, uint64_t bytes, void **ptr)
+{
+	(void)eng;
+	*ptr = malloc(bytes);
+	return *ptr ? 0 : -ENOMEM;
+}
+
+static void host_free(struct kvs_copy_engine *eng, void *ptr)
+{
+	(void)eng;
+	free(ptr);
 }
 
 static int host_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
@@ -79,6 +104,8 @@ static const struct kvs_copy_ops host_ops = {
 	.name = "host",
 	.reg = host_reg,
 	.unreg = host_unreg,
+	.host_alloc = host_alloc,
+	.host_free = host_free,
 	.h2d = host_h2d,
 	.d2h = host_d2h,
 	.wait_event = host_wait_event,
@@ -95,11 +122,15 @@ int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out
 		return -EINVAL;
 	*out = NULL;
 	if (!opts || (opts->kind != KVS_COPY_HOST && opts->kind != KVS_COPY_CUDA) ||
-	    opts->streams > KVS_COPY_MAX_STREAMS || opts->strategy > KVS_COPY_STRATEGY_KERNEL) {
+	    opts->streams > KVS_COPY_MAX_STREAMS || opts->strategy > KVS_COPY_STRATEGY_KERNEL ||
+	    opts->register_delay_ns > KVS_COPY_REGISTER_DELAY_MAX_NS ||
+	    (opts->kind == KVS_COPY_CUDA && opts->register_delay_ns)) {
 		if (opts && opts->log)
 			kvs_log_error(opts->log, "copy engine: invalid options (kind %u, streams %u "
-				      "(1..%u), strategy %u)", opts->kind, opts->streams,
-				      KVS_COPY_MAX_STREAMS, opts->strategy);
+				      "(1..%u), strategy %u, register_delay_ns %llu (host engine "
+				      "only, <= 1 s))", opts->kind, opts->streams,
+				      KVS_COPY_MAX_STREAMS, opts->strategy,
+				      (unsigned long long)opts->register_delay_ns);
 		return -EINVAL;
 	}
 	eng = calloc(1, sizeof(*eng));
@@ -110,6 +141,7 @@ int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out
 	eng->device_id = opts->device_id;
 	eng->streams = opts->streams ? opts->streams : 1;
 	eng->strategy = opts->strategy;
+	eng->register_delay_ns = opts->register_delay_ns;
 	if (opts->kind == KVS_COPY_HOST) {
 		eng->ops = &host_ops;
 	} else {
@@ -154,6 +186,21 @@ int kvs_copy_unregister(struct kvs_copy_engine *eng, void *base)
 	if (!eng || !base)
 		return -EINVAL;
 	return eng->ops->unreg(eng, base);
+}
+
+int kvs_copy_host_alloc(struct kvs_copy_engine *eng, uint64_t bytes, void **ptr)
+{
+	if (ptr)
+		*ptr = NULL;
+	if (!eng || !ptr || bytes == 0 || bytes > SIZE_MAX)
+		return -EINVAL;
+	return eng->ops->host_alloc(eng, bytes, ptr);
+}
+
+void kvs_copy_host_free(struct kvs_copy_engine *eng, void *ptr)
+{
+	if (eng && ptr)
+		eng->ops->host_free(eng, ptr);
 }
 
 /*

@@ -42,7 +42,10 @@
  * writes).  kvs_copy_wait_event() orders the copies queued after it behind the
  * caller's work, on every stream.
  *
- * An engine is used by one thread at a time (the copier); open/close are not
+ * Threads.  The copy calls (h2d, d2h, wait_event, sync, host_alloc/free) are
+ * used by one thread at a time (the copier); register and unregister may run on
+ * one other thread at the same time (the store registers the data plane in
+ * chunks on a background thread while the copier serves).  open/close are not
  * thread-safe with respect to the engine's other calls.
  */
 #ifndef KVS_IO_COPY_H
@@ -83,13 +86,21 @@ struct kvs_copy_opts {
 	int32_t device_id;  /* CUDA device ordinal (cuda engine) */
 	uint32_t streams;   /* 1..16; 0 = 1 (cuda engine; host ignores it) */
 	const struct kvs_log *log;
-	uint32_t strategy;  /* enum kvs_copy_strategy; 0 = auto.  Last, so that an
-			       initializer of the first four fields means auto */
+	uint32_t strategy;  /* enum kvs_copy_strategy; 0 = auto.  After the first four
+			       fields, so that an initializer of those means auto */
+	uint64_t register_delay_ns; /* host engine test mode: every kvs_copy_register
+				       takes this long (a stand-in for cudaHostRegister's
+				       cost, so tests see registration in progress);
+				       <= 1 s; the cuda engine refuses non-zero */
 };
+
+/* Longest kvs_copy_opts.register_delay_ns. */
+#define KVS_COPY_REGISTER_DELAY_MAX_NS 1000000000ull
 
 struct kvs_copy_engine;
 
-/* Open an engine.  Returns 0; -EINVAL (kind, streams > 16, strategy); -EOPNOTSUPP
+/* Open an engine.  Returns 0; -EINVAL (kind, streams > 16, strategy,
+ * register_delay_ns too long or given to the cuda engine); -EOPNOTSUPP
  * (cuda engine not built into this variant, or KVS_COPY_STRATEGY_KERNEL without
  * the kernel built in); -ENODEV (no driver, no such device); -ENOMEM.
  * Blocks: the cuda engine initialises the device context (first open: seconds).
@@ -104,11 +115,22 @@ void kvs_copy_close(struct kvs_copy_engine *eng);
 const char *kvs_copy_name(const struct kvs_copy_engine *eng);
 
 /* Pin a host region for fast DMA (cudaHostRegister, portable and mapped: the copy
- * kernel reads it through its device mapping); a no-op for host.  At most 64
- * regions per engine (-ENOSPC beyond).  Returns 0 or -errno.
- * Blocks: proportional to the region size. */
+ * kernel reads it through its device mapping); the host engine only waits
+ * register_delay_ns.  Regions must not overlap; any number per engine (the
+ * store registers its data segments in chunks).  unregister takes a base that
+ * register was given.  Both may run concurrently with the copy calls (see
+ * Threads).  Returns 0, -EINVAL (overlap, unknown base), -ENOMEM, or -errno.
+ * Blocks: proportional to the region size (a host-wide driver lock in CUDA). */
 int kvs_copy_register(struct kvs_copy_engine *eng, void *base, uint64_t bytes);
 int kvs_copy_unregister(struct kvs_copy_engine *eng, void *base);
+
+/* Page-locked host memory for staging copies of memory not registered yet
+ * (cudaHostAlloc; plain memory for the host engine).  Returns 0 and *ptr;
+ * -EINVAL; -ENOMEM.  Blocks: allocation (the cuda engine: pinning).
+ * Ownership: *ptr until kvs_copy_host_free (before kvs_copy_close; sync first:
+ * copies queued from it must have finished). */
+int kvs_copy_host_alloc(struct kvs_copy_engine *eng, uint64_t bytes, void **ptr);
+void kvs_copy_host_free(struct kvs_copy_engine *eng, void *ptr);
 
 /*
  * Queue host-to-device: for each i, segs[i].len bytes at host + segs[i].host_off

@@ -29,7 +29,7 @@
  *                                 the mapping has no per-copy cost at all.  Only
  *                                 when the host range lies in one region
  *                                 registered here (the store registers its data
- *                                 segments), else batch;
+ *                                 segments, in chunks), else batch;
  *   otherwise             batch   one cudaMemcpyBatchAsync.
  *
  * The kernel's side and the 16 KiB boundary are estimates until perf/copy_bench
@@ -37,12 +37,22 @@
  * batched copies (cudaErrorNotSupported / cudaErrorCallRequiresNewerDriver) the
  * engine drops to per-segment copies for good and logs it once.
  *
+ * Registered regions.  The store registers its data plane in chunks (a few GiB
+ * each, so hundreds on a large node) from a background thread while the copier
+ * copies, so the region table is a sorted array grown on demand, looked up by
+ * binary search, under a mutex that is never held across a CUDA call: the
+ * copier's lookup waits at most for an insert, never for a cudaHostRegister.
+ * A region enters the table after cudaHostRegister returned and leaves it
+ * before cudaHostUnregister, so the kernel strategy never reads through the
+ * mapping of memory that is not (or no longer) registered.
+ *
  * The runtime is linked statically and loads libcuda.so on first use, so a
  * machine without a driver only sees -ENODEV from open.  cudaSetDevice is per
  * thread; every entry point sets it (cheap when already current) because the
  * engine may be opened on one thread and used on the copier thread.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +71,8 @@
 #define KVS_CUDA_MEMCPY_MIN_MEAN (1ull << 20)    /* mean at or above: memcpy */
 #define KVS_CUDA_KERNEL_MAX_MEAN (16ull << 10)   /* mean at or below: kernel */
 
-/* Registered host regions an engine tracks (the store registers one per data
- * segment: one per NUMA node in use). */
-#define KVS_CUDA_MAX_REGIONS 64
+/* First capacity of the region table (doubled when full). */
+#define KVS_CUDA_REGIONS_INIT 16u
 
 struct kvs_cuda_region {
 	uintptr_t base;
@@ -78,8 +87,9 @@ struct kvs_cuda_engine {
 	uint32_t next;     /* stream of the next batch/kernel call, first of a memcpy call */
 	uint32_t dirty;    /* bit s: stream s got copies since the last successful sync */
 	bool batch_ok;
-	uint32_t nregions;
-	struct kvs_cuda_region region[KVS_CUDA_MAX_REGIONS];
+	pthread_mutex_t regions_mu;    /* guards region, nregions, cap (see the top) */
+	struct kvs_cuda_region *region; /* sorted by base, never overlapping */
+	uint32_t nregions, cap;
 	/* cudaMemcpyBatchAsync's arrays: n <= KVS_MAX_TENSORS, so fixed. */
 	void *dsts[KVS_MAX_TENSORS];
 	const void *srcs[KVS_MAX_TENSORS];
@@ -133,18 +143,61 @@ static int cuda_use_device(struct kvs_copy_engine *eng)
 	return cuda_err(eng, cudaSetDevice(eng->device_id), "cudaSetDevice");
 }
 
+/* Under regions_mu: index of the first region whose base is above addr. */
+static uint32_t region_upper(const struct kvs_cuda_engine *c, uintptr_t addr)
+{
+	uint32_t lo = 0, hi = c->nregions;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (c->region[mid].base <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Under regions_mu: room for one more region, and [base, base + bytes) free.
+ * 0, -EINVAL (overlaps a registered region), -ENOMEM. */
+static int region_make_room(struct kvs_cuda_engine *c, uintptr_t base, uint64_t bytes)
+{
+	uint32_t at = region_upper(c, base);
+
+	if ((at > 0 && base - c->region[at - 1].base < c->region[at - 1].bytes) ||
+	    (at < c->nregions && c->region[at].base - base < bytes))
+		return -EINVAL;
+	if (c->nregions == c->cap) {
+		uint32_t cap = c->cap ? c->cap * 2 : KVS_CUDA_REGIONS_INIT;
+		struct kvs_cuda_region *r = c->cap > UINT32_MAX / 2 ? NULL
+					    : realloc(c->region, (size_t)cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		c->region = r;
+		c->cap = cap;
+	}
+	return 0;
+}
+
 static int cuda_reg(struct kvs_copy_engine *eng, void *base, uint64_t bytes)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
-	struct kvs_cuda_region *r;
 	void *dev = NULL;
+	uint32_t at;
 	cudaError_t e;
 	int rc;
 
-	if (c->nregions == KVS_CUDA_MAX_REGIONS) {
-		kvs_log_error(&eng->log, "cuda device %d: more than %d registered regions",
-			      eng->device_id, KVS_CUDA_MAX_REGIONS);
-		return -ENOSPC;
+	/* Room first (only this thread registers: it stays there), then pin. */
+	pthread_mutex_lock(&c->regions_mu);
+	rc = region_make_room(c, (uintptr_t)base, bytes);
+	pthread_mutex_unlock(&c->regions_mu);
+	if (rc < 0) {
+		kvs_log_error(&eng->log, "cuda device %d: register [%p, +%llu): %s", eng->device_id,
+			      base, (unsigned long long)bytes,
+			      rc == -EINVAL ? "overlaps a registered region" : "out of memory");
+		return rc;
 	}
 	rc = cuda_use_device(eng);
 	if (rc == 0)
@@ -162,42 +215,78 @@ static int cuda_reg(struct kvs_copy_engine *eng, void *base, uint64_t bytes)
 			     "(%s): copy kernel off for it", eng->device_id, cudaGetErrorString(e));
 		dev = NULL;
 	}
-	r = &c->region[c->nregions++];
-	r->base = (uintptr_t)base;
-	r->bytes = bytes;
-	r->dev = (uintptr_t)dev;
+	pthread_mutex_lock(&c->regions_mu);
+	at = region_upper(c, (uintptr_t)base);
+	memmove(&c->region[at + 1], &c->region[at], (c->nregions - at) * sizeof(c->region[0]));
+	c->region[at] = (struct kvs_cuda_region){ (uintptr_t)base, bytes, (uintptr_t)dev };
+	c->nregions++;
+	pthread_mutex_unlock(&c->regions_mu);
 	return 0;
 }
 
 static int cuda_unreg(struct kvs_copy_engine *eng, void *base)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
+	uint32_t at;
+	bool found;
+	int rc;
+
+	/* Out of the table first: no copy picks its mapping from now on. */
+	pthread_mutex_lock(&c->regions_mu);
+	at = region_upper(c, (uintptr_t)base);
+	found = at > 0 && c->region[at - 1].base == (uintptr_t)base;
+	if (found) {
+		memmove(&c->region[at - 1], &c->region[at], (c->nregions - at) * sizeof(c->region[0]));
+		c->nregions--;
+	}
+	pthread_mutex_unlock(&c->regions_mu);
+	if (!found) {
+		kvs_log_error(&eng->log, "cuda device %d: unregister %p: not a registered region",
+			      eng->device_id, base);
+		return -EINVAL;
+	}
+	rc = cuda_use_device(eng);
+	if (rc == 0)
+		rc = cuda_err(eng, cudaHostUnregister(base), "cudaHostUnregister");
+	return rc;
+}
+
+static int cuda_host_alloc(struct kvs_copy_engine *eng, uint64_t bytes, void **ptr)
+{
 	int rc = cuda_use_device(eng);
 
 	if (rc == 0)
-		rc = cuda_err(eng, cudaHostUnregister(base), "cudaHostUnregister");
-	for (uint32_t i = 0; i < c->nregions; i++) {
-		if (c->region[i].base == (uintptr_t)base) {
-			c->region[i] = c->region[--c->nregions];
-			break;
-		}
-	}
+		rc = cuda_err(eng, cudaHostAlloc(ptr, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+	if (rc < 0)
+		*ptr = NULL;
 	return rc;
+}
+
+static void cuda_host_free(struct kvs_copy_engine *eng, void *ptr)
+{
+	if (cuda_use_device(eng) == 0)
+		cuda_err(eng, cudaFreeHost(ptr), "cudaFreeHost");
 }
 
 /*
  * The device address of host[lo, hi) when it lies inside one registered region
  * with a device mapping, else 0.
  */
-static uintptr_t cuda_mapped(const struct kvs_cuda_engine *c, uintptr_t lo, uintptr_t hi)
+static uintptr_t cuda_mapped(struct kvs_cuda_engine *c, uintptr_t lo, uintptr_t hi)
 {
-	for (uint32_t i = 0; i < c->nregions; i++) {
-		const struct kvs_cuda_region *r = &c->region[i];
+	uintptr_t dev = 0;
+	uint32_t at;
 
-		if (r->dev && lo >= r->base && hi - r->base <= r->bytes)
-			return r->dev + (lo - r->base);
+	pthread_mutex_lock(&c->regions_mu);
+	at = region_upper(c, lo);
+	if (at > 0) {
+		const struct kvs_cuda_region *r = &c->region[at - 1];
+
+		if (r->dev && hi - r->base <= r->bytes)
+			dev = r->dev + (lo - r->base);
 	}
-	return 0;
+	pthread_mutex_unlock(&c->regions_mu);
+	return dev;
 }
 
 /* Lowest host_off and highest host_off + len of a (validated) segment list. */
@@ -457,6 +546,8 @@ static void cuda_fini(struct kvs_copy_engine *eng)
 			cudaStreamDestroy(c->stream[s]);
 		}
 	}
+	free(c->region);
+	pthread_mutex_destroy(&c->regions_mu);
 	free(c);
 	eng->impl = NULL;
 }
@@ -465,6 +556,8 @@ static const struct kvs_copy_ops cuda_ops = {
 	.name = "cuda",
 	.reg = cuda_reg,
 	.unreg = cuda_unreg,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
 	.h2d = cuda_h2d,
 	.d2h = cuda_d2h,
 	.wait_event = cuda_wait_event,
@@ -497,6 +590,7 @@ int kvs_copy_cuda_init(struct kvs_copy_engine *eng)
 	if (!c)
 		return -ENOMEM;
 	c->batch_ok = true;
+	pthread_mutex_init(&c->regions_mu, NULL);
 	eng->impl = c;
 	eng->ops = &cuda_ops;
 	rc = cuda_use_device(eng);

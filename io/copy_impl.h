@@ -15,6 +15,8 @@ struct kvs_copy_ops {
 	const char *name;
 	int (*reg)(struct kvs_copy_engine *eng, void *base, uint64_t bytes);
 	int (*unreg)(struct kvs_copy_engine *eng, void *base);
+	int (*host_alloc)(struct kvs_copy_engine *eng, uint64_t bytes, void **ptr);
+	void (*host_free)(struct kvs_copy_engine *eng, void *ptr);
 	int (*h2d)(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
 		   uint32_t n);
 	int (*d2h)(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
@@ -30,6 +32,7 @@ struct kvs_copy_engine {
 	int32_t device_id;
 	uint32_t streams;  /* 1..KVS_COPY_MAX_STREAMS */
 	uint32_t strategy; /* enum kvs_copy_strategy */
+	uint64_t register_delay_ns; /* host engine test mode */
 	void *impl;        /* engine-private state */
 };
 

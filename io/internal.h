@@ -20,6 +20,10 @@ extern const struct kvs_backend_ops kvs_io_posix_ops;
 extern const struct kvs_backend_ops kvs_io_none_ops;
 extern const struct kvs_backend_ops kvs_io_latency_ops;
 extern const struct kvs_backend_ops kvs_io_fault_ops;
+extern const struct kvs_backend_ops kvs_io_redis_ops;
+
+/* Largest value the redis backend stores: a Redis string's limit (512 MiB). */
+#define KVS_IO_REDIS_VALUE_MAX (UINT64_C(512) << 20)
 
 enum kvs_io_op {
 	KVS_IO_OP_READ = 0,

@@ -13,7 +13,7 @@
 
 #include "kvshare.h"
 
-/* "posix", "none", "latency", "fault", "user" or "?" (static strings). */
+/* "posix", "none", "latency", "fault", "user", "redis" or "?" (static strings). */
 const char *kvs_io_kind_name(uint32_t kind);
 
 /* "auto", "uring", "pool" or "?" (static strings). */

@@ -10,7 +10,9 @@
  * Reads.  The block file is opened (O_RDONLY, O_DIRECT if configured) through a
  * bounded fd cache (CLOCK over qd + 16 entries, at most RLIMIT_NOFILE / 4; an
  * entry is pinned while a transfer uses it); with io_uring each cache entry is
- * also a slot of the ring's sparse registered-file table.  A missing file refuses the submit with -ENOENT.
+ * also a slot of the ring's sparse registered-file table.  A missing file, or
+ * anything but a regular file at the block's path (opened O_NONBLOCK: a FIFO
+ * cannot hang the issuer), refuses the submit with -ENOENT.
  *
  * Dumps.  The first write of a block creates <hex>.tmp.<pid>.<random> next to the
  * final name (mode 0600: KV contents are users' prompts); a bitmap counts the
@@ -358,6 +360,43 @@ static void fd_invalidate(struct posix *p, const struct kvs_block_id *id)
 	}
 }
 
+/*
+ * Open block id's file (path: its name under the root) for reading.  Whatever
+ * else sits at a block's path (a directory, a FIFO, a device node, a fan-out
+ * directory that is a file) is an absent block, as for lookup: -ENOENT, with a
+ * warning for what is not merely missing.  The open is O_NONBLOCK, so that a
+ * FIFO nobody writes to cannot hang the issuer; the flag is cleared before any
+ * read (io_uring would turn it into -EAGAIN on a cold page).  Other open errors
+ * (-EACCES, -ELOOP, -ENXIO, ...) pass through.  Returns the descriptor or -errno.
+ */
+static int open_block_file(struct posix *p, const struct kvs_block_id *id, const char *path)
+{
+	int flags = O_RDONLY | O_CLOEXEC | ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0);
+	int fd = openat(p->root_fd[root_of(p, id)], path, flags | O_NONBLOCK);
+	struct stat st;
+	int rc = 0;
+
+	if (fd < 0)
+		return errno == ENOTDIR ? -ENOENT : -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+	} else if (!S_ISREG(st.st_mode)) {
+		kvs_log_warn(&p->log, "backend: block file %s of root %u is a %s, not a regular "
+				      "file: read as absent",
+			     path, root_of(p, id),
+			     S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO"
+			     : S_ISSOCK(st.st_mode) ? "socket" : "device node");
+		rc = -ENOENT;
+	} else if (fcntl(fd, F_SETFL, flags) < 0) {
+		rc = -errno;
+	}
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 /* A pinned cache entry for block's file (open it if needed). */
 static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entry **out)
 {
@@ -388,10 +427,9 @@ static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entr
 	if (!victim)
 		return -EAGAIN;
 	rel_path(id, path, sizeof(path));
-	fd = openat(p->root_fd[root_of(p, id)], path,
-		    O_RDONLY | O_CLOEXEC | ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0));
+	fd = open_block_file(p, id, path);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	fd_drop(p, victim);
 	if (p->eng->nfiles) {
 		rc = p->eng->ops->set_file(p->eng, (int)(victim - p->fds), fd);
@@ -784,24 +822,37 @@ static uint32_t fd_cache_size(uint32_t qd)
 	return (uint32_t)n;
 }
 
+/* What an io_uring_setup error usually means, for the log.  -ENOMEM: the
+ * kernel charges a ring's memory to RLIMIT_MEMLOCK without CAP_IPC_LOCK. */
+static const char *rc_why(int rc)
+{
+	if (rc == -ENOMEM)
+		return ": RLIMIT_MEMLOCK too low for its rings? raise it, or io_engine=pool";
+	if (rc == -EPERM || rc == -ENOSYS || rc == -EACCES)
+		return ": seccomp or kernel.io_uring_disabled?";
+	return "";
+}
+
 static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
 {
 	int rc;
 
 	if (KVS_KERNEL && cfg->io_engine != KVS_IO_ENGINE_POOL) {
+		const char *why;
+
 		rc = kvs_io_uring_open(p->qd, p->nfds, &p->log, &p->eng);
 		if (rc == 0)
 			return 0;
-		if ((rc != -EPERM && rc != -ENOSYS && rc != -EACCES) ||
+		why = rc_why(rc);
+		if ((rc != -EPERM && rc != -ENOSYS && rc != -EACCES && rc != -ENOMEM) ||
 		    cfg->io_engine == KVS_IO_ENGINE_URING) {
-			kvs_log_error(&p->log, "backend: io_engine=%s: io_uring setup: %s",
-				      kvs_io_engine_name(cfg->io_engine), strerror(-rc));
+			kvs_log_error(&p->log, "backend: io_engine=%s: io_uring setup: %s%s",
+				      kvs_io_engine_name(cfg->io_engine), strerror(-rc), why);
 			return rc;
 		}
 		p->fallback_err = rc;
-		kvs_log_warn(&p->log, "backend: io_uring refused (%s: seccomp or "
-				      "kernel.io_uring_disabled?); using the thread pool",
-			     strerror(-rc));
+		kvs_log_warn(&p->log, "backend: io_uring refused (%s%s); using the thread pool",
+			     strerror(-rc), why);
 	}
 	return kvs_io_pool_open(p->qd, cfg->pool_threads, &p->log, &p->eng);
 }

@@ -33,11 +33,12 @@ bool kvs_numa_node_usable(int32_t node);
 int kvs_numa_bind(void *base, uint64_t bytes, int32_t node);
 
 /* Fault in every page of [base, base + bytes) for writing, step bytes apart,
- * from up to threads threads (0: one per CPU of node, at most 8), pinned to the
- * node's CPUs when node >= 0 (kernel build).  Returns 0 or the first -errno
- * (-EFAULT: the backing could not supply a page, e.g. the hugetlb pool or
- * /dev/shm ran out). */
+ * from up to *threads threads (0: one per CPU of node, at most 16), pinned to the
+ * node's CPUs when node >= 0 (kernel build), each over its own contiguous range;
+ * *threads becomes the number that ran (never more than the pages).  Returns 0
+ * once every page is backed, or the first -errno (-EFAULT: the backing could not
+ * supply a page, e.g. the hugetlb pool or /dev/shm ran out). */
 int kvs_numa_prefault(void *base, uint64_t bytes, uint64_t step, int32_t node,
-		      uint32_t threads);
+		      uint32_t *threads);
 
 #endif

@@ -24,7 +24,9 @@
  *      to this mapping only, so placement is decided by the creator's own faults;
  *      on shmem it becomes the file's shared policy.
  *   5. pre-fault with MADV_POPULATE_WRITE (touch one byte per page before 5.14)
- *      from threads pinned to the node's CPUs.
+ *      from prefault_threads threads pinned to the node's CPUs, each populating
+ *      its own contiguous range (seg->prefault_ns / _threads say how it went):
+ *      create returns only once every page is backed.
  *   Any failure unlinks the file and truncates it first, so no reservation stays.
  * The plain build always uses /dev/shm, never binds, and pre-faults from unpinned
  * threads; hugetlb=required and numa=required are -EOPNOTSUPP there.
@@ -64,7 +66,8 @@ struct kvs_numa_seg_opts {
 	uint64_t page_bytes;     /* wanted huge page size; 0 = 2 MiB */
 	uint32_t file_mode;      /* 0 = 0600 (0660 when gid >= 0); else a subset of 0660 */
 	int64_t gid;             /* group for 0660 files; -1 = none (NOT 0: use opts_init) */
-	uint32_t prefault_threads; /* 0 = one per CPU of the node, at most 8 */
+	uint32_t prefault_threads; /* 1..64; 0 = one per CPU of the node (of the process
+				    * when unbound), at most 16 */
 	const char *dir;         /* attach: the directory of the file, as its creator
 				  * recorded it; NULL = the backing's default (/dev/shm,
 				  * or this build's hugetlbfs mount for page_bytes) */
@@ -84,6 +87,8 @@ struct kvs_numa_seg {
 	int32_t node;       /* bound node, or KVS_NUMA_NODE_NONE */
 	uint32_t backing;   /* enum kvs_numa_backing */
 	uint64_t page_bytes; /* huge page size (hugetlb); the base page size (shm) */
+	uint64_t prefault_ns;      /* create: wall time of the pre-fault; attach: 0 */
+	uint32_t prefault_threads; /* create: threads that pre-faulted it; attach: 0 */
 	char path[PATH_MAX];
 };
 
@@ -97,7 +102,8 @@ struct kvs_numa_seg {
  * plain build); -EINVAL (bad id, node, size or opts); -ENOSPC (/dev/shm full);
  * -errno.  On failure nothing is left behind (no file, no reservation) and seg is
  * empty.
- * Blocks: for the pre-fault, parallel on the node's CPUs (~0.1-0.5 s per GiB).
+ * Blocks: for the pre-fault, parallel on the node's CPUs (perf/startup_bench.sh
+ * measures ms per GiB by thread count).
  * Ownership: seg is the caller's; kvs_numa_seg_detach unmaps it. */
 int kvs_numa_seg_create(const char *unique_id, int32_t node, uint64_t bytes,
 			const struct kvs_numa_seg_opts *opts, struct kvs_numa_seg *seg);

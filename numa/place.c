@@ -36,8 +36,11 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 uapi; older libc headers lack it */
 #endif
 
-#define PREFAULT_MAX_THREADS 64
-#define PREFAULT_DEFAULT_MAX 8
+#define PREFAULT_MAX_THREADS KVS_CACHE_PREFAULT_THREADS_MAX
+/* Default cap: zeroing pages is bound by the node's memory bandwidth, which a
+ * handful of cores fill (PegaFlow's ~30 ms/GB needs ~35 GB/s); more threads on a
+ * big node only contend on it. */
+#define PREFAULT_DEFAULT_MAX 16
 
 int kvs_numa_test_node_count;
 
@@ -164,8 +167,9 @@ static void *prefault_run(void *arg)
 }
 
 int kvs_numa_prefault(void *base, uint64_t bytes, uint64_t step, int32_t node,
-		      uint32_t threads)
+		      uint32_t *nthreads)
 {
+	uint32_t threads = *nthreads;
 	struct prefault_job jobs[PREFAULT_MAX_THREADS];
 	pthread_t tids[PREFAULT_MAX_THREADS];
 	bool started[PREFAULT_MAX_THREADS];
@@ -209,6 +213,7 @@ int kvs_numa_prefault(void *base, uint64_t bytes, uint64_t step, int32_t node,
 		if (rc == 0 && jobs[i].rc < 0)
 			rc = jobs[i].rc;
 	}
+	*nthreads = threads;
 	return rc;
 }
 

@@ -42,6 +42,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "numa/internal.h"
 
 #ifndef HUGETLBFS_MAGIC
@@ -225,10 +226,13 @@ static int map_new(int fd, uint64_t bytes, bool huge, uint64_t page, const char 
 }
 
 /* Bind the mapping to *node (numa=auto: a failure leaves it unbound, *node
- * becomes KVS_NUMA_NODE_NONE), then pre-fault every page from the node. */
+ * becomes KVS_NUMA_NODE_NONE), then pre-fault every page from the node; how
+ * long that took and with how many threads goes to seg. */
 static int place_new(void *base, uint64_t bytes, bool huge, uint64_t page, const char *path,
-		     int32_t *node, const struct kvs_numa_seg_opts *o)
+		     int32_t *node, const struct kvs_numa_seg_opts *o, struct kvs_numa_seg *seg)
 {
+	uint32_t threads = o->prefault_threads;
+	uint64_t t0;
 	int rc;
 
 	if (*node >= 0) {
@@ -247,7 +251,10 @@ static int place_new(void *base, uint64_t bytes, bool huge, uint64_t page, const
 	 * (shmem_enabled=advise or above); without THP it is only a hint. */
 	if (!huge)
 		(void)madvise(base, bytes, MADV_HUGEPAGE);
-	rc = kvs_numa_prefault(base, bytes, page, *node, o->prefault_threads);
+	t0 = kvs_now_ns();
+	rc = kvs_numa_prefault(base, bytes, page, *node, &threads);
+	seg->prefault_ns = kvs_now_ns() - t0;
+	seg->prefault_threads = threads;
 	if (rc == 0)
 		return 0;
 	if (huge && (rc == -EFAULT || rc == -ENOMEM)) {
@@ -288,7 +295,7 @@ static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t 
 	if (rc == 0)
 		rc = map_new(fd, bytes, huge, page, path, o, &base);
 	if (rc == 0)
-		rc = place_new(base, bytes, huge, page, path, &bind_node, o);
+		rc = place_new(base, bytes, huge, page, path, &bind_node, o, seg);
 	if (rc == 0) {
 		seg->base = base;
 		seg->bytes = bytes;
@@ -297,8 +304,10 @@ static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t 
 		seg->backing = backing;
 		seg->page_bytes = page;
 		strcpy(seg->path, path);
-		kvs_log_info(o->log, "numa: created %s: %" PRIu64 " bytes, %s, %" PRIu64 " kB pages, node %d",
-			     path, bytes, kvs_numa_backing_name(backing), page >> 10, (int)bind_node);
+		kvs_log_info(o->log, "numa: created %s: %" PRIu64 " bytes, %s, %" PRIu64 " kB pages, node %d, "
+			     "pre-faulted by %u threads in %.1f ms", path, bytes,
+			     kvs_numa_backing_name(backing), page >> 10, (int)bind_node,
+			     seg->prefault_threads, (double)seg->prefault_ns / 1e6);
 		return 0;
 	}
 	if (base != MAP_FAILED)
@@ -309,6 +318,7 @@ static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t 
 		unlink(path);
 		close(fd);
 	}
+	seg_reset(seg); /* the pre-fault record of a failed try */
 	return rc;
 }
 

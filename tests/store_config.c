@@ -45,7 +45,10 @@ static const char *const all_keys[] = {
 	"fsync", "latency_us", "latency_queue_depth", "fault_error_ppm", "fault_short_ppm",
 	"fault_delay_us", "fault_seed", "copy_engine", "cache_stream_number", "dispatch_order",
 	"dump_wait", "prealloc", "waiting_queue_depth", "running_queue_depth", "timeout_ms",
-	"copy_delay_us", "cpu_affinity_cores",
+	"copy_delay_us", "cpu_affinity_cores", "prefault_threads", "register_chunk_size",
+	"register_delay_us", "redis_endpoints", "redis_db", "redis_user", "redis_password",
+	"redis_password_file", "redis_connections", "redis_connect_timeout_ms",
+	"redis_command_timeout_ms", "redis_key_prefix", "redis_ttl_s",
 };
 
 /* Keys whose value is an integer (sizes included). */
@@ -54,7 +57,9 @@ static const char *const int_keys[] = {
 	"reserved_slots", "numa_node", "spin_us", "io_queue_depth", "io_threads", "latency_us",
 	"latency_queue_depth", "fault_error_ppm", "fault_short_ppm", "fault_delay_us",
 	"fault_seed", "cache_stream_number", "waiting_queue_depth", "running_queue_depth",
-	"timeout_ms", "copy_delay_us",
+	"timeout_ms", "copy_delay_us", "prefault_threads", "register_chunk_size",
+	"register_delay_us", "redis_db", "redis_connections", "redis_connect_timeout_ms",
+	"redis_command_timeout_ms", "redis_ttl_s",
 };
 
 static const char *const bool_keys[] = {
@@ -139,6 +144,8 @@ static kvs_test_rc test_defaults(void)
 	KVS_CHECK_EQ(cfg.copy_engine, KVS_COPY_ENGINE_AUTO);
 	KVS_CHECK_EQ(cfg.backend.kind, KVS_BACKEND_POSIX);
 	KVS_CHECK_EQ(cfg.capacity_bytes | cfg.block_bytes | cfg.tensor_bytes | cfg.copy_delay_ns, 0);
+	KVS_CHECK_EQ(cfg.register_chunk_bytes, 4ull << 30);
+	KVS_CHECK_EQ(cfg.register_delay_ns | cfg.cache.prefault_threads, 0);
 	KVS_CHECK_EQ(cfg.backend_roots[0], 0);
 	for (size_t i = 0; i < KVS_ARRAY_LEN(cfg.cpu_affinity); i++)
 		KVS_CHECK_EQ(cfg.cpu_affinity[i], 0);
@@ -213,6 +220,7 @@ static const struct good_case good[] = {
 	{ "backend=posix", AT(backend.kind), KVS_BACKEND_POSIX },
 	{ "backend=none", AT(backend.kind), KVS_BACKEND_NONE },
 	{ "backend=latency", AT(backend.kind), KVS_BACKEND_LATENCY },
+	{ "backend=redis", AT(backend.kind), KVS_BACKEND_REDIS },
 	{ "io_engine=auto", AT(backend.io_engine), KVS_IO_ENGINE_AUTO },
 	{ "io_engine=uring", AT(backend.io_engine), KVS_IO_ENGINE_URING },
 	{ "io_engine=pool", AT(backend.io_engine), KVS_IO_ENGINE_POOL },
@@ -260,6 +268,22 @@ static const struct good_case good[] = {
 	{ "timeout_ms=86400000", AT(timeout_ns), UINT64_C(86400000000000) },
 	{ "copy_delay_us=0", AT(copy_delay_ns), 0 },
 	{ "copy_delay_us=1000000", AT(copy_delay_ns), 1000000000 },
+	{ "prefault_threads=0", AT(cache.prefault_threads), 0 },
+	{ "prefault_threads=64", AT(cache.prefault_threads), 64 },
+	{ "register_chunk_size=1m", AT(register_chunk_bytes), UINT64_C(1) << 20 },
+	{ "register_chunk_size=32g", AT(register_chunk_bytes), UINT64_C(32) << 30 },
+	{ "register_delay_us=0", AT(register_delay_ns), 0 },
+	{ "register_delay_us=1000000", AT(register_delay_ns), 1000000000 },
+	{ "redis_db=0", AT(backend.redis.db), 0 },
+	{ "redis_db=2147483647", AT(backend.redis.db), INT32_MAX },
+	{ "redis_connections=1", AT(backend.redis.connections), 1 },
+	{ "redis_connections=64", AT(backend.redis.connections), 64 },
+	{ "redis_connect_timeout_ms=1", AT(backend.redis.connect_timeout_ns), 1000000 },
+	{ "redis_connect_timeout_ms=3600000", AT(backend.redis.connect_timeout_ns),
+	  UINT64_C(3600000000000) },
+	{ "redis_command_timeout_ms=250", AT(backend.redis.command_timeout_ns), 250000000 },
+	{ "redis_ttl_s=0", AT(backend.redis.ttl_ms), 0 },
+	{ "redis_ttl_s=86400", AT(backend.redis.ttl_ms), 86400000 },
 };
 #undef AT
 
@@ -387,6 +411,17 @@ static kvs_test_rc test_int_range(void)
 		{ "timeout_ms=0", "timeout_ms" },
 		{ "timeout_ms=86400001", "timeout_ms" },
 		{ "copy_delay_us=1000001", "copy_delay_us" },
+		{ "prefault_threads=65", "prefault_threads" },
+		{ "register_chunk_size=1048575", "register_chunk_size" },
+		{ "register_chunk_size=33g", "register_chunk_size" },
+		{ "register_delay_us=1000001", "register_delay_us" },
+		{ "redis_db=2147483648", "redis_db" },
+		{ "redis_connections=0", "redis_connections" },
+		{ "redis_connections=65", "redis_connections" },
+		{ "redis_connect_timeout_ms=0", "redis_connect_timeout_ms" },
+		{ "redis_connect_timeout_ms=3600001", "redis_connect_timeout_ms" },
+		{ "redis_command_timeout_ms=0", "redis_command_timeout_ms" },
+		{ "redis_ttl_s=9007199254741", "redis_ttl_s" },
 	};
 
 	for (size_t i = 0; i < KVS_ARRAY_LEN(cases); i++)
@@ -659,7 +694,11 @@ static kvs_test_rc test_all_keys_at_once(void)
 		"latency_queue_depth=8,fault_error_ppm=1,fault_short_ppm=2,fault_delay_us=3,"
 		"fault_seed=4,copy_engine=host,cache_stream_number=2,dispatch_order=natural,"
 		"dump_wait=cached,prealloc=0,waiting_queue_depth=16,running_queue_depth=128,"
-		"timeout_ms=2000,copy_delay_us=5,cpu_affinity_cores=0-1";
+		"timeout_ms=2000,copy_delay_us=5,cpu_affinity_cores=0-1,prefault_threads=3,"
+		"register_chunk_size=2m,register_delay_us=7,redis_endpoints=/r.sock;h:1,"
+		"redis_db=3,redis_user=u,redis_password=p,redis_password_file=/pw,"
+		"redis_connections=4,redis_connect_timeout_ms=5,redis_command_timeout_ms=6,"
+		"redis_key_prefix=kv:,redis_ttl_s=9";
 	struct kvs_store_config cfg;
 	size_t items = 1;
 
@@ -706,6 +745,45 @@ static kvs_test_rc test_all_keys_at_once(void)
 	KVS_CHECK_EQ(cfg.timeout_ns, 2000000000ull);
 	KVS_CHECK_EQ(cfg.copy_delay_ns, 5000);
 	KVS_CHECK_EQ(cfg.cpu_affinity[0], 3);
+	KVS_CHECK_EQ(cfg.cache.prefault_threads, 3);
+	KVS_CHECK_EQ(cfg.register_chunk_bytes, 2u << 20);
+	KVS_CHECK_EQ(cfg.register_delay_ns, 7000);
+	KVS_CHECK(strcmp(cfg.backend.redis.endpoints, "/r.sock;h:1") == 0);
+	KVS_CHECK_EQ(cfg.backend.redis.db, 3);
+	KVS_CHECK(strcmp(cfg.backend.redis.user, "u") == 0);
+	KVS_CHECK(strcmp(cfg.backend.redis.password, "p") == 0);
+	KVS_CHECK(strcmp(cfg.backend.redis.password_file, "/pw") == 0);
+	KVS_CHECK_EQ(cfg.backend.redis.connections, 4);
+	KVS_CHECK_EQ(cfg.backend.redis.connect_timeout_ns, 5000000);
+	KVS_CHECK_EQ(cfg.backend.redis.command_timeout_ns, 6000000);
+	KVS_CHECK(strcmp(cfg.backend.redis.key_prefix, "kv:") == 0);
+	KVS_CHECK_EQ(cfg.backend.redis.ttl_ms, 9000);
+	return KVS_TEST_PASS;
+}
+
+/* The redis backend's string keys: stored whole (replacing the default prefix),
+ * too long is an error naming the key, and a password is never shown. */
+static kvs_test_rc test_redis_strings(void)
+{
+	struct kvs_store_config cfg;
+	char kv[1200];
+
+	fresh(&cfg);
+	KVS_CHECK(strcmp(cfg.backend.redis.key_prefix, "kvshare:") == 0);
+	KVS_TRY(parse_ok(&cfg, "redis_key_prefix=x,redis_endpoints=[::1]:6379;/run/r.sock"));
+	KVS_CHECK(strcmp(cfg.backend.redis.key_prefix, "x") == 0);
+	KVS_CHECK_EQ(cfg.backend.redis.key_prefix[2], 0); /* the old value cleared */
+	KVS_CHECK(strcmp(cfg.backend.redis.endpoints, "[::1]:6379;/run/r.sock") == 0);
+	snprintf(kv, sizeof(kv), "redis_endpoints=%0512d", 0);
+	KVS_TRY(parse_bad2(kv, "invalid redis_endpoints = '0000", "longer than 511 characters"));
+	snprintf(kv, sizeof(kv), "redis_key_prefix=%064d", 0);
+	KVS_TRY(parse_bad2(kv, "invalid redis_key_prefix", "longer than 63 characters"));
+	snprintf(kv, sizeof(kv), "redis_password=secret%0250d", 7);
+	KVS_TRY(parse_bad2(kv, "invalid redis_password (longer than 255", "not shown"));
+	KVS_CHECK(strstr(last_log, "secret") == NULL);
+	KVS_TRY(parse_bad2("redis_endpoint=/x", "unknown key", "did you mean 'redis_endpoints'?"));
+	KVS_TRY(parse_bad2("redis_pasword=x", "unknown key", "did you mean 'redis_password'?"));
+	KVS_TRY(parse_bad2("redis_ttl=5", "unknown key", "did you mean 'redis_ttl_s'?"));
 	return KVS_TEST_PASS;
 }
 
@@ -1123,7 +1201,11 @@ static kvs_test_rc test_resolve_store_fields(void)
 	FIELD_BAD(cfg.running_queue_depth = 65537, "invalid running_queue_depth = 65537");
 	FIELD_BAD(cfg.cache_stream_number = 0, "invalid cache_stream_number = 0");
 	FIELD_BAD(cfg.cache_stream_number = 17, "invalid cache_stream_number = 17");
-	FIELD_BAD(cfg.reserved[7] = 1, "invalid reserved");
+	FIELD_BAD(cfg.register_chunk_bytes = (1ull << 20) - 1, "invalid register_chunk_size");
+	FIELD_BAD(cfg.register_chunk_bytes = (32ull << 30) + 1, "invalid register_chunk_size");
+	FIELD_BAD(cfg.register_delay_ns = 1000000001, "invalid register_delay_us");
+	FIELD_BAD(cfg.register_delay_ns = 1000, "set copy_engine=host"); /* auto: cuda */
+	FIELD_BAD(cfg.reserved[5] = 1, "invalid reserved");
 #undef FIELD_BAD
 	/* the edges are fine */
 	fresh(&cfg);
@@ -1186,6 +1268,7 @@ static const struct kvs_test_case cases[] = {
 	{ "cpu_affinity", test_cpu_affinity },
 	{ "flag_bits", test_flag_bits },
 	{ "all_keys_at_once", test_all_keys_at_once },
+	{ "redis_strings", test_redis_strings },
 	{ "unknown_key", test_unknown_key },
 	{ "duplicate_key", test_duplicate_key },
 	{ "empty_items", test_empty_items },

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include "common/pattern.h"
@@ -29,11 +30,18 @@
 
 static char st_last_log[512];
 static int st_log_quiet;
+/* The library logs from any of its threads (the store's registration thread
+ * too, while the test thread opens another store): st_last_log is written under
+ * this lock.  Failure messages read it unlocked, racily: they only matter once a
+ * case has failed. */
+static pthread_mutex_t st_log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void st_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
+	pthread_mutex_lock(&st_log_mu);
 	snprintf(st_last_log, sizeof(st_last_log), "%s", msg);
+	pthread_mutex_unlock(&st_log_mu);
 	if (!st_log_quiet && level <= KVS_LOG_WARN)
 		fprintf(stderr, "  [log %d] %s\n", level, msg);
 }
@@ -95,7 +103,9 @@ static inline kvs_test_rc st_open(const struct kvs_store_config *cfg, struct kvs
 {
 	int rc;
 
+	pthread_mutex_lock(&st_log_mu);
 	st_last_log[0] = '\0';
+	pthread_mutex_unlock(&st_log_mu);
 	rc = kvs_store_open(cfg, s);
 	if (rc)
 		KVS_FAILF("kvs_store_open(%s, device %d): %d (%s); log: %s", cfg->cache.unique_id,

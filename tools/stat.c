@@ -278,7 +278,7 @@ static void print_text(FILE *f, const struct stat_snap *s)
 	const struct kvs_cache_info *in = &s->info;
 	const struct kvs_cache_stats *n = &s->node;
 	const struct kvs_store_stats *st = &s->store;
-	char b1[32], b2[32], b3[32], tbuf[64];
+	char b1[32], b2[32], b3[32], b4[32], tbuf[64];
 	uint32_t gpu = 0, watchers = 0, dead = 0;
 	struct tm tm;
 
@@ -343,6 +343,14 @@ static void print_text(FILE *f, const struct stat_snap *s)
 			kvs_cli_human_bytes(b1, sizeof(b1), g->page_bytes), node, bound, kvs_cli_human_bytes(b2, sizeof(b2), g->bytes),
 			g->first_slot, g->first_slot + g->slot_count - 1, g->path[0] ? g->path : "?");
 	}
+	fprintf(f, "  startup    pre-fault %s in %s by up to %u threads (%.1f ms/GiB); registered %s of %s"
+		" (%.1f ms/GiB), %s; %" PRIu64 " shard copies staged\n",
+		kvs_cli_human_bytes(b1, sizeof(b1), n->data_bytes),
+		human_ns(b2, sizeof(b2), (double)n->prefault_ns), n->prefault_threads,
+		n->prefault_ms_per_gib, kvs_cli_human_bytes(b3, sizeof(b3), st->registered_bytes),
+		kvs_cli_human_bytes(b4, sizeof(b4), st->register_total_bytes), st->register_ms_per_gib,
+		st->ready ? "every live rank ready" : "NOT ready (registration in progress or failed)",
+		st->staged_shards);
 	fprintf(f, "  fallbacks  %s%s%s\n", n->fallbacks ? "" : "none",
 		n->fallbacks & KVS_FALLBACK_HUGETLB ? "hugetlb (data plane on /dev/shm, not hugetlbfs) " : "",
 		n->fallbacks & KVS_FALLBACK_NUMA ? "numa (no NUMA binding)" : "");
@@ -422,6 +430,10 @@ static json_t *json_cache_stats(const struct kvs_cache_stats *c)
 	JSET(o, "lock_repairs", JU(c->lock_repairs));
 	JSET(o, "ranks_reaped", JU(c->ranks_reaped));
 	JSET(o, "enospc", JU(c->enospc));
+	JSET(o, "data_bytes", JU(c->data_bytes));
+	JSET(o, "prefault_ns", JU(c->prefault_ns));
+	JSET(o, "prefault_ms_per_gib", json_real(c->prefault_ms_per_gib));
+	JSET(o, "prefault_threads", JU(c->prefault_threads));
 	return o;
 }
 
@@ -448,6 +460,12 @@ static json_t *json_store_stats(const struct kvs_store_stats *s)
 	JSET(o, "copy_bytes", JU(s->copy_bytes));
 	JSET(o, "copy_ns", JU(s->copy_ns));
 	JSET(o, "copy_gbps", json_real(copy_gbps(s)));
+	JSET(o, "register_total_bytes", JU(s->register_total_bytes));
+	JSET(o, "registered_bytes", JU(s->registered_bytes));
+	JSET(o, "register_ns", JU(s->register_ns));
+	JSET(o, "register_ms_per_gib", json_real(s->register_ms_per_gib));
+	JSET(o, "staged_shards", JU(s->staged_shards));
+	JSET(o, "ready", json_boolean(s->ready));
 	for (int i = 0; i < KVS_STORE_LAT_BUCKETS; i++)
 		json_array_append_new(hist, JU(s->task_lat_us[i]));
 	JSET(lat, "p50_us_max", JU(lat_quantile_us(s, 0.50, &n)));
@@ -672,7 +690,21 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	STORE_COUNTER("kvshare_store_prealloc_total", prealloc, "Slots preallocated.");
 	STORE_COUNTER("kvshare_store_prealloc_hits_total", prealloc_hits, "Owned gets of a preallocated key.");
 	STORE_COUNTER("kvshare_store_copy_bytes_total", copy_bytes, "Bytes moved by the copy engines.");
+	STORE_COUNTER("kvshare_store_registered_bytes_total", registered_bytes,
+		      "Data plane bytes registered with the copy engines (pinned) so far.");
+	STORE_COUNTER("kvshare_store_staged_shards_total", staged_shards,
+		      "Shard copies made through the staging buffer (slot not registered yet).");
 #undef STORE_COUNTER
+	prom_one(&p, "kvshare_store_register_bytes", "gauge",
+		 "Data plane bytes the ranks register with their copy engines (node total).",
+		 (double)st->register_total_bytes);
+	prom_one(&p, "kvshare_store_register_seconds_total", "counter",
+		 "Time in the copy engines' registration calls.", (double)st->register_ns / 1e9);
+	prom_one(&p, "kvshare_store_ready", "gauge",
+		 "1 when every live rank's data plane is registered (direct DMA everywhere).",
+		 st->ready);
+	prom_one(&p, "kvshare_prefault_seconds", "gauge",
+		 "Time the creator took to pre-fault the data segments.", (double)n->prefault_ns / 1e9);
 	prom_one(&p, "kvshare_store_copy_seconds_total", "counter", "Time in the copy engines.",
 		 (double)st->copy_ns / 1e9);
 	/* The library keeps log2 microsecond buckets and no latency sum: a histogram

@@ -1,0 +1,1067 @@
+/*
+ * tests/io_redis.c — the redis backend (io/redis.c) against a real redis-server
+ * that each case starts itself on a unix socket in a temp dir, and stops.
+ *
+ * Backend cases (kvs_backend_*): round trip of whole and partial shards, batch
+ * lookup, absent keys; pipelining (one socket, many commands in flight, then
+ * the server's own counters); a value of the wrong length planted under a key;
+ * wrong password (and the right one, and password_file); a server that is not
+ * there yet, then started; kill -9 with reads in flight (every transfer fails
+ * with a connection error, nothing hangs) and a restart (later transfers pass);
+ * a stopped server (SIGSTOP: the command timeout fires) and resumed; OOM and
+ * READONLY error replies (-ENOSPC, -EROFS, only on the affected shards).
+ *
+ * Store cases (kvs_store_*, host copy engine): two "nodes" (two caches with
+ * different unique_ids) sharing the server: node A dumps, node B's two rank
+ * processes load every shard, bytes verified, and the server saw exactly one
+ * GET per shard for node B (INFO commandstats) and node B's store counted one
+ * owner read per shard; lookups through the store (one EXISTS per block the
+ * cache lacks); kill -9 of the server mid-load (the task fails with a clear
+ * error, the cache stays consistent) and a restart (the next load passes); a
+ * wrong password refusing the store's open; a planted wrong-length value
+ * failing only its shard.
+ *
+ * Skips (77) when redis-server is not installed, saying so.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <hiredis/hiredis.h>
+
+#include "store_util.h"
+
+#define RS_SHARD 4096u
+#define RS_SPB 4u
+
+/* ---- a redis-server of our own ---- */
+
+struct rs {
+	pid_t pid;
+	char dir[96];
+	char sock[160];
+	char password[32];
+};
+
+static bool rs_installed(void)
+{
+	const char *path = getenv("PATH");
+	char buf[512];
+
+	for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+		size_t n = strcspn(p, ":");
+
+		snprintf(buf, sizeof(buf), "%.*s/redis-server", (int)n, p);
+		if (access(buf, X_OK) == 0)
+			return true;
+		p += n + (p[n] == ':');
+	}
+	return false;
+}
+
+static bool rs_connectable(const char *sock)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (strlen(sock) >= sizeof(un.sun_path))
+		return false;
+	memcpy(un.sun_path, sock, strlen(sock) + 1);
+	ok = fd >= 0 && connect(fd, (struct sockaddr *)&un, sizeof(un)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Start (or restart: same dir and socket) the server; wait until it accepts. */
+static kvs_test_rc rs_run(struct rs *s)
+{
+	char logf[160];
+	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+
+	snprintf(logf, sizeof(logf), "%s/redis.log", s->dir);
+	unlink(s->sock);
+	fflush(NULL);
+	s->pid = fork();
+	if (s->pid == 0) {
+		const char *argv[32] = { "redis-server", "--port", "0", "--unixsocket", s->sock,
+					 "--unixsocketperm", "700", "--dir", s->dir, "--save", "",
+					 "--appendonly", "no", "--daemonize", "no", "--logfile", logf };
+		int n = 17;
+
+		if (s->password[0]) {
+			argv[n++] = "--requirepass";
+			argv[n++] = s->password;
+		}
+		argv[n] = NULL;
+		execvp("redis-server", (char **)argv);
+		_exit(127);
+	}
+	KVS_CHECK(s->pid > 0);
+	while (!rs_connectable(s->sock)) {
+		int status;
+
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+			s->pid = 0;
+			KVS_FAILF("redis-server exited at start (status 0x%x); see %s", status, logf);
+		}
+		if (kvs_now_ns() > deadline)
+			KVS_FAILF("redis-server did not accept on %s within 10 s", s->sock);
+		usleep(5000); /* an external server: wait for its socket, bounded */
+	}
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc rs_start(struct rs *s, const char *password)
+{
+	memset(s, 0, sizeof(*s));
+	if (!rs_installed())
+		KVS_SKIP("redis-server is not installed (Debian: apt-get install redis-server)");
+	snprintf(s->dir, sizeof(s->dir), "/tmp/kvs-redis.%s.XXXXXX", KVS_TEST_VARIANT);
+	if (!mkdtemp(s->dir))
+		KVS_FAILF("mkdtemp: %s", strerror(errno));
+	snprintf(s->sock, sizeof(s->sock), "%s/redis.sock", s->dir);
+	if (password)
+		snprintf(s->password, sizeof(s->password), "%s", password);
+	return rs_run(s);
+}
+
+/* kill(sig) and reap (SIGKILL: the server dies mid-whatever). */
+static void rs_kill(struct rs *s, int sig)
+{
+	if (s->pid <= 0)
+		return;
+	kill(s->pid, sig);
+	kvs_test_reap(s->pid, 10000);
+	s->pid = 0;
+}
+
+static void rs_stop(struct rs *s)
+{
+	DIR *d;
+	struct dirent *e;
+	char path[400];
+
+	rs_kill(s, SIGTERM);
+	d = s->dir[0] ? opendir(s->dir) : NULL;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
+		unlink(path);
+	}
+	if (d)
+		closedir(d);
+	if (s->dir[0])
+		rmdir(s->dir);
+	s->dir[0] = '\0';
+}
+
+/* A case that needs a server of its own (password NULL: none): start it, run
+ * body, stop it whatever body returned. */
+static kvs_test_rc rs_case(const char *password, kvs_test_rc (*body)(struct rs *s))
+{
+	struct rs s;
+	kvs_test_rc rc;
+
+	KVS_TRY(rs_start(&s, password));
+	rc = body(&s);
+	rs_stop(&s);
+	return rc;
+}
+
+/* A command on a fresh hiredis connection (the test's own view of the server). */
+static redisReply *rs_cmd(const struct rs *s, const char *fmt, ...)
+{
+	struct timeval tv = { 5, 0 };
+	redisContext *c = redisConnectUnixWithTimeout(s->sock, tv);
+	redisReply *rep = NULL;
+	va_list ap;
+
+	if (!c || c->err) {
+		fprintf(stderr, "  rs_cmd: connect %s: %s\n", s->sock, c ? c->errstr : "no memory");
+		redisFree(c);
+		return NULL;
+	}
+	if (s->password[0]) {
+		rep = redisCommand(c, "AUTH %s", s->password);
+		freeReplyObject(rep);
+	}
+	va_start(ap, fmt);
+	rep = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	redisFree(c);
+	return rep;
+}
+
+/* calls=N of cmdstat_<name> in INFO commandstats (0 when never called), or -1. */
+static long long rs_calls(const struct rs *s, const char *name)
+{
+	redisReply *rep = rs_cmd(s, "INFO commandstats");
+	char key[64];
+	const char *p;
+	long long n = -1;
+
+	if (!rep || rep->type != REDIS_REPLY_STRING) {
+		freeReplyObject(rep);
+		return -1;
+	}
+	snprintf(key, sizeof(key), "cmdstat_%s:calls=", name);
+	p = strstr(rep->str, key);
+	n = p ? strtoll(p + strlen(key), NULL, 10) : 0;
+	freeReplyObject(rep);
+	return n;
+}
+
+/* A command of space-separated words (none contains '%'). */
+static kvs_test_rc rs_ok(const struct rs *s, const char *cmd)
+{
+	char fmt[128];
+	redisReply *rep;
+
+	snprintf(fmt, sizeof(fmt), "%s", cmd);
+	KVS_CHECK(strchr(fmt, '%') == NULL);
+	rep = rs_cmd(s, fmt);
+
+	if (!rep || rep->type == REDIS_REPLY_ERROR)
+		KVS_FAILF("redis '%s': %s", cmd, rep ? rep->str : "no reply");
+	freeReplyObject(rep);
+	return KVS_TEST_PASS;
+}
+
+/* The key of (block, shard) under the default prefix. */
+static void rs_key(const struct kvs_block_id *b, uint32_t shard, char *out, size_t len)
+{
+	char hex[33];
+
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", b->bytes[i]);
+	snprintf(out, len, "kvshare:%s:%u", hex, shard);
+}
+
+/* ---- backend helpers ---- */
+
+static char rb_logs[8192]; /* every line of the current case */
+
+static void rb_log(void *arg, int level, const char *msg)
+{
+	size_t n = strlen(rb_logs);
+
+	(void)arg;
+	snprintf(rb_logs + n, sizeof(rb_logs) - n, "%s\n", msg);
+	if (level <= KVS_LOG_WARN)
+		fprintf(stderr, "  [log %d] %s\n", level, msg);
+}
+
+static void rb_cfg(struct kvs_backend_config *cfg, const struct rs *s)
+{
+	kvs_backend_config_init(cfg);
+	cfg->kind = KVS_BACKEND_REDIS;
+	cfg->shard_bytes = RS_SHARD;
+	cfg->shards_per_block = RS_SPB;
+	cfg->queue_depth = 64;
+	cfg->log = rb_log;
+	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", s->sock);
+	if (s->password[0])
+		snprintf(cfg->redis.password, sizeof(cfg->redis.password), "%s", s->password);
+	rb_logs[0] = '\0';
+}
+
+static kvs_test_rc rb_open(const struct kvs_backend_config *cfg, struct kvs_backend **b)
+{
+	int rc = kvs_backend_open(cfg, b);
+
+	if (rc)
+		KVS_FAILF("kvs_backend_open: %d (%s); log:\n%s", rc, kvs_strerror(rc), rb_logs);
+	return KVS_TEST_PASS;
+}
+
+/* Submit io (read or write), retrying -EAGAIN by reaping into res[token]. */
+static int rb_submit(struct kvs_backend *b, const struct kvs_backend_io *io, bool write,
+		     int64_t *res, uint32_t *pending)
+{
+	for (;;) {
+		int rc = write ? kvs_backend_submit_write(b, io) : kvs_backend_submit_read(b, io);
+		struct kvs_backend_completion c[64];
+
+		if (rc != -EAGAIN) {
+			if (rc == 0)
+				(*pending)++;
+			return rc;
+		}
+		int n = kvs_backend_poll(b, c, 64, ST_SEC);
+
+		for (int i = 0; i < n; i++) {
+			res[c[i].token] = c[i].result;
+			(*pending)--;
+		}
+	}
+}
+
+/* Reap until nothing is pending; fail after ms. */
+static kvs_test_rc rb_reap(struct kvs_backend *b, int64_t *res, uint32_t *pending, uint64_t ms)
+{
+	uint64_t deadline = kvs_deadline_after(ms * ST_MS);
+
+	while (*pending) {
+		struct kvs_backend_completion c[64];
+		int n = kvs_backend_poll(b, c, 64, 100 * ST_MS);
+
+		KVS_CHECK_OK(n);
+		for (int i = 0; i < n; i++) {
+			res[c[i].token] = c[i].result;
+			(*pending)--;
+		}
+		if (kvs_now_ns() > deadline)
+			KVS_FAILF("%u transfers still pending after %llu ms", *pending,
+				  (unsigned long long)ms);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* Write (or read and verify) every shard of blocks tag/0..nblocks-1; res[] gets
+ * each transfer's result (index block * RS_SPB + shard). */
+static kvs_test_rc rb_all(struct kvs_backend *b, uint32_t tag, uint32_t nblocks, bool write,
+			  unsigned char *mem, int64_t *res)
+{
+	uint32_t pending = 0, n = nblocks * RS_SPB;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvs_block_id id = st_block(tag, i / RS_SPB);
+		struct kvs_backend_io io = { .block = id, .shard = i % RS_SPB,
+					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
+					     .token = i };
+		int rc;
+
+		res[i] = INT64_MIN;
+		if (write)
+			kvs_pattern_fill(&id, io.shard, 0, io.buf, RS_SHARD);
+		else
+			memset(io.buf, ST_POISON, RS_SHARD);
+		rc = rb_submit(b, &io, write, res, &pending);
+		if (rc)
+			res[i] = rc;
+	}
+	return rb_reap(b, res, &pending, 20000);
+}
+
+static kvs_test_rc rb_verify(uint32_t tag, uint32_t nblocks, const unsigned char *mem,
+			     const int64_t *res)
+{
+	unsigned char want[RS_SHARD];
+
+	for (uint32_t i = 0; i < nblocks * RS_SPB; i++) {
+		struct kvs_block_id id = st_block(tag, i / RS_SPB);
+
+		if (res[i] != RS_SHARD)
+			KVS_FAILF("transfer %u: %lld (%s); log:\n%s", i, (long long)res[i],
+				  kvs_strerror((int)res[i]), rb_logs);
+		kvs_pattern_fill(&id, i % RS_SPB, 0, want, RS_SHARD);
+		if (memcmp(mem + (size_t)i * RS_SHARD, want, RS_SHARD))
+			KVS_FAILF("shard %u of block %u: bytes differ", i % RS_SPB, i / RS_SPB);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* ---- backend cases ---- */
+
+static kvs_test_rc roundtrip_body(struct rs *s)
+{
+	enum { NB = 16 };
+	static unsigned char mem[NB * RS_SPB * RS_SHARD];
+	int64_t res[NB * RS_SPB];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id ids[NB + 2];
+	bool hits[NB + 2];
+	struct kvs_backend_completion c;
+	unsigned char part[100], want[100];
+	struct kvs_block_id id = st_block(1, 3);
+	struct kvs_backend_io io = { .block = id, .shard = 2, .buf = part, .offset = 1000,
+				     .len = sizeof(part), .token = 7 };
+
+	rb_cfg(&cfg, s);
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_TRY(rb_all(b, 1, NB, true, mem, res));
+	for (uint32_t i = 0; i < NB * RS_SPB; i++)
+		KVS_CHECK_EQ(res[i], RS_SHARD);
+	KVS_TRY(rb_all(b, 1, NB, false, mem, res));
+	KVS_TRY(rb_verify(1, NB, mem, res));
+
+	/* A range of a shard. */
+	KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+	KVS_CHECK_EQ(kvs_backend_poll(b, &c, 1, 5 * ST_SEC), 1);
+	KVS_CHECK_EQ(c.token, 7);
+	KVS_CHECK_EQ(c.result, sizeof(part));
+	kvs_pattern_fill(&id, 2, 1000, want, sizeof(want));
+	KVS_CHECK(memcmp(part, want, sizeof(part)) == 0);
+
+	/* An absent key: -ENOENT, as a completion. */
+	io.block = st_block(99, 0);
+	KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+	KVS_CHECK_EQ(kvs_backend_poll(b, &c, 1, 5 * ST_SEC), 1);
+	KVS_CHECK_ERR(c.result, -ENOENT);
+
+	/* Lookups: every block, two absent ones, one of them partly written. */
+	for (int i = 0; i < NB; i++)
+		ids[i] = st_block(1, (uint64_t)i);
+	ids[NB] = st_block(99, 0);
+	ids[NB + 1] = st_block(98, 0);
+	KVS_TRY(rs_ok(s, "SET kvshare:00:0 x")); /* unrelated key */
+	{
+		char key[128];
+		redisReply *rep;
+
+		rs_key(&ids[NB + 1], 0, key, sizeof(key));
+		rep = rs_cmd(s, "SET %s %b", key, mem, (size_t)RS_SHARD);
+		KVS_CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+		freeReplyObject(rep);
+	}
+	memset(hits, 0, sizeof(hits));
+	long long exists0 = rs_calls(s, "exists");
+	KVS_CHECK_EQ(kvs_backend_lookup_batch(b, ids, NB + 2, 0, hits), NB);
+	KVS_CHECK_EQ(rs_calls(s, "exists") - exists0, NB + 2); /* one EXISTS per block */
+	for (int i = 0; i < NB + 2; i++)
+		KVS_CHECK_EQ(hits[i], i < NB);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &ids[0]), 1);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &ids[NB + 1]), 0); /* 1 of 4 shards: absent */
+	/* Known hits are not asked; PREFIX stops at the first miss. */
+	memset(hits, 0, sizeof(hits));
+	hits[NB] = true;
+	exists0 = rs_calls(s, "exists");
+	KVS_CHECK_EQ(kvs_backend_lookup_batch(b, ids, NB + 2, 0, hits), NB + 1);
+	KVS_CHECK_EQ(rs_calls(s, "exists") - exists0, NB + 1);
+	ids[3] = st_block(97, 0);
+	memset(hits, 0, sizeof(hits));
+	KVS_CHECK_EQ(kvs_backend_lookup_batch(b, ids, NB, KVS_BACKEND_LOOKUP_PREFIX, hits), 3);
+	for (int i = 3; i < NB; i++)
+		KVS_CHECK(!hits[i]);
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* One socket, 64 commands in flight: all queued without a reply in between. */
+static kvs_test_rc pipeline_body(struct rs *s)
+{
+	enum { NB = 32 };
+	static unsigned char mem[NB * RS_SPB * RS_SHARD];
+	int64_t res[NB * RS_SPB];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	uint32_t pending = 0;
+
+	rb_cfg(&cfg, s);
+	cfg.redis.connections = 1;
+	cfg.queue_depth = 64;
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_TRY(rb_all(b, 2, NB, true, mem, res));
+	/* Submit 64 reads back to back: the backend accepts them all (no -EAGAIN
+	 * until 64), none needs its own round trip first. */
+	for (uint32_t i = 0; i < 64; i++) {
+		struct kvs_backend_io io = { .block = st_block(2, i / RS_SPB), .shard = i % RS_SPB,
+					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
+					     .token = i };
+
+		res[i] = INT64_MIN;
+		KVS_CHECK_EQ(kvs_backend_submit_read(b, &io), 0);
+		pending++;
+	}
+	struct kvs_backend_io more = { .block = st_block(2, 0), .buf = mem, .len = RS_SHARD };
+	KVS_CHECK_ERR(kvs_backend_submit_read(b, &more), -EAGAIN);
+	KVS_TRY(rb_reap(b, res, &pending, 10000));
+	KVS_TRY(rb_verify(2, 16, mem, res));
+	KVS_CHECK_EQ(rs_calls(s, "get"), 64);
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* Values of the wrong length under a shard's key: -EIO, logged, nothing copied. */
+static kvs_test_rc wrong_length_body(struct rs *s)
+{
+	static unsigned char mem[RS_SPB * RS_SHARD], big[RS_SHARD + 1];
+	int64_t res[RS_SPB];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id id = st_block(3, 0);
+	char key[128];
+	redisReply *rep;
+
+	rb_cfg(&cfg, s);
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_TRY(rb_all(b, 3, 1, true, mem, res));
+	rs_key(&id, 1, key, sizeof(key));
+	rep = rs_cmd(s, "SET %s short", key);
+	freeReplyObject(rep);
+	rs_key(&id, 2, key, sizeof(key));
+	rep = rs_cmd(s, "SET %s %b", key, big, sizeof(big));
+	freeReplyObject(rep);
+	KVS_TRY(rb_all(b, 3, 1, false, mem, res));
+	KVS_CHECK_EQ(res[0], RS_SHARD);
+	KVS_CHECK_ERR(res[1], -EIO);
+	KVS_CHECK_ERR(res[2], -EIO);
+	KVS_CHECK_EQ(res[3], RS_SHARD);
+	KVS_CHECK(strstr(rb_logs, "value of 5 bytes") != NULL);
+	KVS_CHECK(strstr(rb_logs, s->sock) != NULL); /* names the endpoint */
+	for (uint32_t k = 0; k < RS_SHARD; k++) /* the short value did not land */
+		KVS_CHECK_EQ(mem[RS_SHARD + k], ST_POISON);
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc password_body(struct rs *s)
+{
+	static unsigned char mem[RS_SPB * RS_SHARD];
+	int64_t res[RS_SPB];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	char pwfile[200];
+	int fd;
+
+	rb_cfg(&cfg, s);
+	snprintf(cfg.redis.password, sizeof(cfg.redis.password), "not-the-password");
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EACCES);
+	KVS_CHECK(b == NULL);
+	KVS_CHECK(strstr(rb_logs, "AUTH failed") && strstr(rb_logs, "WRONGPASS"));
+	KVS_CHECK(strstr(rb_logs, s->sock) != NULL);
+	KVS_CHECK(strstr(rb_logs, "not-the-password") == NULL); /* never logged */
+
+	rb_cfg(&cfg, s);
+	cfg.redis.password[0] = '\0';
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EACCES); /* NOAUTH at the first use */
+
+	/* The right one, from a file. */
+	snprintf(pwfile, sizeof(pwfile), "%s/pw", s->dir);
+	fd = open(pwfile, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	KVS_CHECK(fd >= 0);
+	KVS_CHECK(write(fd, s->password, strlen(s->password)) == (ssize_t)strlen(s->password));
+	KVS_CHECK(write(fd, "\n", 1) == 1);
+	close(fd);
+	snprintf(cfg.redis.password_file, sizeof(cfg.redis.password_file), "%s", pwfile);
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_TRY(rb_all(b, 4, 1, true, mem, res));
+	KVS_TRY(rb_all(b, 4, 1, false, mem, res));
+	KVS_TRY(rb_verify(4, 1, mem, res));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* Every transfer of res[0..n) failed with a connection error. */
+static kvs_test_rc rb_all_failed(const int64_t *res, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (res[i] >= 0 || res[i] == INT64_MIN)
+			KVS_FAILF("transfer %u: %lld, want a connection error", i, (long long)res[i]);
+	return KVS_TEST_PASS;
+}
+
+/* Retry a write+read round trip until it passes (reconnect backoff), bounded. */
+static kvs_test_rc rb_until_ok(struct kvs_backend *b, uint32_t tag, unsigned char *mem,
+			       int64_t *res)
+{
+	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+
+	for (;;) {
+		bool ok = true;
+
+		KVS_TRY(rb_all(b, tag, 1, true, mem, res));
+		for (uint32_t i = 0; i < RS_SPB; i++)
+			ok &= res[i] == RS_SHARD;
+		if (ok)
+			break;
+		if (kvs_now_ns() > deadline)
+			KVS_FAILF("no successful write 10 s after the server came back: %lld (%s)",
+				  (long long)res[0], kvs_strerror((int)res[0]));
+		usleep(20000); /* the reconnect backoff (<= 1 s) */
+	}
+	KVS_TRY(rb_all(b, tag, 1, false, mem, res));
+	return rb_verify(tag, 1, mem, res);
+}
+
+static kvs_test_rc outage_body(struct rs *s)
+{
+	enum { NB = 64 };
+	static unsigned char mem[NB * RS_SPB * RS_SHARD];
+	static int64_t res[NB * RS_SPB];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	uint32_t pending = 0;
+	uint64_t t0;
+
+	/* Not there at open: logged, the open passes, transfers fail at once. */
+	rs_kill(s, SIGKILL);
+	rb_cfg(&cfg, s);
+	cfg.redis.command_timeout_ns = 2 * ST_SEC;
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_CHECK(strstr(rb_logs, "unreachable at open") != NULL);
+	KVS_TRY(rb_all(b, 5, 1, true, mem, res));
+	KVS_TRY(rb_all_failed(res, RS_SPB));
+	KVS_TRY(rs_run(s));
+	KVS_TRY(rb_until_ok(b, 5, mem, res));
+
+	/* kill -9 with reads in flight: each fails with a connection error, fast. */
+	KVS_TRY(rb_all(b, 6, NB, true, mem, res));
+	for (uint32_t i = 0; i < NB * RS_SPB; i++) {
+		struct kvs_backend_io io = { .block = st_block(6, i / RS_SPB), .shard = i % RS_SPB,
+					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
+					     .token = i };
+
+		res[i] = INT64_MIN;
+		if (i == 32)
+			rs_kill(s, SIGKILL);
+		int rc = rb_submit(b, &io, false, res, &pending);
+		if (rc)
+			res[i] = rc;
+	}
+	t0 = kvs_now_ns();
+	KVS_TRY(rb_reap(b, res, &pending, 5000));
+	printf("  killed mid-load: every transfer ended %.1f ms after the last submit\n",
+	       (double)(kvs_now_ns() - t0) / 1e6);
+	KVS_TRY(rb_all_failed(res + 64, NB * RS_SPB - 64));
+	KVS_CHECK(strstr(rb_logs, "connection lost") || strstr(rb_logs, "not established"));
+
+	/* Restarted: later transfers pass. */
+	KVS_TRY(rs_run(s));
+	KVS_TRY(rb_until_ok(b, 7, mem, res));
+
+	/* Stopped (SIGSTOP): no reply, the command timeout fails the socket's
+	 * transfers; resumed: the next ones pass. */
+	kill(s->pid, SIGSTOP);
+	t0 = kvs_now_ns();
+	KVS_TRY(rb_all(b, 8, 1, true, mem, res));
+	kill(s->pid, SIGCONT);
+	for (uint32_t i = 0; i < RS_SPB; i++)
+		KVS_CHECK_ERR(res[i], -ETIMEDOUT);
+	KVS_CHECK(kvs_now_ns() - t0 < 10 * ST_SEC);
+	KVS_CHECK(strstr(rb_logs, "no reply within the command timeout") != NULL);
+	KVS_TRY(rb_until_ok(b, 8, mem, res));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* OOM and READONLY replies fail their own shards only. */
+static kvs_test_rc error_reply_body(struct rs *s)
+{
+	static unsigned char mem[RS_SPB * RS_SHARD];
+	int64_t res[RS_SPB];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+
+	rb_cfg(&cfg, s);
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_TRY(rb_all(b, 9, 1, true, mem, res));
+	KVS_TRY(rs_ok(s, "CONFIG SET maxmemory-policy noeviction"));
+	KVS_TRY(rs_ok(s, "CONFIG SET maxmemory 1"));
+	KVS_TRY(rb_all(b, 10, 1, true, mem, res));
+	for (uint32_t i = 0; i < RS_SPB; i++)
+		KVS_CHECK_ERR(res[i], -ENOSPC);
+	KVS_CHECK(strstr(rb_logs, "OOM") != NULL);
+	KVS_TRY(rb_all(b, 9, 1, false, mem, res)); /* reads still pass */
+	KVS_TRY(rb_verify(9, 1, mem, res));
+	KVS_TRY(rs_ok(s, "CONFIG SET maxmemory 0"));
+
+	KVS_TRY(rs_ok(s, "REPLICAOF 127.0.0.1 1")); /* a replica: read-only */
+	KVS_TRY(rb_all(b, 11, 1, true, mem, res));
+	for (uint32_t i = 0; i < RS_SPB; i++)
+		KVS_CHECK_ERR(res[i], -EROFS);
+	KVS_TRY(rs_ok(s, "REPLICAOF NO ONE"));
+	KVS_TRY(rb_all(b, 11, 1, true, mem, res));
+	KVS_TRY(rb_all(b, 11, 1, false, mem, res));
+	KVS_TRY(rb_verify(11, 1, mem, res));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_bad_config(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct rs s = { .sock = "/nonexistent/redis.sock" };
+	static const char *const bad[] = { "", "localhost", "host:0", "host:70000", ":6379",
+					    "[::1:6379", "/a;;/b", "relative/path" };
+
+	for (size_t i = 0; i < KVS_ARRAY_LEN(bad); i++) {
+		rb_cfg(&cfg, &s);
+		snprintf(cfg.redis.endpoints, sizeof(cfg.redis.endpoints), "%s", bad[i]);
+		KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+		KVS_CHECK(b == NULL);
+	}
+	rb_cfg(&cfg, &s);
+	cfg.redis.connections = 0;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	rb_cfg(&cfg, &s);
+	cfg.redis.reserved[1] = 1;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	rb_cfg(&cfg, &s);
+	cfg.shard_bytes = (UINT64_C(512) << 20) + 1;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(rb_logs, "512 MiB") != NULL);
+	rb_cfg(&cfg, &s);
+	snprintf(cfg.redis.password_file, sizeof(cfg.redis.password_file), "/nonexistent/pw");
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -ENOENT);
+	return KVS_TEST_PASS;
+}
+
+/* ---- the batch lookup hook (no server: a user backend counting calls) ---- */
+
+static int hook_lookups, hook_batches;
+
+static int hook_open(const struct kvs_backend_config *cfg, void **state)
+{
+	(void)cfg;
+	*state = &hook_lookups;
+	return 0;
+}
+
+/* Present: blocks whose first byte is even. */
+static int hook_lookup(void *state, const struct kvs_block_id *block)
+{
+	(void)state;
+	hook_lookups++;
+	return block->bytes[0] % 2 == 0;
+}
+
+static int hook_batch(void *state, const struct kvs_block_id *blocks, size_t n, bool *hits)
+{
+	int hit = 0;
+
+	(void)state;
+	hook_batches++;
+	for (size_t i = 0; i < n; i++) {
+		if (!hits[i])
+			hits[i] = blocks[i].bytes[0] % 2 == 0;
+		hit += hits[i];
+	}
+	return hit;
+}
+
+static int hook_io(void *state, const struct kvs_backend_io *io)
+{
+	(void)state;
+	(void)io;
+	return -ENOENT;
+}
+
+static int hook_poll(void *state, struct kvs_backend_completion *out, uint32_t max, uint64_t t)
+{
+	(void)state;
+	(void)out;
+	(void)max;
+	(void)t;
+	return 0;
+}
+
+static void hook_close(void *state)
+{
+	(void)state;
+}
+
+/* kvs_store_lookup / lookup_prefix use the backend's batch op once per call (the
+ * blocks the cache lacks), and block-by-block lookups for a table whose size
+ * predates the op (prefix: stopping at the first miss). */
+static kvs_test_rc test_batch_hook(void)
+{
+	struct kvs_backend_ops ops = {
+		.abi = KVS_BACKEND_OPS_ABI, .size = sizeof(ops), .open = hook_open,
+		.lookup = hook_lookup, .submit_read = hook_io, .submit_write = hook_io,
+		.poll = hook_poll, .close = hook_close, .lookup_batch = hook_batch,
+	};
+	struct kvs_block_id ids[10];
+	struct kvs_store_config cfg;
+	struct kvs_store *w = NULL;
+	bool hits[10];
+	char uid[96];
+
+	for (int i = 0; i < 10; i++) {
+		memset(&ids[i], 0, sizeof(ids[i]));
+		ids[i].bytes[0] = (uint8_t)(i == 4 || i == 7 ? 1 : 2); /* 4 and 7 absent */
+		ids[i].bytes[1] = (uint8_t)i;
+	}
+	for (int old = 0; old < 2; old++) {
+		if (old) /* a provider built before lookup_batch existed */
+			ops.size = (uint32_t)offsetof(struct kvs_backend_ops, lookup_batch);
+		st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), old ? "hook1" : "hook0"), -1,
+		       RS_SHARD, 8, 1);
+		cfg.backend.kind = KVS_BACKEND_USER;
+		cfg.backend.user_ops = &ops;
+		KVS_TRY(st_open(&cfg, &w));
+		hook_lookups = hook_batches = 0;
+		KVS_CHECK_EQ(kvs_store_lookup(w, ids, 10, hits), 8);
+		KVS_CHECK(!hits[4] && !hits[7] && hits[0] && hits[9]);
+		KVS_CHECK_EQ(hook_batches, old ? 0 : 1);
+		KVS_CHECK_EQ(hook_lookups, old ? 10 : 0);
+		hook_lookups = hook_batches = 0;
+		KVS_CHECK_EQ(kvs_store_lookup_prefix(w, ids, 10), 4);
+		KVS_CHECK_EQ(hook_batches, old ? 0 : 1);
+		KVS_CHECK_EQ(hook_lookups, old ? 5 : 0); /* 0..4: stops at the miss */
+		kvs_store_close(w);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* ---- store cases ---- */
+
+#define SR_SLOTS 256u
+
+#define SR_NB 16u
+
+/* A rank (or watcher, device -1) of the node whose cache is uid, on the server
+ * s: the backend through the key=value parser, as an engine would set it. */
+static kvs_test_rc sr_open(const char *uid, int32_t device, const struct rs *s,
+			   const char *password, struct kvs_store **st)
+{
+	struct kvs_store_config cfg;
+	char kv[400];
+
+	st_cfg(&cfg, uid, device, RS_SHARD, SR_SLOTS, RS_SPB);
+	cfg.timeout_ns = 30 * ST_SEC; /* a hang would show as -ETIMEDOUT, not a pass */
+	snprintf(kv, sizeof(kv), "backend=redis,redis_endpoints=%s,redis_connections=2%s%s",
+		 s->sock, password ? ",redis_password=" : "", password ? password : "");
+	KVS_TRY(st_parse(&cfg, kv));
+	return st_open(&cfg, st);
+}
+
+/* Every shard of blocks tag/0..nb-1, in one task. */
+static kvs_test_rc sr_task(struct st_task *t, uint32_t tag, uint32_t nb)
+{
+	KVS_TRY(st_task_whole(t, nb * RS_SPB, 1, RS_SHARD));
+	for (uint32_t i = 0; i < nb * RS_SPB; i++) {
+		struct kvs_block_id b = st_block(tag, i / RS_SPB);
+
+		st_task_set(t, i, &b, i % RS_SPB);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* Node A (a cache of its own) dumps blocks tag/0..nb-1 to the server. */
+static kvs_test_rc sr_node_dump(const struct rs *s, const char *tag_name, uint32_t tag,
+				uint32_t nb)
+{
+	struct kvs_store *a = NULL;
+	struct st_task t;
+	char uid[96];
+	kvs_test_rc rc;
+
+	KVS_TRY(sr_open(kvs_test_unique_id(uid, sizeof(uid), tag_name), 0, s, NULL, &a));
+	rc = sr_task(&t, tag, nb);
+	if (rc.code == 0)
+		rc = st_dump(a, &t, 20000);
+	st_task_free(&t);
+	kvs_store_close(a);
+	return rc;
+}
+
+struct sr_rank {
+	const struct rs *s;
+	const char *uid;
+	int32_t device;
+};
+
+/* Child: a rank of node B loads every shard and checks the bytes. */
+static kvs_test_rc sr_rank_load(void *arg)
+{
+	const struct sr_rank *r = arg;
+	struct kvs_store *st = NULL;
+	struct st_task t;
+	kvs_test_rc rc;
+
+	KVS_TRY(sr_open(r->uid, r->device, r->s, NULL, &st));
+	rc = sr_task(&t, 20, SR_NB);
+	if (rc.code == 0)
+		rc = st_load(st, &t, 20000, 0);
+	st_task_free(&t);
+	kvs_store_close(st);
+	return rc;
+}
+
+static kvs_test_rc two_nodes_body(struct rs *s)
+{
+	struct kvs_block_id ids[SR_NB + 2];
+	struct kvs_store *w = NULL;
+	struct kvs_store_stats node;
+	struct sr_rank ranks[2];
+	bool hits[SR_NB + 2];
+	char uid[96];
+	long long gets0, exists0;
+	pid_t pid[2];
+
+	KVS_TRY(sr_node_dump(s, "redisA", 20, SR_NB));
+	KVS_CHECK_EQ(rs_calls(s, "set"), SR_NB * RS_SPB);
+	gets0 = rs_calls(s, "get");
+
+	/* Node B: a watcher keeps its cache while its two ranks come and go. */
+	kvs_test_unique_id(uid, sizeof(uid), "redisB");
+	KVS_TRY(sr_open(uid, -1, s, NULL, &w));
+	for (uint32_t i = 0; i < SR_NB; i++)
+		ids[i] = st_block(20, i);
+	ids[SR_NB] = st_block(21, 0);
+	ids[SR_NB + 1] = st_block(21, 1);
+	exists0 = rs_calls(s, "exists");
+	KVS_CHECK_EQ(kvs_store_lookup(w, ids, SR_NB + 2, hits), SR_NB);
+	for (uint32_t i = 0; i < SR_NB + 2; i++)
+		KVS_CHECK_EQ(hits[i], i < SR_NB);
+	KVS_CHECK_EQ(rs_calls(s, "exists") - exists0, SR_NB + 2); /* one per block, one batch */
+	ids[5] = st_block(21, 2);
+	KVS_CHECK_EQ(kvs_store_lookup_prefix(w, ids, SR_NB), 5);
+	ids[5] = st_block(20, 5);
+
+	for (int i = 0; i < 2; i++) {
+		ranks[i] = (struct sr_rank){ .s = s, .uid = uid, .device = i };
+		pid[i] = kvs_test_fork(sr_rank_load, &ranks[i]);
+		KVS_CHECK(pid[i] > 0);
+	}
+	for (int i = 0; i < 2; i++)
+		KVS_CHECK_EQ(kvs_test_reap(pid[i], 60000), 0);
+	/* Exactly one server read per shard for the node, however many ranks. */
+	KVS_CHECK_EQ(rs_calls(s, "get") - gets0, SR_NB * RS_SPB);
+	KVS_TRY(st_stats(w, KVS_STATS_NODE, &node));
+	st_print("node B", &node);
+	KVS_CHECK_EQ(node.owner_reads, SR_NB * RS_SPB);
+	KVS_CHECK_EQ(node.read_errors, 0);
+	/* Now in node B's cache: its lookups ask the server nothing. */
+	exists0 = rs_calls(s, "exists");
+	KVS_CHECK_EQ(kvs_store_lookup(w, ids, SR_NB, hits), SR_NB);
+	KVS_CHECK_EQ(rs_calls(s, "exists") - exists0, 0);
+	kvs_store_close(w);
+	return KVS_TEST_PASS;
+}
+
+/* The server dies with node B's reads queued on it (stopped first, so they are
+ * surely in flight), then comes back empty. */
+static kvs_test_rc kill_body(struct rs *s)
+{
+	struct kvs_store *b = NULL;
+	struct st_task t;
+	char uid[96];
+	uint64_t task = 0, t0;
+	int rc;
+
+	KVS_TRY(sr_node_dump(s, "redisK1", 22, SR_NB));
+	KVS_TRY(sr_open(kvs_test_unique_id(uid, sizeof(uid), "redisKB"), 0, s, NULL, &b));
+	KVS_TRY(sr_task(&t, 22, SR_NB));
+	kill(s->pid, SIGSTOP);
+	KVS_CHECK_OK(kvs_store_load(b, t.shards, t.n, &task));
+	t0 = kvs_now_ns();
+	KVS_CHECK_EQ(kvs_store_check(b, task), 1); /* replies cannot come */
+	rs_kill(s, SIGKILL);
+	rc = st_wait(b, task, 20000);
+	printf("  load with the server killed: %d (%s) after %.1f ms; log: %s\n", rc,
+	       kvs_strerror(rc), (double)(kvs_now_ns() - t0) / 1e6, st_last_log);
+	KVS_CHECK(rc < 0 && rc != -ETIMEDOUT);
+	KVS_CHECK(strstr(st_last_log, "redis") || strstr(st_last_log, "backend"));
+	KVS_TRY(st_cache_clean(b, false));
+
+	/* Back, empty: node A dumps again, node B's next load passes. */
+	KVS_TRY(rs_run(s));
+	KVS_TRY(sr_node_dump(s, "redisK2", 22, SR_NB));
+	for (uint64_t deadline = kvs_deadline_after(10 * ST_SEC);;) {
+		st_task_poison(&t);
+		KVS_CHECK_OK(kvs_store_load(b, t.shards, t.n, &task));
+		rc = st_wait(b, task, 20000);
+		if (rc == 0 || kvs_now_ns() > deadline)
+			break;
+		usleep(20000); /* the reconnect backoff */
+	}
+	KVS_CHECK_EQ(rc, 0);
+	KVS_TRY(st_task_verify(&t));
+	KVS_TRY(st_cache_clean(b, false));
+	st_task_free(&t);
+	kvs_store_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* A wrong-length value under one key fails that shard's load; the rest pass. */
+static kvs_test_rc store_errors_body(struct rs *s)
+{
+	struct kvs_store *b = NULL;
+	struct kvs_store_stats st;
+	struct st_task one, rest;
+	struct kvs_block_id bad = st_block(23, 0);
+	char uid[96], key[128];
+	redisReply *rep;
+	int rc;
+
+	KVS_TRY(sr_node_dump(s, "redisE1", 23, 4));
+	rs_key(&bad, 2, key, sizeof(key));
+	rep = rs_cmd(s, "SET %s short", key);
+	freeReplyObject(rep);
+	KVS_TRY(sr_open(kvs_test_unique_id(uid, sizeof(uid), "redisEB"), 0, s, NULL, &b));
+	KVS_TRY(sr_task(&one, 23, 1));
+	KVS_TRY(st_load(b, &one, 20000, -EIO));
+	KVS_CHECK(strstr(st_last_log, "publishing") == NULL);
+	KVS_TRY(st_task_whole(&rest, 3 * RS_SPB, 1, RS_SHARD));
+	for (uint32_t i = 0; i < 3 * RS_SPB; i++) {
+		struct kvs_block_id id = st_block(23, 1 + i / RS_SPB);
+
+		st_task_set(&rest, i, &id, i % RS_SPB);
+	}
+	{
+		/* A lookup from this thread while the dispatcher loads: the lookup
+		 * socket and the data sockets are independent (TSan checks it). */
+		uint64_t task = 0;
+		struct kvs_block_id ids[3] = { st_block(23, 1), st_block(23, 2), st_block(24, 0) };
+		bool hits[3];
+
+		st_task_poison(&rest);
+		KVS_CHECK_OK(kvs_store_load(b, rest.shards, rest.n, &task));
+		KVS_CHECK_EQ(kvs_store_lookup(b, ids, 3, hits), 2);
+		KVS_TRY(st_wait_expect(b, task, 20000, 0, "load"));
+		KVS_TRY(st_task_verify(&rest));
+	}
+	KVS_TRY(st_stats(b, st_rank(b), &st));
+	KVS_CHECK_EQ(st.read_errors, 1);
+	KVS_TRY(st_cache_clean(b, false));
+	st_task_free(&one);
+	st_task_free(&rest);
+	kvs_store_close(b);
+
+	/* A wrong password refuses the store's open, naming the endpoint. */
+	rs_kill(s, SIGTERM);
+	snprintf(s->password, sizeof(s->password), "right-pw");
+	KVS_TRY(rs_run(s));
+	struct kvs_store_config cfg;
+	char kv[400];
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "redisPW"), 0, RS_SHARD, SR_SLOTS, RS_SPB);
+	snprintf(kv, sizeof(kv), "backend=redis,redis_endpoints=%s,redis_password=wrong-pw", s->sock);
+	KVS_TRY(st_parse(&cfg, kv));
+	cfg.log = rb_log;
+	rb_logs[0] = '\0';
+	rc = kvs_store_open(&cfg, &b);
+	KVS_CHECK_ERR(rc, -EACCES);
+	KVS_CHECK(strstr(rb_logs, "AUTH failed") && strstr(rb_logs, s->sock));
+	KVS_CHECK(strstr(rb_logs, "wrong-pw") == NULL);
+	KVS_TRY(sr_open(uid, 0, s, "right-pw", &b));
+	kvs_store_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* Each case with its own server. */
+static kvs_test_rc test_roundtrip(void) { return rs_case(NULL, roundtrip_body); }
+static kvs_test_rc test_pipeline(void) { return rs_case(NULL, pipeline_body); }
+static kvs_test_rc test_wrong_length(void) { return rs_case(NULL, wrong_length_body); }
+static kvs_test_rc test_wrong_password(void) { return rs_case("s3cret-pw", password_body); }
+static kvs_test_rc test_outage(void) { return rs_case(NULL, outage_body); }
+static kvs_test_rc test_error_replies(void) { return rs_case(NULL, error_reply_body); }
+static kvs_test_rc test_store_two_nodes(void) { return rs_case(NULL, two_nodes_body); }
+static kvs_test_rc test_store_kill(void) { return rs_case(NULL, kill_body); }
+static kvs_test_rc test_store_errors(void) { return rs_case(NULL, store_errors_body); }
+
+static const struct kvs_test_case cases[] = {
+	{ "roundtrip", test_roundtrip },
+	{ "pipeline", test_pipeline },
+	{ "wrong_length", test_wrong_length },
+	{ "wrong_password", test_wrong_password },
+	{ "outage", test_outage },
+	{ "error_replies", test_error_replies },
+	{ "bad_config", test_bad_config },
+	{ "batch_hook", test_batch_hook },
+	{ "store_two_nodes", test_store_two_nodes },
+	{ "store_kill", test_store_kill },
+	{ "store_errors", test_store_errors },
+};
+
+KVS_TEST_MAIN(cases)
