@@ -56,12 +56,13 @@ for t in "$@"; do
 	grep -E "^(Done [0-9]+ runs|stat::($stats))" "$log" || true
 	grep -E '^#[0-9]+: cov:' "$log" | tail -1 # -fork mode's progress line
 	echo "corpus: $(ls "$scratch" | wc -l) inputs at the end"
-	# a crashed input leaves its control file: remove those of dead processes
+	# a crashed input leaves its control file (fuzz_block: its block directory
+	# and its store's segments): remove those of dead processes
 	for f in /dev/shm/kvshare.fuzz.*; do
 		pid=${f#/dev/shm/kvshare.fuzz.}
 		pid=${pid%%.*}
 		if [ -e "$f" ] && [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
-			rm -f "$f"
+			rm -rf -- "$f"
 		fi
 	done
 	found=$(find "$crashes" -type f -newer "$marker" | sort)
