@@ -1,0 +1,399 @@
+"""kvshare.store -- one rank's store (kvs_store_*) in Python terms.
+
+A Store is opened from the key=value configuration keys of
+kvs_store_config_parse (a dict, or the "k=v,k=v" string itself).  Loads and
+dumps take block ids and tensors and return a Task at once; Task.wait() sleeps
+in C (kvs_store_wait: a condition variable, the GIL released) until the task is
+done or the timeout passes.  Nothing here polls.
+
+Tensors.  Anything with data_ptr() and a byte size (torch: numel() *
+element_size(); contiguous; on the CPU with copy_engine=host, on a CUDA device
+otherwise), or a C-contiguous buffer (numpy arrays, bytearray; a read-only
+buffer can be dumped -- it is copied first -- but not loaded into).  For each
+shard the caller gives either one tensor of the shard's bytes (split at the
+stored tensor sizes) or a list of one tensor per stored tensor of exactly its
+size; for a whole block, one tensor of the block's bytes, or a list of one such
+shard entry per shard.  Sizes are checked before anything reaches C: the
+library writes the stored bytes into these addresses.
+
+Lifetime.  The store keeps a task's tensors referenced until the task is
+reaped (wait or check reports it done or failed), so the C copier never writes
+into freed memory.  Store.close() -- also run by `with`, by the garbage collector and at
+interpreter exit -- drains the running tasks (each bounded by its timeout_ms),
+then drops those references.
+"""
+
+import ctypes
+import errno
+import weakref
+
+from . import _abi
+from ._lib import KvsError, check, last_log, last_log_reset, lib, log_callback
+
+UINT64_MAX = (1 << 64) - 1
+_MASK128 = (1 << 128) - 1
+
+
+def block_id(key):
+    """The 16 bytes of a block id: bytes-like of length 16 as they are, an int
+    as its low 128 bits, little-endian (a negative int, e.g. Python's hash(),
+    in two's complement)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return (key & _MASK128).to_bytes(16, "little")
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        b = bytes(key)
+        if len(b) != 16:
+            raise ValueError(f"a block id is 16 bytes, got {len(b)}")
+        return b
+    raise TypeError(f"a block id is 16 bytes or an int, got {type(key).__name__}")
+
+
+def _block_array(blocks):
+    ids = [block_id(b) for b in blocks]
+    return (_abi.kvs_block_id * len(ids)).from_buffer_copy(b"".join(ids)), len(ids)
+
+
+def _config_string(config):
+    if isinstance(config, str):
+        return config
+    items = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, (list, tuple)):
+            value = ":".join(str(v) for v in value)
+        value = str(value)
+        if "," in value or "=" in str(key) or "," in str(key):
+            raise KvsError(-errno.EINVAL, "config", f"{key}={value!r}: a value cannot hold "
+                           "',', a key neither ',' nor '='")
+        items.append(f"{key}={value}")
+    return ",".join(items)
+
+
+def _struct_dict(st):
+    out = {}
+    for name, _ in st._fields_:
+        if name.startswith(("reserved", "pad")):
+            continue
+        v = getattr(st, name)
+        out[name] = list(v) if isinstance(v, ctypes.Array) else v
+    return out
+
+
+def _is_region(obj):
+    return not isinstance(obj, (list, tuple))
+
+
+class Task:
+    """A load, dump or prefetch submitted to a Store; id is the library's task id."""
+
+    __slots__ = ("store", "id", "kind")
+
+    def __init__(self, store, task_id, kind):
+        self.store = store
+        self.id = task_id
+        self.kind = kind
+
+    def wait(self, timeout=None):
+        """Store.wait(self, timeout)."""
+        return self.store.wait(self, timeout)
+
+    def check(self):
+        """Store.check(self)."""
+        return self.store.check(self)
+
+    def __repr__(self):
+        return f"<kvshare.Task {self.kind} {self.id}>"
+
+
+def _close(lib_, handle, pending):
+    lib_.kvs_store_close(handle)  # drains running tasks first
+    pending.clear()               # ... so their tensors may go now
+
+
+class Store:
+    """One rank's kvshare store (or a watcher's: device_id=-1).
+
+    config: a dict of kvs_store_config_parse keys (values: str, int, bool,
+    or a list for the ':'-separated keys tensor_size_list, backend_roots,
+    cpu_affinity_cores), or the "key=value,key=value" string.
+    Raises KvsError (code, name, strerror, and the library's message in
+    detail) when the configuration is bad or the open fails."""
+
+    def __init__(self, config):
+        self._lib = lib()
+        self._handle = None
+        cfg = _abi.kvs_store_config()
+        self._lib.kvs_store_config_init(ctypes.byref(cfg))
+        cfg.log = ctypes.cast(log_callback, ctypes.c_void_p).value
+        text = _config_string(config)
+        err = ctypes.create_string_buffer(512)
+        check(self._lib.kvs_store_config_parse(ctypes.byref(cfg), text.encode(), err,
+                                               len(err)),
+              "kvs_store_config_parse", err.value.decode("utf-8", "replace"))
+        self._geometry(cfg)
+        self.unique_id = cfg.cache.unique_id.decode()
+        self.device_id = cfg.cache.device_id
+        self._device_type = ("cpu" if cfg.copy_engine == _abi.KVS_COPY_ENGINE_HOST
+                             else "cuda")
+
+        handle = ctypes.c_void_p()
+        last_log_reset()
+        check(self._lib.kvs_store_open(ctypes.byref(cfg), ctypes.byref(handle)),
+              f"kvs_store_open({self.unique_id}, device {self.device_id})", last_log())
+        self._handle = handle.value
+        self._pending = {}  # task id -> what must outlive the task (tensors)
+        self._finalizer = weakref.finalize(self, _close, self._lib, self._handle,
+                                           self._pending)
+        self._cache = self._lib.kvs_store_cache(self._handle)
+        self.rank = check(self._lib.kvs_cache_rank(self._cache), "kvs_cache_rank")
+        real = self.cache_stats()["slot_bytes"]
+        if real != self.shard_bytes:
+            self.close()
+            raise KvsError(-errno.EINVAL, "Store", f"the cache's shard is {real} bytes, the "
+                           f"binding computed {self.shard_bytes} from the configuration")
+
+    def _geometry(self, cfg):
+        """Shard, tensor and block sizes as kvs_store_open resolves them (the
+        tensor table, tensor_size, block_size; the library validates them)."""
+        c = cfg.cache
+        if c.tensor_count:
+            tensors = list(c.tensor_bytes[:c.tensor_count])
+            shard = c.slot_bytes or sum(tensors)
+        elif cfg.tensor_bytes and c.slot_bytes:
+            shard = c.slot_bytes
+            tensors = [cfg.tensor_bytes] * (shard // cfg.tensor_bytes)
+        else:
+            shard = c.slot_bytes
+            tensors = [shard]
+        spb = cfg.block_bytes // shard if cfg.block_bytes and shard else c.shards_per_block
+        self.shard_bytes = shard
+        self.shards_per_block = spb
+        self.block_bytes = shard * spb
+        self.tensor_bytes = tuple(tensors)
+        offs, off = [], 0
+        for t in tensors:
+            offs.append(off)
+            off += t
+        self._tensor_offsets = tuple(offs)
+
+    # -- lifetime --------------------------------------------------------
+
+    def close(self):
+        """Drain the running tasks (each bounded by its timeout), stop the
+        store's threads, detach.  Idempotent."""
+        if self._handle is not None:
+            self._finalizer()
+            self._handle = None
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("kvshare: the store is closed")
+        return self._handle
+
+    def __repr__(self):
+        state = "closed" if self._handle is None else f"rank entry {self.rank}"
+        return (f"<kvshare.Store {self.unique_id} device {self.device_id} {state}: "
+                f"{self.shards_per_block} x {self.shard_bytes} B shards>")
+
+    # -- tensors ---------------------------------------------------------
+
+    def _region(self, obj, writable, keep):
+        """(address, bytes) of one tensor; what must stay alive goes to keep."""
+        if hasattr(obj, "data_ptr"):
+            if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
+                raise ValueError("kvshare: a tensor must be contiguous")
+            dev = getattr(getattr(obj, "device", None), "type", None)
+            if dev is not None and dev != self._device_type:
+                raise ValueError(f"kvshare: a tensor on {obj.device}; this store's copy "
+                                 f"engine takes {self._device_type} tensors")
+            keep.append(obj)
+            return obj.data_ptr(), obj.numel() * obj.element_size()
+        try:
+            m = memoryview(obj)
+        except TypeError:
+            raise TypeError(f"kvshare: {type(obj).__name__} is not a tensor: no data_ptr() "
+                            "and no buffer protocol") from None
+        if not m.c_contiguous:
+            raise ValueError("kvshare: a buffer must be C-contiguous")
+        m = m.cast("B")
+        if m.readonly:
+            if writable:
+                raise ValueError("kvshare: cannot load into a read-only buffer")
+            buf = (ctypes.c_char * m.nbytes).from_buffer_copy(m)
+        else:
+            buf = (ctypes.c_char * m.nbytes).from_buffer(m)
+        keep.append(buf)
+        return ctypes.addressof(buf), m.nbytes
+
+    def _shard_addrs(self, obj, writable, keep, what):
+        """Addresses of a shard's stored tensors: obj is one tensor of the
+        shard's bytes, or a list with one tensor per stored tensor."""
+        if _is_region(obj):
+            addr, n = self._region(obj, writable, keep)
+            if n != self.shard_bytes:
+                raise ValueError(f"kvshare: {what}: {n} bytes, a shard is {self.shard_bytes}")
+            return [addr + off for off in self._tensor_offsets]
+        if len(obj) != len(self.tensor_bytes):
+            raise ValueError(f"kvshare: {what}: {len(obj)} tensors, a shard has "
+                             f"{len(self.tensor_bytes)}")
+        addrs = []
+        for t, (tensor, want) in enumerate(zip(obj, self.tensor_bytes)):
+            addr, n = self._region(tensor, writable, keep)
+            if n != want:
+                raise ValueError(f"kvshare: {what} tensor {t}: {n} bytes, stored {want}")
+            addrs.append(addr)
+        return addrs
+
+    def _task_shards(self, blocks, tensors, shard, writable, keep):
+        """The (block id, shard, tensor addresses) of a task, as C arrays."""
+        blocks = list(blocks)
+        tensors = list(tensors)
+        if len(blocks) != len(tensors):
+            raise ValueError(f"kvshare: {len(blocks)} blocks, {len(tensors)} tensor entries")
+        if shard is not None and not 0 <= shard < self.shards_per_block:
+            raise ValueError(f"kvshare: shard {shard}, a block has {self.shards_per_block}")
+        units = []  # (block id, shard, addresses)
+        for i, (b, obj) in enumerate(zip(blocks, tensors)):
+            bid = block_id(b)
+            if shard is not None:
+                units.append((bid, shard, self._shard_addrs(obj, writable, keep,
+                                                            f"block {i} shard {shard}")))
+            elif _is_region(obj):
+                addr, n = self._region(obj, writable, keep)
+                if n != self.block_bytes:
+                    raise ValueError(f"kvshare: block {i}: {n} bytes, a block is "
+                                     f"{self.block_bytes}")
+                for s in range(self.shards_per_block):
+                    base = addr + s * self.shard_bytes
+                    units.append((bid, s, [base + off for off in self._tensor_offsets]))
+            else:
+                if len(obj) != self.shards_per_block:
+                    raise ValueError(f"kvshare: block {i}: {len(obj)} shard entries, a "
+                                     f"block has {self.shards_per_block}")
+                for s, sobj in enumerate(obj):
+                    units.append((bid, s, self._shard_addrs(sobj, writable, keep,
+                                                            f"block {i} shard {s}")))
+        tc = len(self.tensor_bytes)
+        c_tensors = (_abi.kvs_store_tensor * (len(units) * tc))(
+            *[(a, 0, 0) for _, _, addrs in units for a in addrs])
+        base = ctypes.addressof(c_tensors)
+        step = ctypes.sizeof(_abi.kvs_store_tensor) * tc
+        ids = {bid: _abi.kvs_block_id.from_buffer_copy(bid) for bid, _, _ in units}
+        c_shards = (_abi.kvs_store_shard * len(units))(
+            *[_abi.kvs_store_shard(ids[bid], s, tc, base + k * step)
+              for k, (bid, s, _) in enumerate(units)])
+        keep.append(c_tensors)  # c_shards point into it until the submit copies both
+        return c_shards, len(units)
+
+    def _submit(self, kind, fn, c_arg, n, *extra, keep):
+        tid = ctypes.c_uint64()
+        check(fn(self._h(), c_arg, n, *extra, ctypes.byref(tid)),
+              f"kvs_store_{kind}({n} {'blocks' if kind == 'prefetch' else 'shards'})")
+        self._pending[tid.value] = keep
+        return Task(self, tid.value, kind)
+
+    # -- the store API ---------------------------------------------------
+
+    def load(self, blocks, tensors, shard=None):
+        """Load blocks into tensors: whole blocks (shard None; tensors[i] is one
+        tensor of the block's bytes or a list of shard entries), or one shard
+        of each block (layer-wise: tensors[i] is that shard's entry).
+        Returns a Task.  Raises KvsError (-EAGAIN: waiting_queue_depth tasks
+        outstanding; -EOPNOTSUPP: a watcher), ValueError/TypeError for tensors
+        of the wrong size, kind or device."""
+        keep = []
+        shards, n = self._task_shards(blocks, tensors, shard, True, keep)
+        return self._submit("load", self._lib.kvs_store_load, shards, n, keep=keep)
+
+    def dump(self, blocks, tensors, shard=None, cuda_event=None):
+        """Store tensors as blocks (as load, the other way).  cuda_event: a
+        cudaEvent_t (int, or an object with .cuda_event such as
+        torch.cuda.Event) the gathers wait for; None with copy_engine=host.
+        Shards already in the cache are skipped (dumps are deduplicated).
+        Returns a Task, done per dump_wait (durable: written to the backend)."""
+        keep = []
+        shards, n = self._task_shards(blocks, tensors, shard, False, keep)
+        event = getattr(cuda_event, "cuda_event", cuda_event)
+        return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
+
+    def prefetch(self, blocks):
+        """Bring every shard of blocks into the shared cache (no copy).  Returns a Task."""
+        arr, n = _block_array(blocks)
+        return self._submit("prefetch", self._lib.kvs_store_prefetch, arr, n, keep=[])
+
+    def _task_id(self, task):
+        return task.id if isinstance(task, Task) else int(task)
+
+    def _reaped(self, tid, rc, op):
+        if rc == 1:
+            return False
+        self._pending.pop(tid, None)
+        check(rc, f"{op}(task {tid})")
+        return True
+
+    def wait(self, task, timeout=None):
+        """Sleep until task (a Task or its id) finishes or timeout seconds pass
+        (None: until it finishes; its own deadline, timeout_ms from submit,
+        bounds that).  Returns True when it succeeded (it is reaped), False on
+        timeout (still running); raises KvsError with the task's error (the
+        backend's, -ETIMEDOUT, -KVS_EOWNERDEAD, ...) or -ENOENT for an unknown
+        or already reaped task.  The GIL is released while it sleeps."""
+        tid = self._task_id(task)
+        ns = UINT64_MAX if timeout is None else max(0, int(timeout * 1e9))
+        return self._reaped(tid, self._lib.kvs_store_wait(self._h(), tid, ns),
+                            "kvs_store_wait")
+
+    def check(self, task):
+        """As wait with no waiting: True done, False running; raises on failure."""
+        tid = self._task_id(task)
+        return self._reaped(tid, self._lib.kvs_store_check(self._h(), tid), "kvs_store_check")
+
+    def ready(self, timeout=0):
+        """Whether this rank's data plane is registered with its copy engine
+        (kvs_store_ready: loads are served before, through a staging buffer),
+        waiting up to timeout seconds (0: just ask; the GIL is released while
+        it sleeps).  True ready, False not yet; raises KvsError with the
+        registration's error, or -EOPNOTSUPP for a watcher."""
+        ns = max(0, int(timeout * 1e9))
+        return check(self._lib.kvs_store_ready(self._h(), ns), "kvs_store_ready") == 1
+
+    def lookup(self, blocks):
+        """For each block, whether every shard of it is in the shared cache or
+        the backend: a list of bools."""
+        arr, n = _block_array(blocks)
+        hits = (ctypes.c_bool * n)()
+        check(self._lib.kvs_store_lookup(self._h(), arr, n, hits), "kvs_store_lookup")
+        return list(hits)
+
+    def lookup_prefix(self, blocks):
+        """How many leading blocks lookup() would hit (stops at the first miss)."""
+        arr, n = _block_array(blocks)
+        return check(self._lib.kvs_store_lookup_prefix(self._h(), arr, n),
+                     "kvs_store_lookup_prefix")
+
+    def stats(self, node=False):
+        """This rank's store counters (kvs_store_stats) as a dict, or the
+        node's total (every rank, departed ones included) with node=True."""
+        st = _abi.kvs_store_stats()
+        rank = _abi.KVS_STATS_NODE if node else self.rank
+        check(self._lib.kvs_store_stats(self._h(), rank, ctypes.byref(st)), "kvs_store_stats")
+        return _struct_dict(st)
+
+    def cache_stats(self, node=False):
+        """The shared cache's counters and slot census (kvs_cache_stats) as a dict."""
+        st = _abi.kvs_cache_stats()
+        rank = _abi.KVS_STATS_NODE if node else self.rank
+        self._h()
+        check(self._lib.kvs_cache_stats(self._cache, rank, ctypes.byref(st)), "kvs_cache_stats")
+        return _struct_dict(st)
