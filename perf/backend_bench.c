@@ -9,6 +9,19 @@
  *       transfers in flight into qd registered buffers, and print
  *       backend engine=<e> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<v> direct=<d>
  *       mem=<hugetlb|thp>  (the buffers' pages; see main)
+ *   backend_bench redis-write <endpoint> <nblocks> <block_mib> <shard_kib>
+ *       store the same block set in a Redis-protocol server (the redis backend,
+ *       SET per shard, 32 in flight on 4 connections);
+ *   backend_bench redis-read <endpoint> <nblocks> <block_mib> <shard_kib> <qd> <conns> <server_pid>
+ *       read it back with qd GETs in flight over conns sockets (qd 1: no
+ *       pipelining) and print
+ *       backend engine=redis shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<v>
+ *       direct=0 mem=<..> conns=<c> server_cpu_ms_per_gib=<..> sleeps_per_gib=<..>
+ *       (server_cpu: the server process's user + system time over the read phase,
+ *       from /proc/<server_pid>/stat; the client's is cpu_ms_per_gib as above;
+ *       sleeps: the client's voluntary context switches (getrusage ru_nvcsw), i.e.
+ *       the times it waited for the server — about one per GET without
+ *       pipelining: the round trips, which a shared machine's wall time hides)
  *
  * gbps is 10^9 bytes per second of wall time over the read phase; CPU is this
  * process's user + system time over the same phase (getrusage(RUSAGE_SELF): every
@@ -22,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/pattern.h"
@@ -41,6 +55,14 @@ static struct kvs_block_id block_of(uint32_t n)
 	return id;
 }
 
+static uint64_t sleeps(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_nvcsw;
+}
+
 static uint64_t cpu_ns(void)
 {
 	struct rusage ru;
@@ -48,6 +70,28 @@ static uint64_t cpu_ns(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * KVS_NSEC_PER_SEC +
 	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
+}
+
+/* user + system time of process pid (ns), from /proc/<pid>/stat; 0 if unknown. */
+static uint64_t proc_cpu_ns(long pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* comm may hold spaces */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			 &st) != 2)
+		return 0;
+	return (ut + st) * (KVS_NSEC_PER_SEC / (uint64_t)sysconf(_SC_CLK_TCK));
 }
 
 static int fail(const char *what, int rc)
@@ -134,29 +178,54 @@ int main(int argc, char **argv)
 	char *bufs = NULL;
 	int rc;
 
-	if (argc < 5 || (strcmp(argv[1], "write") && strcmp(argv[1], "read")) ||
-	    (!strcmp(argv[1], "read") && argc < 9)) {
+	bool redis = argc >= 6 && !strncmp(argv[1], "redis-", 6);
+	uint32_t conns = 4;
+	long server_pid = 0;
+
+	if (argc < 5 ||
+	    (strcmp(argv[1], "write") && strcmp(argv[1], "read") &&
+	     strcmp(argv[1], "redis-write") && strcmp(argv[1], "redis-read")) ||
+	    (!strcmp(argv[1], "read") && argc < 9) || (!strcmp(argv[1], "redis-read") && argc < 9)) {
 		fprintf(stderr, "usage: %s write <root> <nblocks> <block_mib>\n"
 				"       %s read <root> <nblocks> <block_mib> <uring|pool> "
-				"<shard_kib> <qd> <direct 0|1>\n",
-			argv[0], argv[0]);
+				"<shard_kib> <qd> <direct 0|1>\n"
+				"       %s redis-write <endpoint> <nblocks> <block_mib> <shard_kib>\n"
+				"       %s redis-read <endpoint> <nblocks> <block_mib> <shard_kib> <qd> "
+				"<conns> <server_pid>\n",
+			argv[0], argv[0], argv[0], argv[0]);
 		return 2;
 	}
-	write = !strcmp(argv[1], "write");
+	write = !strcmp(argv[1], "write") || !strcmp(argv[1], "redis-write");
 	nblocks = (uint32_t)strtoul(argv[3], NULL, 0);
 	block_bytes = strtoull(argv[4], NULL, 0) << 20;
-	shard_bytes = write ? 1u << 20 : strtoull(argv[6], NULL, 0) << 10;
-	qd = write ? 32 : (uint32_t)strtoul(argv[7], NULL, 0);
-	if (!write) {
-		engine = argv[5];
-		direct = (uint32_t)strtoul(argv[8], NULL, 0);
+	if (redis) {
+		engine = "redis";
+		shard_bytes = strtoull(argv[5], NULL, 0) << 10;
+		qd = write ? 32 : (uint32_t)strtoul(argv[6], NULL, 0);
+		if (!write) {
+			conns = (uint32_t)strtoul(argv[7], NULL, 0);
+			server_pid = strtol(argv[8], NULL, 10);
+		}
+	} else {
+		shard_bytes = write ? 1u << 20 : strtoull(argv[6], NULL, 0) << 10;
+		qd = write ? 32 : (uint32_t)strtoul(argv[7], NULL, 0);
+		if (!write) {
+			engine = argv[5];
+			direct = (uint32_t)strtoul(argv[8], NULL, 0);
+		}
 	}
-	if (!nblocks || !shard_bytes || !qd || block_bytes % shard_bytes)
+	if (!nblocks || !shard_bytes || !qd || !conns || block_bytes % shard_bytes)
 		return fail("arguments", -EINVAL);
 
 	kvs_backend_config_init(&cfg);
-	cfg.nroots = 1;
-	cfg.roots[0] = argv[2];
+	if (redis) {
+		cfg.kind = KVS_BACKEND_REDIS;
+		snprintf(cfg.redis.endpoints, sizeof(cfg.redis.endpoints), "%s", argv[2]);
+		cfg.redis.connections = conns;
+	} else {
+		cfg.nroots = 1;
+		cfg.roots[0] = argv[2];
+	}
 	cfg.shard_bytes = shard_bytes;
 	cfg.shards_per_block = (uint32_t)(block_bytes / shard_bytes);
 	cfg.queue_depth = qd;
@@ -190,14 +259,26 @@ int main(int argc, char **argv)
 		return fail("register_buffers", rc);
 	kvs_backend_info(b, &info);
 
-	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns();
+	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns(), s0 = server_pid ? proc_cpu_ns(server_pid) : 0;
+	uint64_t w0 = sleeps();
 	rc = run(b, write, nblocks, cfg.shards_per_block, shard_bytes, qd, bufs);
 	uint64_t wall = kvs_now_ns() - t0, cpu = cpu_ns() - c0;
+	uint64_t server_cpu = server_pid ? proc_cpu_ns(server_pid) - s0 : 0;
+	uint64_t waits = sleeps() - w0;
 	if (rc < 0)
 		return fail(write ? "write" : "read", rc);
 	kvs_backend_close(b);
 	munmap(bufs, buf_bytes);
-	if (!write) {
+	if (!write && redis) {
+		double bytes = (double)nblocks * (double)block_bytes, gib = bytes / (double)(1u << 30);
+
+		printf("backend engine=redis shard_kib=%llu qd=%u gbps=%.2f cpu_ms_per_gib=%.1f "
+		       "variant=%s direct=0 mem=%s conns=%u server_cpu_ms_per_gib=%.1f "
+		       "sleeps_per_gib=%.0f\n",
+		       (unsigned long long)(shard_bytes >> 10), qd, bytes / (double)wall,
+		       (double)cpu / 1e6 / gib, KVS_BENCH_VARIANT, mem, conns,
+		       (double)server_cpu / 1e6 / gib, (double)waits / gib);
+	} else if (!write) {
 		double bytes = (double)nblocks * (double)block_bytes;
 		printf("backend engine=%s shard_kib=%llu qd=%u gbps=%.2f cpu_ms_per_gib=%.1f "
 		       "variant=%s direct=%u mem=%s\n",

@@ -16,6 +16,18 @@
 # CPU: the backend's process time (all threads) over the read phase; fio's
 # usr_cpu + sys_cpu of its job process over the job's runtime.  Each line is the
 # median of KVS_BENCH_REPEAT (default 3) interleaved runs.
+#
+# Then the redis backend (engine=redis), when redis-server is installed (skip it
+# with KVS_BENCH_REDIS=0): the same block set stored in a redis-server of our own
+# on a unix socket in a temp dir (no persistence), read back by the kernel and
+# plain builds with 1 GET in flight (no pipelining), 8 and 32 on one socket, and
+# 32 over 4 sockets, at 256 KiB and 1 MiB shards as above and at 16 KiB, where a
+# round trip per GET shows:
+#   backend engine=redis shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..>
+#       direct=0 mem=<..> conns=<c> server_cpu_ms_per_gib=<..> sleeps_per_gib=<..>
+# (cpu: the client process; server_cpu: the redis-server process, both over the
+# read phase; sleeps: the client's waits for the server, about one per GET without
+# pipelining).  KVS_BENCH_POSIX=0 skips the posix and fio part.
 set -euo pipefail
 
 build=${1:-build}
@@ -26,10 +38,36 @@ block_mib=16
 for b in "$kern" "$plain"; do
 	[ -x "$b" ] || { echo "backend_bench: $b not built (cmake --build $build)" >&2; exit 1; }
 done
+root=""
+rdir=""
+rpid=""
+trap '[ -n "$rpid" ] && kill "$rpid" 2>/dev/null; rm -rf ${root:+"$root"} ${rdir:+"$rdir"}' EXIT
+repeat=${KVS_BENCH_REPEAT:-3}
+
+# Median of $repeat runs per point (runs of the readers interleaved): this kind of
+# machine (shared VM disk) swings +-30 % from run to run.
+median() {
+	python3 -c '
+import statistics, sys
+rows = [dict(kv.split("=", 1) for kv in l.split()[1:]) for l in sys.stdin if l.strip()]
+if not rows:
+    sys.exit(1)
+out = dict(rows[0])
+for k in ("gbps", "cpu_ms_per_gib", "server_cpu_ms_per_gib", "sleeps_per_gib"):
+    if k not in out:
+        continue
+    out[k] = "%.2f" % statistics.median(float(r[k]) for r in rows) if k == "gbps" else \
+             "%.1f" % statistics.median(float(r[k]) for r in rows)
+print("backend " + " ".join("%s=%s" % kv for kv in out.items()))
+'
+}
+
+# The posix engines and fio on block files (KVS_BENCH_POSIX=0 skips it); the body
+# keeps the script's top-level indentation (its here-documents end at column 0).
+posix_bench() {
 command -v fio >/dev/null || { echo "backend_bench: fio not installed" >&2; exit 1; }
 
 root=$(mktemp -d "${KVS_BENCH_DIR:-/var/tmp}/kvs-backend-bench.XXXXXX")
-trap 'rm -rf "$root"' EXIT
 fstype=$(stat -f -c %T "$root")
 if [ "$fstype" = tmpfs ]; then
 	echo "backend_bench: $root is on tmpfs; set KVS_BENCH_DIR to a disk" >&2
@@ -90,23 +128,6 @@ print("backend engine=fio shard_kib=%s qd=%s gbps=%.2f cpu_ms_per_gib=%.1f varia
 ' "$1" "$2" "$3" "$mem" <<<"$out"
 }
 
-# Median of $repeat runs per point (runs of the four readers interleaved): this
-# kind of machine (shared VM disk) swings +-30 % from run to run.
-median() {
-	python3 -c '
-import statistics, sys
-rows = [dict(kv.split("=", 1) for kv in l.split()[1:]) for l in sys.stdin if l.strip()]
-if not rows:
-    sys.exit(1)
-out = dict(rows[0])
-for k in ("gbps", "cpu_ms_per_gib"):
-    out[k] = "%.2f" % statistics.median(float(r[k]) for r in rows) if k == "gbps" else \
-             "%.1f" % statistics.median(float(r[k]) for r in rows)
-print("backend " + " ".join("%s=%s" % kv for kv in out.items()))
-'
-}
-
-repeat=${KVS_BENCH_REPEAT:-3}
 for direct in 0 1; do
 	[ $direct = 1 ] && [ $direct_ok = 0 ] && continue
 	for kib in 256 1024; do
@@ -120,5 +141,36 @@ for direct in 0 1; do
 			done
 			for lines in "$u" "$p" "$q" "$f"; do median <<<"$lines"; done
 		done
+	done
+done
+}
+[ "${KVS_BENCH_POSIX:-1}" = 1 ] && posix_bench
+
+[ "${KVS_BENCH_REDIS:-1}" = 1 ] || exit 0
+if ! command -v redis-server >/dev/null; then
+	echo "# backend_bench: redis-server not installed: no engine=redis lines"
+	exit 0
+fi
+rdir=$(mktemp -d /tmp/kvs-backend-bench-redis.XXXXXX)
+sock=$rdir/redis.sock
+redis-server --port 0 --unixsocket "$sock" --unixsocketperm 700 --dir "$rdir" --save "" \
+	--appendonly no --daemonize no --logfile "$rdir/redis.log" &
+rpid=$!
+for ((i = 0; i < 200; i++)); do
+	redis-cli -s "$sock" ping >/dev/null 2>&1 && break
+	sleep 0.05
+done
+echo "# backend_bench: redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on $sock (pid $rpid)"
+for kib in 16 256 1024; do
+	redis-cli -s "$sock" flushall >/dev/null
+	"$kern" redis-write "$sock" $nblocks $block_mib $kib
+	for point in "1 1" "8 1" "32 1" "32 4"; do
+		read -r qd conns <<<"$point"
+		k=""; p=""
+		for ((r = 0; r < repeat; r++)); do
+			k+=$("$kern" redis-read "$sock" $nblocks $block_mib $kib $qd $conns $rpid)$'\n'
+			p+=$("$plain" redis-read "$sock" $nblocks $block_mib $kib $qd $conns $rpid)$'\n'
+		done
+		for lines in "$k" "$p"; do median <<<"$lines"; done
 	done
 done
