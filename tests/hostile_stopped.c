@@ -44,8 +44,11 @@
 #define SHORT_NS (300 * MS)
 #define SLOT_BYTES 4096u
 
+/* The library's log lines, kept to be searched.  A store logs from its own
+ * threads (copier, registration) too: hs_log is guarded by hs_log_mu. */
 static char hs_log[16384];
 static size_t hs_len;
+static pthread_mutex_t hs_log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void hs_logger(void *arg, int level, const char *msg)
 {
@@ -54,21 +57,32 @@ static void hs_logger(void *arg, int level, const char *msg)
 	(void)arg;
 	if (level <= KVS_LOG_WARN)
 		fprintf(stderr, "  [log %d] %s\n", level, msg);
+	pthread_mutex_lock(&hs_log_mu);
 	n = snprintf(hs_log + hs_len, sizeof(hs_log) - hs_len, "%s\n", msg);
 	if (n > 0 && (size_t)n < sizeof(hs_log) - hs_len)
 		hs_len += (size_t)n;
+	pthread_mutex_unlock(&hs_log_mu);
 }
 
 static void hs_log_clear(void)
 {
+	pthread_mutex_lock(&hs_log_mu);
 	hs_len = 0;
 	hs_log[0] = '\0';
+	pthread_mutex_unlock(&hs_log_mu);
 }
 
 static kvs_test_rc hs_log_has(const char *what)
 {
-	if (!strstr(hs_log, what))
-		KVS_FAILF("no log line says \"%s\"; log:\n%s", what, hs_log);
+	bool found;
+
+	pthread_mutex_lock(&hs_log_mu);
+	found = strstr(hs_log, what) != NULL;
+	if (!found)
+		fprintf(stderr, "no log line says \"%s\"; log:\n%s", what, hs_log);
+	pthread_mutex_unlock(&hs_log_mu);
+	if (!found)
+		KVS_FAILF("no log line says \"%s\"", what);
 	return KVS_TEST_PASS;
 }
 
