@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -156,14 +157,30 @@ static inline const char *kvs_test_unique_id(char *buf, size_t len, const char *
 	return buf;
 }
 
+/*
+ * In a child just forked by the test process parent: die with it.  A test that
+ * aborts (a sanitizer report, a crash) must not leave children behind -- least
+ * of all a SIGSTOPped one, which would hold CTest's output pipe open until the
+ * test's timeout.  The setting survives exec and is cleared in the child's own
+ * forks (a grandchild that must outlive its parent still does).  Tests fork
+ * from their main thread, whose exit is the process's.
+ */
+static inline void kvs_test_child_dies_with(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+		_exit(126); /* no guard, or the parent is already gone */
+}
+
 /* Fork a child running fn(arg); the child exits with fn's result's code. */
 static inline pid_t kvs_test_fork(kvs_test_rc (*fn)(void *), void *arg)
 {
+	pid_t parent = getpid();
 	pid_t pid;
 
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
+		kvs_test_child_dies_with(parent);
 		int code = fn(arg).code;
 
 		fflush(NULL); /* _exit does not: keep what the child printed */
@@ -179,6 +196,7 @@ static inline pid_t kvs_test_spawn(const char *name, const char *const args[])
 {
 	char *argv[64];
 	int n = 0;
+	pid_t parent = getpid();
 	pid_t pid;
 
 	argv[n++] = kvs_test_argv0;
@@ -190,6 +208,7 @@ static inline pid_t kvs_test_spawn(const char *name, const char *const args[])
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
+		kvs_test_child_dies_with(parent);
 		execv("/proc/self/exe", argv);
 		_exit(127);
 	}
