@@ -21,10 +21,10 @@
  * Staging: a slot the registration thread (store_register.c) has not registered
  * with the copy engine yet is not copied from directly (with CUDA that would be
  * a pageable copy, synchronous and through the driver's own buffers): its
- * tensor ranges go
- * through the store's pinned staging buffer in pieces, each synced before the
- * buffer is reused (memcpy + h2d for a load, d2h + memcpy for a dump).  Slow
- * next to the direct path, and only until the slot's chunk is registered.
+ * tensor ranges go through the store's pinned staging buffer in pieces, each
+ * synced before the buffer is reused (memcpy + h2d for a load, d2h + memcpy for
+ * a dump).  Slow next to the direct path, and only until the slot's chunk is
+ * registered.
  *
  * Sleeping: kvs_wait_any over the state words of the shards still LOADING plus
  * the ring's bell (the dispatcher bumps it at every push), futex_waitv in the
@@ -61,7 +61,6 @@ struct copier {
 	uint32_t nwork;
 	struct kvs_store_sh *gathered[WORK_MAX]; /* dump gathers of this pass */
 	uint32_t ngathered;
-	struct staged stage;
 };
 
 static uint64_t sync_deadline(const struct kvs_store_task *t)
@@ -113,16 +112,13 @@ static int staged_flush(struct kvs_store *s, struct staged *g, unsigned char *sl
 }
 
 /* Copy sh's tensors through the staging buffer (its slot is not registered). */
-static int staged_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
+static int staged_copy(struct kvs_store *s, struct kvs_store_sh *sh, bool h2d)
 {
-	struct kvs_store *s = cp->s;
-	struct staged *g = &cp->stage;
+	struct staged stage = { .n = 0 }, *g = &stage;
 	unsigned char *slot = sh->data;
 	uint64_t deadline = sync_deadline(sh->task);
 	int rc = 0;
 
-	g->n = 0;
-	g->fill = 0;
 	for (uint32_t k = 0; k < sh->nseg && rc == 0; k++) {
 		const struct kvs_copy_seg *seg = &sh->segs[k];
 
@@ -146,12 +142,10 @@ static int staged_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
 }
 
 /* One shard's copy, direct or staged. */
-static int shard_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
+static int shard_copy(struct kvs_store *s, struct kvs_store_sh *sh, bool h2d)
 {
-	struct kvs_store *s = cp->s;
-
 	if (!kvs_store_slot_registered(s, sh))
-		return staged_copy(cp, sh, h2d);
+		return staged_copy(s, sh, h2d);
 	return h2d ? kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg)
 		   : kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
 }
@@ -178,9 +172,8 @@ static void load_end(struct kvs_store *s, struct kvs_store_task *t)
 	}
 }
 
-static void load_copy(struct copier *cp, struct kvs_store_sh *sh)
+static void load_copy(struct kvs_store *s, struct kvs_store_sh *sh)
 {
-	struct kvs_store *s = cp->s;
 	uint64_t t0;
 	int rc;
 
@@ -189,7 +182,7 @@ static void load_copy(struct copier *cp, struct kvs_store_sh *sh)
 		return; /* prefetch: in the cache is all it needs */
 	copy_delay(s);
 	t0 = kvs_now_ns();
-	rc = shard_copy(cp, sh, true);
+	rc = shard_copy(s, sh, true);
 	copy_count(s, sh, t0);
 	if (rc)
 		kvs_store_sh_error(sh, rc);
@@ -235,9 +228,8 @@ static int load_state(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now
 	return now >= sh->task->deadline_ns ? -ETIMEDOUT : 1;
 }
 
-static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
+static bool load_resolve(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
 {
-	struct kvs_store *s = cp->s;
 	int st = sh->err ? sh->err : load_state(s, sh, now);
 
 	if (st == 1)
@@ -245,7 +237,7 @@ static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 	if (st)
 		kvs_store_sh_error(sh, st);
 	else
-		load_copy(cp, sh);
+		load_copy(s, sh);
 	if (--sh->task->copier_left == 0)
 		load_end(s, sh->task);
 	return true;
@@ -296,7 +288,7 @@ static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		}
 		copy_delay(s);
 		t0 = kvs_now_ns();
-		rc = shard_copy(cp, sh, false);
+		rc = shard_copy(s, sh, false);
 		copy_count(s, sh, t0);
 		if (rc)
 			dump_fail(s, sh, rc);
@@ -480,7 +472,7 @@ void *kvs_store_copier(void *arg)
 		for (uint32_t i = 0; i < cp.nwork; i++) {
 			struct kvs_store_sh *sh = cp.work[i];
 			bool done = sh->task->op == KVS_STORE_OP_DUMP ? dump_resolve(&cp, sh, now)
-								     : load_resolve(&cp, sh, now);
+								     : load_resolve(s, sh, now);
 
 			if (!done)
 				cp.work[kept++] = sh;

@@ -13,8 +13,8 @@
  * Registering pins nothing; in its test mode (register_delay_ns) each
  * registration sleeps that long, so the store's background registration, its
  * staging of unregistered slots and a close in mid-registration are exercised
- * without a GPU.  It is the engine of CPU-only runs and CI, and the reference the cuda engine's
- * tests compare against.  The cuda engine lives in copy_cuda.c (+ the copy kernel
+ * without a GPU.  It is the engine of CPU-only runs and CI, and the reference
+ * the cuda engine's tests compare against.  The cuda engine lives in copy_cuda.c (+ the copy kernel
  * in copy_kernel.cu) and exists only in a kernel-variant build with the CUDA
  * toolkit (KVS_HAVE_CUDA).
  */

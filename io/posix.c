@@ -822,15 +822,17 @@ static uint32_t fd_cache_size(uint32_t qd)
 	return (uint32_t)n;
 }
 
-/* What an io_uring_setup error usually means, for the log.  -ENOMEM: the
- * kernel charges a ring's memory to RLIMIT_MEMLOCK without CAP_IPC_LOCK. */
-static const char *rc_why(int rc)
+/* An io_uring setup error that refuses io_uring but leaves the thread pool
+ * working (io_engine=auto falls back): what it usually means, for the log; NULL
+ * for any other error.  -ENOMEM: the kernel charges a ring's memory to
+ * RLIMIT_MEMLOCK without CAP_IPC_LOCK. */
+static const char *uring_refusal(int rc)
 {
 	if (rc == -ENOMEM)
 		return ": RLIMIT_MEMLOCK too low for its rings? raise it, or io_engine=pool";
 	if (rc == -EPERM || rc == -ENOSYS || rc == -EACCES)
 		return ": seccomp or kernel.io_uring_disabled?";
-	return "";
+	return NULL;
 }
 
 static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
@@ -843,11 +845,11 @@ static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
 		rc = kvs_io_uring_open(p->qd, p->nfds, &p->log, &p->eng);
 		if (rc == 0)
 			return 0;
-		why = rc_why(rc);
-		if ((rc != -EPERM && rc != -ENOSYS && rc != -EACCES && rc != -ENOMEM) ||
-		    cfg->io_engine == KVS_IO_ENGINE_URING) {
+		why = uring_refusal(rc);
+		if (!why || cfg->io_engine == KVS_IO_ENGINE_URING) {
 			kvs_log_error(&p->log, "backend: io_engine=%s: io_uring setup: %s%s",
-				      kvs_io_engine_name(cfg->io_engine), strerror(-rc), why);
+				      kvs_io_engine_name(cfg->io_engine), strerror(-rc),
+				      why ? why : "");
 			return rc;
 		}
 		p->fallback_err = rc;
