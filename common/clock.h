@@ -13,6 +13,7 @@
 #include <time.h>
 
 #define KVS_NSEC_PER_SEC 1000000000ull
+#define KVS_NSEC_PER_MSEC 1000000ull
 #define KVS_DEADLINE_NONE UINT64_MAX
 
 static inline uint64_t kvs_now_ns(void)

@@ -19,13 +19,15 @@ KVS_API const char *kvs_strerror(int err)
 	case -KVS_ELAYOUT:
 		return "segment made by a build with another shared-memory layout";
 	case -KVS_ECONFIG:
-		return "segment exists with another configuration";
+		return "segment or stored block has another configuration";
 	case -KVS_EOWNERDEAD:
 		return "the rank filling the slot died";
 	case -KVS_ENOHUGE:
-		return "not enough huge pages for the data segment";
+		return "huge pages unavailable for the data segment (no hugetlbfs mount, one not writable, or the pool short: the log says which)";
 	case -KVS_ECORRUPT:
 		return "shared state is corrupt";
+	case -KVS_EINCOMPLETE:
+		return "the block's other shards were not dumped before the deadline";
 	}
 	if (err < 0 && err > -KVS_E_BASE)
 		return strerror_r(-err, buf, sizeof(buf));

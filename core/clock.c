@@ -10,6 +10,13 @@
  * KVS_CLOCK_WEIGHT_MAX + 1 sweeps (enough to bring every weight to 0 and find
  * one), then -ENOSPC: never spin under a bucket lock.
  *
+ * A DIRTY slot (a dump's bytes, not yet in the backend) tagged with a live claim
+ * is never taken: its block's writer still needs it (core/claim.c).
+ *
+ * Pools: gets take the main pool, then (KVS_GET_ALLOW_RESERVED: prefetch) the
+ * reserved one; prealloc takes only the reserved pool, so it never evicts READY
+ * data for a guess (the main pool only in a cache with no reserved pool).
+ *
  * Weights (refbits[], one byte per slot, core/layout.h) instead of a single
  * reference bit: allocation gives 1, a new use of a resident slot adds 1 up to
  * KVS_CLOCK_WEIGHT_MAX (core/slot.c: clock_alloc / clock_use), the hand takes 1
@@ -31,6 +38,7 @@
  */
 #include <errno.h>
 
+#include "common/clock.h"
 #include "core/core.h"
 #include "wait/wait.h"
 
@@ -40,7 +48,7 @@ static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
 {
 	struct kvs_shm_slot *s = &c->slots[v];
 	/* relaxed: rechecked under the lock below */
-	uint32_t a = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
+	uint32_t a = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed), st;
 	bool locked_a = false, ok = false;
 
 	if (a > c->bucket_mask)
@@ -54,8 +62,14 @@ static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
 	}
 	if (atomic_load_explicit(&s->ref, memory_order_relaxed) != 0)
 		goto out;
-	if ((atomic_load_explicit(&c->states[v], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
-	    KVS_SHM_SLOT_EMPTY) {
+	st = atomic_load_explicit(&c->states[v], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
+	/* A dump's bytes its block's live claim still counts on: not ours to drop.
+	 * (relaxed: the tag changes only under this bucket lock, held) */
+	if (st == KVS_SHM_SLOT_DIRTY &&
+	    kvs_core_claim_protects(c, atomic_load_explicit(&s->claim, memory_order_relaxed),
+				    kvs_now_ns()))
+		goto out;
+	if (st != KVS_SHM_SLOT_EMPTY) {
 		KVS_COUNT(c, evictions, 1);
 		/* EMPTY first: from here the old key is gone even if we die.  No
 		 * waiter can be sleeping (ref is 0): a plain publish suffices. */
@@ -107,17 +121,23 @@ static int clock_pool(struct kvs_cache *c, uint32_t b, _Atomic uint64_t *hand, u
 	return -ENOSPC;
 }
 
-int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, bool allow_reserved, uint32_t *victim)
+int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, enum kvs_core_pool pool, uint32_t *victim)
 {
 	for (uint32_t k = 0; k < c->seg_count; k++) {
 		uint32_t s = (c->home_seg + k) % c->seg_count;
 		struct kvs_shm_seg *sg = &c->hdr->segs[s];
 		const struct kvs_core_seg *g = &c->geo[s];
 		uint64_t main_count = g->slot_count - g->reserved_count;
+		/* prealloc: the reserved pool only, unless the cache has none */
+		bool main_ok = pool != KVS_CORE_POOL_PREALLOC || g->reserved_count == 0;
 
-		if (clock_pool(c, b, &sg->hand, g->first_slot, main_count, victim) == 0)
+		if (pool == KVS_CORE_POOL_PREALLOC &&
+		    clock_pool(c, b, &sg->reserved_hand, g->first_slot + main_count,
+			       g->reserved_count, victim) == 0)
 			return 0;
-		if (allow_reserved &&
+		if (main_ok && clock_pool(c, b, &sg->hand, g->first_slot, main_count, victim) == 0)
+			return 0;
+		if (pool == KVS_CORE_POOL_ANY &&
 		    clock_pool(c, b, &sg->reserved_hand, g->first_slot + main_count,
 			       g->reserved_count, victim) == 0)
 			return 0;

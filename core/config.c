@@ -167,6 +167,7 @@ uint64_t kvs_core_format(void)
 	h = fold(h, sizeof(struct kvs_shm_bucket));
 	h = fold(h, sizeof(struct kvs_shm_slot));
 	h = fold(h, sizeof(struct kvs_shm_seg));
+	h = fold(h, sizeof(struct kvs_shm_claim));
 	h = fold(h, sizeof(struct kvs_shm_stats));
 	h = fold(h, sizeof(pthread_mutex_t));
 	h = fold(h, KVS_CACHE_LINE);
@@ -237,7 +238,24 @@ int kvs_core_regions(const struct kvs_shm_fingerprint *fp, struct kvs_core_regio
 			&r->states_off) ||
 	    !region_end(r->states_off, fp->slot_count, sizeof(uint32_t), KVS_CACHE_LINE,
 			&r->refbits_off) ||
-	    !region_end(r->refbits_off, fp->slot_count, 1, KVS_SHM_PAGE, &r->ctl_bytes))
+	    !region_end(r->refbits_off, fp->slot_count, 1, KVS_CACHE_LINE, &r->claim_heads_off))
+		return -EOVERFLOW;
+	r->claim_count = kvs_core_claims_size(fp);
+	if (!region_end(r->claim_heads_off, r->claim_count, sizeof(uint32_t), KVS_CACHE_LINE,
+			&r->claims_off) ||
+	    !region_end(r->claims_off, r->claim_count, sizeof(struct kvs_shm_claim), KVS_SHM_PAGE,
+			&r->ctl_bytes))
 		return -EOVERFLOW;
 	return 0;
+}
+
+uint32_t kvs_core_claims_size(const struct kvs_shm_fingerprint *fp)
+{
+	/* Twice the blocks the cache holds whole (fp may be forged: bounded first). */
+	uint64_t blocks = fp->shards_per_block ? fp->slot_count / fp->shards_per_block : 0;
+	uint64_t n = KVS_CLAIMS_MIN;
+
+	while (n < 2 * blocks && n < KVS_CLAIMS_MAX)
+		n <<= 1;
+	return (uint32_t)n;
 }

@@ -13,6 +13,7 @@
  *   index.c    bucket locks (robust, timed in slices, repaired on EOWNERDEAD), chains
  *   clock.c    CLOCK eviction
  *   slot.c     the get table, wait/publish/release, lookups, prealloc, touch
+ *   claim.c    dump claims: who writes a block dumped shard by shard, durability
  *   stats.c    kvs_cache_stats, kvs_cache_check, rank and segment info
  *   inspect.c  kvs_cache_inspect: a cache described read-only, never attached
  */
@@ -46,6 +47,9 @@ struct kvs_cache {
 	struct kvs_shm_slot *slots;
 	_Atomic uint32_t *states;
 	_Atomic uint8_t *refbits;
+	uint32_t *claim_heads;
+	struct kvs_shm_claim *claims;
+	uint32_t claim_mask;            /* claim_count - 1 */
 	uint64_t bucket_mask;
 	uint32_t slot_count;
 	uint64_t slot_bytes;
@@ -79,9 +83,13 @@ void kvs_core_fingerprint(const struct kvs_cache_config *cfg, uint32_t seg_count
 /* Region offsets and total size from a fingerprint.  0, or -EOVERFLOW when the
  * sizes do not fit 64 bits (a forged fingerprint). */
 struct kvs_core_regions {
-	uint64_t ranks_off, buckets_off, slots_off, states_off, refbits_off, ctl_bytes;
+	uint64_t ranks_off, buckets_off, slots_off, states_off, refbits_off;
+	uint64_t claim_heads_off, claims_off, ctl_bytes;
+	uint32_t claim_count;
 };
 int kvs_core_regions(const struct kvs_shm_fingerprint *fp, struct kvs_core_regions *r);
+/* Entries of the claim table of a cache of this geometry (a power of two). */
+uint32_t kvs_core_claims_size(const struct kvs_shm_fingerprint *fp);
 /* The bucket count the creator gives slot_count slots: the next power of two. */
 uint64_t kvs_core_bucket_count(uint64_t slot_count);
 
@@ -98,7 +106,15 @@ int kvs_core_header_match(const struct kvs_shm_header *h, const struct kvs_cache
 /* ---- rank.c ---- */
 int kvs_core_ofd_lock(int fd, off_t byte, short type);
 /* Is any rank entry's byte locked: is anyone attached (or creating)? */
+/* Open cache uid's control file (/dev/shm/kvshare.<uid>.ctl) with flags plus
+ * O_NOFOLLOW|O_CLOEXEC: a descriptor, or -1 and errno, as shm_open. */
+int kvs_core_ctl_open(const char *uid, int flags);
 bool kvs_core_any_rank_locked(int fd);
+/* Is a process other than ours attached that is not a watcher (a GPU rank, or
+ * one still attaching)?  Watchers never keep a cache (lifecycle lock held). */
+bool kvs_core_rank_locked_besides_watchers(struct kvs_cache *c);
+/* Is any rank entry ATTACHED (a live process's, or a dead one's not reaped)? */
+bool kvs_core_any_entry_attached(struct kvs_cache *c);
 int kvs_core_lifecycle_lock(int fd, uint64_t deadline);
 void kvs_core_lifecycle_unlock(int fd);
 /* The lifecycle lock for an open handle: its OFD lock excludes other open file
@@ -140,6 +156,14 @@ static inline uint32_t kvs_core_bucket_of(const struct kvs_cache *c, uint64_t ha
 }
 /* Slices of a contended bucket lock (index.c says why). */
 #define KVS_LOCK_SLICE_NS (10ull * 1000000ull)
+/* Take a robust process-shared mutex of the control segment (named what and id,
+ * KVS_IDX_NONE for none, in logs): trylock, then timed slices up to
+ * lock_timeout_ns.  Returns 0, or the positive EOWNERDEAD / ENOTRECOVERABLE /
+ * ETIMEDOUT (the caller repairs or reports), or -KVS_ECORRUPT (not such a
+ * mutex: never taken). */
+int kvs_core_mutex_lock(struct kvs_cache *c, pthread_mutex_t *m, const char *what, uint32_t id);
+/* Give back a mutex kvs_core_mutex_lock took (ordering it for TSan: index.c). */
+void kvs_core_mutex_unlock(struct kvs_cache *c, pthread_mutex_t *m);
 /* Timed robust lock; EOWNERDEAD is repaired here.  0, -ETIMEDOUT, -errno. */
 int kvs_core_bucket_lock(struct kvs_cache *c, uint32_t b);
 /* One try: 0, -EBUSY, or as kvs_core_bucket_lock. */
@@ -158,8 +182,14 @@ void kvs_core_bucket_repair(struct kvs_cache *c, uint32_t b);
 int kvs_core_mutex_init(pthread_mutex_t *m);
 
 /* ---- clock.c ---- */
+/* Which pools a CLOCK search may take a slot from. */
+enum kvs_core_pool {
+	KVS_CORE_POOL_MAIN,     /* a get */
+	KVS_CORE_POOL_ANY,      /* a get with KVS_GET_ALLOW_RESERVED: main, then reserved */
+	KVS_CORE_POOL_PREALLOC, /* reserved only (main only when there is no reserved pool) */
+};
 /* Under b's lock: an unpinned slot re-keyed EMPTY and moved onto b; or -ENOSPC. */
-int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, bool allow_reserved, uint32_t *victim);
+int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, enum kvs_core_pool pool, uint32_t *victim);
 
 /* ---- slot.c ---- */
 
@@ -184,6 +214,99 @@ int kvs_core_slot_recover(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 /* Log (WARN) that slot i was not published within timeout_ns, naming its filler's
  * rank entry and pid ("stopped?"): for waits that time out on a live filler. */
 void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout_ns);
+
+/* kvs_core_get flags beyond the public KVS_GET_* (the store's). */
+#define KVS_CORE_GET_TRY (1u << 16)    /* trylock the bucket: -EBUSY when it is held */
+#define KVS_CORE_GET_REFILL (1u << 17) /* a FAILED slot, pinned or not, becomes ours to fill */
+#define KVS_CORE_GET_NO_OWN (1u << 18) /* never the owner: -ENOENT, nothing keyed, where the
+					  get would own (absent, or unfilled and unpinned) */
+#define KVS_CORE_GET_QUIET (1u << 19)  /* not a hit in the stats */
+/* A writer's get: pin only what is there, not a use anyone asked for. */
+#define KVS_CORE_GET_RESIDENT (KVS_CORE_GET_NO_OWN | KVS_CORE_GET_QUIET)
+/* kvs_cache_get without the public flag check and with the raw state (DIRTY). */
+int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		 uint32_t flags, struct kvs_slot *slot);
+/* kvs_cache_prealloc; KVS_CORE_GET_TRY in flags: -EBUSY when the bucket is held. */
+int kvs_core_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		      uint32_t flags);
+/* kvs_slot_state with the raw state (DIRTY is not READY here). */
+int kvs_core_slot_state(struct kvs_cache *c, struct kvs_slot *slot);
+/* A FAILED slot we pin becomes ours to fill (LOADING, our pin the owner's): 0;
+ * -EAGAIN when it is not FAILED any more; the handle's and lock's errors. */
+int kvs_core_slot_refill(struct kvs_cache *c, struct kvs_slot *slot);
+/* Is any shard of block READY (not DIRTY): read from the backend, or written
+ * there?  Then the backend holds the block.  1, 0, or a bucket lock's error. */
+int kvs_core_block_read_back(struct kvs_cache *c, const struct kvs_block_id *block);
+/* The claim tag of a slot we pin (0: none, or a bad handle). */
+uint64_t kvs_core_slot_tag(struct kvs_cache *c, const struct kvs_slot *slot);
+/* Lock the bucket of a slot we pin (the handle is checked first): 0 and *b. */
+int kvs_core_slot_lock_pinned(struct kvs_cache *c, struct kvs_slot *slot, uint32_t *b);
+/* Owner: the bytes a dump gathered are in; publish DIRTY (untagged).  As
+ * kvs_slot_publish_ready. */
+int kvs_core_slot_publish_dirty(struct kvs_cache *c, struct kvs_slot *slot);
+/* The block's writer, its write durable: DIRTY -> READY, waking nobody's fill.
+ * 0, -EPERM (not DIRTY), -EINVAL / -ESTALE (handle). */
+int kvs_core_slot_clean(struct kvs_cache *c, struct kvs_slot *slot);
+
+/* ---- claim.c ---- */
+/* One generation of one claim: what a dump waiting on a block holds. */
+struct kvs_claim_ref {
+	uint32_t idx, gen;
+};
+/* A generation-checked snapshot of a claim (kvs_core_claim_read). */
+struct kvs_claim_view {
+	uint32_t state;     /* enum kvs_shm_claim_state */
+	uint32_t counted;   /* distinct shards counted */
+	int32_t error;      /* FAILED */
+	uint64_t writer;    /* WRITING: rank << 32 | epoch */
+	uint64_t expires_ns;
+	uint32_t designate; /* rank entry + 1 of the preferred writer, 0 = none yet */
+};
+/* How long an ended claim is kept for its waiters to read (and CLOCK's margin
+ * over a claim's expiry: a join that extended it at the last moment wins). */
+#define KVS_CLAIM_GRACE_NS KVS_NSEC_PER_SEC
+/* Everything free (creator, adoption; nobody else attached). */
+int kvs_core_claims_init(struct kvs_cache *c);
+/* The hash chain (claim_heads index) of block's claim. */
+uint32_t kvs_core_claim_chain(const struct kvs_cache *c, const struct kvs_block_id *block);
+/* The claim of block for a dump with deadline: found (our rank joins its
+ * waiters, the expiry extended to the deadline), or a new generation started
+ * (none, an expired OPEN one, a FAILED one: *started).  Returns the state
+ * (OPEN, WRITING, DURABLE: the block is known written) and *ref; -ENOSPC (the
+ * table is full of live claims); -ETIMEDOUT / -KVS_ECORRUPT (its lock). */
+int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, uint64_t deadline_ns,
+			struct kvs_claim_ref *ref, bool *started);
+/* Count the DIRTY slot we pin in ref's generation (tag it).  Returns the count
+ * after it (>= 1), 0 when it was counted already, -ENODATA when the slot is not
+ * DIRTY (a writer cleaned it: READY), -ESTALE when the claim is no longer that
+ * OPEN generation; the slot handle's and bucket lock's errors. */
+int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref);
+/* Become the writer: when ref's generation is OPEN and complete, or WRITING by a
+ * dead writer.  1: we are (WRITING); 0: not complete, or a live writer has it;
+ * -ESTALE: the generation is gone; the lock's errors. */
+int kvs_core_claim_elect(struct kvs_cache *c, const struct kvs_claim_ref *ref);
+/* The writer's end: DURABLE (err 0) or FAILED(err); every waiter's bell rung. */
+void kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err);
+/* A dump found a shard of block READY: the block is in the backend; its OPEN
+ * claim (if any) ends DURABLE, its waiters rung.  Returns 1 (and *ref: that
+ * claim), 0 (none open), or the lock's errors. */
+int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
+			 struct kvs_claim_ref *ref);
+/* A snapshot of ref's generation: 0, or -ESTALE (the entry moved on). */
+int kvs_core_claim_read(struct kvs_cache *c, const struct kvs_claim_ref *ref, struct kvs_claim_view *v);
+/* The shard of block whose dumper is the block's preferred writer. */
+uint32_t kvs_core_claim_designated(const struct kvs_cache *c, const struct kvs_block_id *block);
+/* Ring rank entry rank's bell (a claim it watches changed). */
+void kvs_core_claim_ring(struct kvs_cache *c, uint32_t rank);
+/* Is the writer v names alive? */
+bool kvs_core_claim_writer_alive(struct kvs_cache *c, const struct kvs_claim_view *v);
+/* A slot's tag for ref. */
+uint64_t kvs_core_claim_tag(const struct kvs_claim_ref *ref);
+/* Does a DIRTY slot tagged tag belong to a live claim (CLOCK must keep it)? */
+bool kvs_core_claim_protects(struct kvs_cache *c, uint64_t tag, uint64_t now_ns);
+/* kvs_cache_check's part: chains, free list.  Returns the number of broken
+ * invariants (logged, at most max_reports) or the lock's error. */
+int kvs_core_claims_check(struct kvs_cache *c, int max_reports);
 
 /* ---- test hooks (static library only, not exported by libkvshare.so.1) ---- */
 /* Points of creation where a test may stall the creator (tests/core_attach.c):

@@ -81,12 +81,15 @@ static int check_regions(const struct kvs_shm_header *h, uint64_t st_size, const
 #define REGION(field)                                                                   \
 	if (h->field != r.field)                                                        \
 		BAD(-KVS_ECORRUPT, "%s: header " #field " = %" PRIu64 ", the geometry gives %" PRIu64, \
-		    uid, h->field, r.field);
+		    uid, (uint64_t)h->field, (uint64_t)r.field);
 	REGION(ranks_off)
 	REGION(buckets_off)
 	REGION(slots_off)
 	REGION(states_off)
 	REGION(refbits_off)
+	REGION(claim_heads_off)
+	REGION(claims_off)
+	REGION(claim_count)
 	REGION(ctl_bytes)
 #undef REGION
 	if (st_size != h->ctl_bytes)

@@ -163,7 +163,6 @@ static void judge_header(const struct kvs_shm_header *h, uint64_t st_size, const
 KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 {
 	struct kvs_shm_header *h = NULL;
-	char name[128];
 	struct stat st;
 	int fd, rc;
 
@@ -173,8 +172,7 @@ KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 	if (strnlen(uid, KVS_UNIQUE_ID_MAX + 1) > KVS_UNIQUE_ID_MAX || !kvs_core_unique_id_valid(uid))
 		return -EINVAL;
 	memcpy(info->unique_id, uid, strlen(uid) + 1);
-	snprintf(name, sizeof(name), "/kvshare.%s.ctl", uid);
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	fd = kvs_core_ctl_open(uid, O_RDONLY);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st)) {

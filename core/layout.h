@@ -31,6 +31,13 @@
  *                                                                                    relaxed (a heuristic; a lost update
  *                                                                                    costs one eviction choice, never
  *                                                                                    correctness).  Any byte is harmless.
+ *  cheads   claim_heads_off claim_count * 4           64     any rank, under the     hash chain heads of the claim table
+ *                                                            header's claims_lock    (core/claim.c); claim index or NONE.
+ *  claims   claims_off      claim_count * 64          64     any rank                key, next, waiters and expiry under
+ *                                                                                    claims_lock; gencount by CAS (count
+ *                                                                                    under the counted slot's bucket lock);
+ *                                                                                    state/writer/error changed under the
+ *                                                                                    lock, read lock-free (acquire on state).
  *  end      ctl_bytes       rounded up to 4096
  *
  * Data segments (numa/): segment s holds slots [first_slot, first_slot +
@@ -58,6 +65,15 @@
  * set, acquire when read).  The only lock-free publication is the slot state
  * word: release by kvs_wait_publish, acquire by its readers.
  *
+ * Dumps (core/claim.c, docs/store.md "Dumps").  A slot a dump gathered is DIRTY
+ * (bytes valid, not yet in the backend) until the block's writer has written the
+ * whole block; then READY.  The block's claim counts its distinct DIRTY shards
+ * (each slot's `claim` tag names the claim generation it was counted in, so a
+ * shard counts once); the rank that dumped the block's designated shard (a hash of
+ * the block picks it, spreading the writes over the ranks) writes the block once
+ * it is complete, or the one that completed it if that rank is gone.  A DIRTY
+ * slot tagged with a live claim is never evicted.
+ *
  * Any change to a struct here, to the offsets or to the protocol bumps
  * KVS_LAYOUT_VERSION in the same commit.
  */
@@ -72,8 +88,10 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 5u /* 5: segment pre-fault record; store registration and
-				* staging counters.  4: refbits hold CLOCK weights 0..2 */
+#define KVS_LAYOUT_VERSION 7u /* 7: joins counted per rank; task latency sum.  6: dump claims (claim
+				* table, slot tags, DIRTY, rank bells).  5: segment pre-fault record; store
+				* registration and staging counters.  4: refbits hold
+				* CLOCK weights 0..2 */
 #define KVS_SHM_MAGIC UINT64_C(0x4b56534852435431) /* "KVSHRCT1" */
 #define KVS_CACHE_LINE 64u
 #define KVS_SHM_PAGE 4096u
@@ -116,7 +134,23 @@ enum kvs_shm_slot_state {
 	KVS_SHM_SLOT_LOADING = 1, /* keyed; the owner is filling it */
 	KVS_SHM_SLOT_READY = 2,   /* keyed; bytes valid */
 	KVS_SHM_SLOT_FAILED = 3,  /* keyed; error holds the owner's code */
+	KVS_SHM_SLOT_DIRTY = 4,   /* keyed; bytes valid (a dump gathered them), not yet
+				   * in the backend: READY to every reader */
 };
+
+/* Claim states (kvs_shm_claim.state). */
+enum kvs_shm_claim_state {
+	KVS_SHM_CLAIM_FREE = 0,    /* on the free list */
+	KVS_SHM_CLAIM_OPEN = 1,    /* shards being counted */
+	KVS_SHM_CLAIM_WRITING = 2, /* complete: writer is writing the block */
+	KVS_SHM_CLAIM_DURABLE = 3, /* written (kept until expires_ns: later dumps see it) */
+	KVS_SHM_CLAIM_FAILED = 4,  /* the write failed with error */
+};
+
+/* Claims of one cache: enough for every block the cache can hold whole twice
+ * over (a block is written only with all its shards resident), within bounds. */
+#define KVS_CLAIMS_MIN 64u
+#define KVS_CLAIMS_MAX (UINT32_C(1) << 16)
 
 /* Rank entry state (changed only under the lifecycle OFD lock). */
 enum kvs_shm_rank_state {
@@ -138,6 +172,7 @@ struct kvs_shm_store_stats {
 	 * registration calls took; shard copies made through the staging buffer
 	 * because their slot was not registered yet. */
 	_Atomic uint64_t register_total_bytes, registered_bytes, register_ns, staged_shards;
+	_Atomic uint64_t task_lat_ns_sum; /* the tasks of task_lat_us, their time summed */
 };
 
 /* Counters of one rank (or the node's departed ranks).  Relaxed fetch_add by the
@@ -155,7 +190,8 @@ struct kvs_shm_stats {
 	_Atomic uint64_t lock_repairs;
 	_Atomic uint64_t ranks_reaped;
 	_Atomic uint64_t enospc;
-	_Atomic uint64_t reserved[4];
+	_Atomic uint64_t joins; /* gets that found the slot being filled (LOADING) */
+	_Atomic uint64_t reserved[3];
 	struct kvs_shm_store_stats store; /* the rank's store pipeline (core/store*.c) */
 };
 
@@ -206,6 +242,15 @@ struct kvs_shm_header {
 	struct kvs_shm_seg segs[KVS_MAX_SEGS];
 	alignas(KVS_CACHE_LINE) struct kvs_shm_stats departed; /* folded in at detach / reap */
 	_Atomic uint64_t lrs_mismatch;  /* attaches beyond local_rank_size */
+	/* The claim table (core/claim.c): regions, its lock (robust, process-shared:
+	 * guards chains, free list, keys, waiters, expiry and state changes), the
+	 * free list head and a bell bumped whenever a claim is freed (dumps waiting
+	 * for room sleep on it). */
+	uint64_t claim_heads_off, claims_off;
+	uint32_t claim_count;           /* a power of two, from the fingerprint */
+	uint32_t claims_free;           /* free list head (claim index), under claims_lock */
+	alignas(KVS_CACHE_LINE) pthread_mutex_t claims_lock;
+	_Atomic uint32_t claims_bell;
 };
 
 struct kvs_shm_rank {
@@ -213,7 +258,11 @@ struct kvs_shm_rank {
 	_Atomic uint32_t epoch;   /* bumped at every attach of this entry */
 	int32_t pid;              /* informational only (never used for liveness) */
 	int32_t device_id;        /* -1 = watcher */
-	uint64_t pad[6];
+	/* Bumped (kvs_wait_bump) when a claim this rank waits on ends or loses its
+	 * writer: the rank's copier sleeps on it (wait/ protocol). */
+	_Atomic uint32_t bell;
+	uint32_t pad32;
+	uint64_t pad[5];
 	struct kvs_shm_stats stats;
 	/* One entry per pinned slot: slot index + 1, | KVS_PIN_OWNER for the pin
 	 * that owns the fill; 0 = free entry.  Written under the slot's bucket
@@ -238,7 +287,25 @@ struct kvs_shm_slot {
 	_Atomic int32_t error;           /* FAILED code; stored before the publish */
 	_Atomic uint64_t filler;         /* rank index << 32 | rank epoch of the owner,
 					  * KVS_FILLER_NONE when nobody fills it */
-	uint64_t pad[2];
+	_Atomic uint64_t claim;          /* DIRTY: (claim index + 1) << 32 | generation of
+					  * the claim it was counted in; 0 = none */
+	uint64_t pad;
+};
+
+/* One block being dumped (core/claim.c).  Found by block id on a hash chain of
+ * the claim table; indices only. */
+struct kvs_shm_claim {
+	struct kvs_block_id block;       /* key (state != FREE) */
+	_Atomic uint64_t gencount;       /* generation << 32 | distinct shards counted */
+	_Atomic uint32_t state;          /* enum kvs_shm_claim_state */
+	_Atomic int32_t error;           /* FAILED: the write's error */
+	_Atomic uint64_t writer;         /* WRITING: rank index << 32 | epoch */
+	_Atomic uint64_t expires_ns;     /* CLOCK_MONOTONIC: the latest deadline of the
+					  * tasks counting on it; past it, reclaimable */
+	_Atomic uint64_t waiters;        /* rank entries to ring at the end (bit = entry) */
+	uint32_t next;                   /* chain link, or free list link */
+	_Atomic uint32_t designate;      /* rank entry + 1 that counted the block's designated
+					  * shard (its preferred writer), 0 = none yet */
 };
 
 /* The layout table, checked. */
@@ -250,6 +317,10 @@ _Static_assert(sizeof(struct kvs_shm_rank) % KVS_CACHE_LINE == 0, "rank entries 
 _Static_assert(offsetof(struct kvs_shm_rank, pins) % KVS_CACHE_LINE == 0, "pins line-aligned");
 _Static_assert(sizeof(struct kvs_shm_bucket) == KVS_CACHE_LINE, "bucket is one line");
 _Static_assert(sizeof(struct kvs_shm_slot) == KVS_CACHE_LINE, "slot meta is one line");
+_Static_assert(sizeof(struct kvs_shm_claim) == KVS_CACHE_LINE, "a claim is one line");
+_Static_assert(KVS_MAX_RANKS <= 64, "claim waiters are a 64-bit mask of rank entries");
+_Static_assert((KVS_CLAIMS_MAX & (KVS_CLAIMS_MAX - 1)) == 0 &&
+	       (KVS_CLAIMS_MIN & (KVS_CLAIMS_MIN - 1)) == 0, "claim counts are powers of two");
 _Static_assert(sizeof(struct kvs_shm_seg) % KVS_CACHE_LINE == 0, "segment hands line-aligned");
 _Static_assert(sizeof(_Atomic uint32_t) == 4, "state word is 32 bits (futex)");
 _Static_assert(sizeof(_Atomic uint8_t) == 1, "refbits are bytes");

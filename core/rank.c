@@ -105,6 +105,28 @@ bool kvs_core_rank_alive(struct kvs_cache *c, uint32_t r, uint32_t epoch)
 	return ofd_locked(c->ctl_fd, (off_t)r, 1);
 }
 
+bool kvs_core_rank_locked_besides_watchers(struct kvs_cache *c)
+{
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
+		if ((int)r == c->rank_idx || !ofd_locked(c->ctl_fd, (off_t)r, 1))
+			continue;
+		/* A locked byte is a live process; only an entry that says it is a
+		 * watcher (attached, device -1) is ignored.  One still attaching
+		 * (not ATTACHED yet) counts as live: never remove under it. */
+		if (!entry_attached(c, r) || c->ranks[r].device_id >= 0)
+			return true;
+	}
+	return false;
+}
+
+bool kvs_core_any_entry_attached(struct kvs_cache *c)
+{
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
+		if (entry_attached(c, r))
+			return true;
+	return false;
+}
+
 /* Live attached GPU ranks other than ours (lifecycle lock held). */
 static uint32_t live_gpu_ranks(struct kvs_cache *c)
 {

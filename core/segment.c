@@ -20,9 +20,14 @@
  * READY is the remains of a creator that died: it is removed with the data files
  * its header names, and the open starts over.
  *
- * With no live rank left, the last clean detacher removes the segments (unless
- * persistent); a stale segment is adopted by the next open with the same
- * fingerprint: READY slots keep their bytes, everything else is reset.
+ * With no live GPU rank left, the last GPU rank's clean close removes the
+ * segments (unless persistent), watchers attached or not: a watcher (a
+ * monitor, a scheduler's lookups) never keeps a cache, and a watcher's close
+ * removes one only as the last process of a cache that ended cleanly (never
+ * the stale remains of ranks killed -9, kept for adoption); kvs_cache_removed
+ * tells a watcher its cache is gone; a stale segment is adopted by the next open with the same
+ * fingerprint: READY (and DIRTY) slots keep their bytes, everything else is reset
+ * (claims included).
  *
  * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
  * else is commented where it happens.
@@ -37,6 +42,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "core/core.h"
 #include "wait/wait.h"
 
@@ -51,6 +57,27 @@ static void test_point(enum kvs_core_test_point point)
 static void ctl_name(char *buf, size_t len, const char *uid)
 {
 	snprintf(buf, len, "/kvshare.%s.ctl", uid);
+}
+
+/* Its path in the filesystem. */
+static void ctl_path(char *buf, size_t len, const char *uid)
+{
+	snprintf(buf, len, KVS_NUMA_SHM_DIR "/kvshare.%s.ctl", uid);
+}
+
+/*
+ * open(2) of /dev/shm/kvshare.<uid>.ctl, as shm_open does (O_NOFOLLOW,
+ * O_CLOEXEC), through the libc entry point that sanitizers intercept, and never
+ * as descriptor 0..2 (common/fd.h): under pytest, with stdin closed, the control
+ * file got descriptor 0 and the interpreter's dup2 onto its stdin at exit
+ * replaced it (TSan reported our close against that dup2).
+ */
+int kvs_core_ctl_open(const char *uid, int flags)
+{
+	char path[128];
+
+	ctl_path(path, sizeof(path), uid);
+	return kvs_fd_above_stdio(open(path, flags | O_NOFOLLOW | O_CLOEXEC));
 }
 
 /* A segment is ours, or shared with us through the configured group (0660 +
@@ -182,6 +209,44 @@ static int record_seg(struct kvs_cache *c, struct kvs_shm_seg *sg, const struct 
 	return 0;
 }
 
+/* Segment s of fp's seg_count: its slots (count), and the node it is for. */
+static uint64_t seg_slots(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp, uint32_t s,
+			  int32_t *node)
+{
+	uint32_t n = fp->seg_count;
+
+	*node = n == 1 ? my_node(c) : (int32_t)s;
+	return fp->slot_count / n + (s < fp->slot_count % n);
+}
+
+/*
+ * Refuse a cache the machine cannot hold before any of it exists (numa/fit.c):
+ * a mistyped capacity must be an error naming the key, not an OOM kill of a
+ * random process on the node.
+ */
+static int check_fit(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp,
+		     const struct kvs_core_regions *r)
+{
+	uint64_t bytes[KVS_MAX_SEGS], data = 0;
+	int32_t nodes[KVS_MAX_SEGS];
+	struct kvs_numa_seg_opts o;
+	int rc;
+
+	for (uint32_t s = 0; s < fp->seg_count; s++) {
+		bytes[s] = seg_slots(c, fp, s, &nodes[s]) * fp->slot_bytes;
+		data += bytes[s];
+	}
+	seg_opts(c, &o);
+	rc = kvs_numa_fit(r->ctl_bytes, bytes, nodes, fp->seg_count, &o);
+	if (rc)
+		kvs_log_error(&c->log, "%s: a cache of %llu slots of %llu bytes (%.2f GiB) does not "
+			      "fit this node now: lower cache_buffer_capacity_gb (or slot_count), or "
+			      "free memory first",
+			      c->cfg.unique_id, (unsigned long long)fp->slot_count,
+			      (unsigned long long)fp->slot_bytes, (double)data / (double)(1ull << 30));
+	return rc;
+}
+
 static int create_segs(struct kvs_cache *c)
 {
 	struct kvs_shm_header *h = c->hdr;
@@ -193,11 +258,10 @@ static int create_segs(struct kvs_cache *c)
 	seg_opts(c, &o);
 	for (uint32_t s = 0; s < n && rc == 0; s++) {
 		struct kvs_shm_seg *sg = &h->segs[s];
-		uint64_t count = h->fp.slot_count / n + (s < h->fp.slot_count % n);
+		uint64_t count = seg_slots(c, &h->fp, s, &sg->node);
 		uint64_t rsv = h->fp.reserved_slots / n + (s < h->fp.reserved_slots % n);
 		uint64_t bytes = count * h->fp.slot_bytes;
 
-		sg->node = n == 1 ? my_node(c) : (int32_t)s;
 		sg->first_slot = first;
 		sg->slot_count = count;
 		sg->reserved_count = rsv < count ? rsv : count - 1;
@@ -281,6 +345,9 @@ static void bind_regions(struct kvs_cache *c)
 	c->slots = (struct kvs_shm_slot *)(base + h->slots_off);
 	c->states = (_Atomic uint32_t *)(base + h->states_off);
 	c->refbits = (_Atomic uint8_t *)(base + h->refbits_off);
+	c->claim_heads = (uint32_t *)(base + h->claim_heads_off);
+	c->claims = (struct kvs_shm_claim *)(base + h->claims_off);
+	c->claim_mask = h->claim_count - 1;
 	c->bucket_mask = h->fp.bucket_count - 1;
 	c->slot_count = (uint32_t)h->fp.slot_count;
 	c->slot_bytes = h->fp.slot_bytes;
@@ -322,6 +389,9 @@ static int init_header(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp
 	h->slots_off = r->slots_off;
 	h->states_off = r->states_off;
 	h->refbits_off = r->refbits_off;
+	h->claim_heads_off = r->claim_heads_off;
+	h->claims_off = r->claims_off;
+	h->claim_count = r->claim_count;
 	h->flags = c->cfg.flags & KVS_CACHE_PERSIST;
 	h->creator_uid = (uint32_t)geteuid();
 	if (c->cfg.tensor_count)
@@ -339,17 +409,17 @@ static int init_header(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp
 	for (uint32_t i = 0; i < c->slot_count; i++)
 		atomic_store_explicit(&c->slots[i].bucket_idx, i, memory_order_relaxed);
 	rebuild_all(c);
-	return 0;
+	return kvs_core_claims_init(c);
 }
 
-/* An anonymous control file, locked and initialised, with our rank entry. */
-static int create_anon(struct kvs_cache *c)
+/* An anonymous control file of geometry fp, regions r, locked and initialised,
+ * with our rank entry. */
+static int create_anon(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp,
+		       const struct kvs_core_regions *r)
 {
-	struct kvs_shm_fingerprint fp;
-	struct kvs_core_regions r;
 	int rc;
 
-	c->ctl_fd = open(KVS_NUMA_SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	c->ctl_fd = kvs_fd_above_stdio(open(KVS_NUMA_SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
 	if (c->ctl_fd < 0) {
 		rc = -errno;
 		kvs_log_error(&c->log, "%s: anonymous file in " KVS_NUMA_SHM_DIR ": %s",
@@ -368,14 +438,11 @@ static int create_anon(struct kvs_cache *c)
 	rc = kvs_core_ofd_lock(c->ctl_fd, KVS_LOCK_LIFECYCLE_BYTE, F_WRLCK);
 	if (rc)
 		return rc;
-	kvs_core_fingerprint(&c->cfg, plan_seg_count(c), &fp);
-	if (kvs_core_regions(&fp, &r))
-		return -EINVAL;
-	if (ftruncate(c->ctl_fd, (off_t)r.ctl_bytes))
+	if (ftruncate(c->ctl_fd, (off_t)r->ctl_bytes))
 		return -errno;
-	rc = map_ctl(c, r.ctl_bytes);
+	rc = map_ctl(c, r->ctl_bytes);
 	if (rc == 0)
-		rc = init_header(c, &fp, &r);
+		rc = init_header(c, fp, r);
 	if (rc == 0)
 		rc = kvs_core_rank_attach(c);
 	return rc;
@@ -398,9 +465,23 @@ static int link_ctl(struct kvs_cache *c)
 /* Create the cache: -EEXIST when another creator named it first. */
 static int create(struct kvs_cache *c)
 {
+	struct kvs_shm_fingerprint fp;
+	struct kvs_core_regions r;
 	char name[128];
-	int rc = create_anon(c);
+	int rc;
 
+	kvs_core_fingerprint(&c->cfg, plan_seg_count(c), &fp);
+	if (kvs_core_regions(&fp, &r))
+		return -EINVAL;
+	/* A cache that exists is attached, and its memory is in use already: the
+	 * fit check would refuse an attacher for the very pages it comes to share.
+	 * (One named between here and link_ctl is found there, -EEXIST too.) */
+	ctl_path(name, sizeof(name), c->cfg.unique_id);
+	if (access(name, F_OK) == 0)
+		return -EEXIST;
+	rc = check_fit(c, &fp, &r);
+	if (rc == 0)
+		rc = create_anon(c, &fp, &r);
 	if (rc)
 		return rc;
 	test_point(KVS_CORE_TEST_BEFORE_LINK);
@@ -464,7 +545,11 @@ static void adopt(struct kvs_cache *c)
 		uint32_t b = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
 
 		atomic_store_explicit(&s->ref, 0, memory_order_relaxed);
-		if (st == KVS_SHM_SLOT_READY && s->shard < c->shards_per_block) {
+		/* a dump's DIRTY bytes are kept too (not durable: untagged, so the
+		 * next dump of their block counts them again) */
+		atomic_store_explicit(&s->claim, 0, memory_order_relaxed);
+		if ((st == KVS_SHM_SLOT_READY || st == KVS_SHM_SLOT_DIRTY) &&
+		    s->shard < c->shards_per_block) {
 			b = kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard));
 			kept++;
 		} else {
@@ -476,6 +561,7 @@ static void adopt(struct kvs_cache *c)
 		atomic_store_explicit(&c->states[i], st, memory_order_relaxed);
 	}
 	rebuild_all(c);
+	kvs_core_claims_init(c); /* every claim died with its ranks */
 	atomic_fetch_add_explicit(&c->hdr->adopt_count, 1, memory_order_relaxed);
 	kvs_log_info(&c->log, "%s: adopted a stale cache; %u READY slots kept", c->cfg.unique_id, kept);
 }
@@ -591,7 +677,6 @@ static void handle_teardown(struct kvs_cache *c)
 
 static int open_once(struct kvs_cache *c, uint64_t deadline)
 {
-	char name[128];
 	int rc = -EEXIST;
 
 	if (!(c->cfg.flags & KVS_CACHE_ATTACH))
@@ -599,14 +684,13 @@ static int open_once(struct kvs_cache *c, uint64_t deadline)
 	if (rc == -EEXIST) {
 		/* Not ours to create: drop the anonymous file, attach by name. */
 		handle_teardown(c);
-		ctl_name(name, sizeof(name), c->cfg.unique_id);
-		c->ctl_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+		c->ctl_fd = kvs_core_ctl_open(c->cfg.unique_id, O_RDWR);
 		if (c->ctl_fd < 0 && errno == EACCES) {
 			/* another uid's, not shared with us: say whose */
 			struct stat st;
 			char path[160];
 
-			snprintf(path, sizeof(path), "%s%s", KVS_NUMA_SHM_DIR, name);
+			ctl_path(path, sizeof(path), c->cfg.unique_id);
 			if (stat(path, &st) == 0)
 				log_refused(c, &st);
 			else
@@ -687,7 +771,16 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 	 * copy: the rank entry, pins and segments are its parent's. */
 	if (c->me && c->ctl && c->ctl_fd >= 0 && getpid() == c->opener &&
 	    kvs_core_lifecycle_lock(c->ctl_fd, kvs_deadline_after(c->cfg.attach_timeout_ns)) == 0) {
-		if (kvs_core_rank_detach(c) && !kvs_core_any_rank_locked(c->ctl_fd) &&
+		/* The last GPU rank's clean close removes the cache, whatever
+		 * watchers are attached (they notice: kvs_cache_removed).  A
+		 * watcher's close removes it only when it was the last process of
+		 * a cache that ended cleanly (no entry of a dead rank left): the
+		 * remains of ranks killed -9 are kept for adoption. */
+		bool detached = kvs_core_rank_detach(c);
+		bool last_rank = c->cfg.device_id >= 0 && !kvs_core_rank_locked_besides_watchers(c);
+		bool last_clean = !kvs_core_any_rank_locked(c->ctl_fd) && !kvs_core_any_entry_attached(c);
+
+		if (detached && (last_rank || last_clean) &&
 		    !((c->hdr->flags | c->cfg.flags) & KVS_CACHE_PERSIST)) {
 			unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
 			ctl_name(name, sizeof(name), c->cfg.unique_id);
@@ -699,10 +792,35 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 	handle_free(c);
 }
 
+/* Is every live entry of cache uid an attached watcher?  Read as
+ * kvs_cache_inspect reads it (pread, nothing mapped); anything it cannot tell
+ * (a header not READY, an entry not recorded) is a live rank. */
+static bool only_watchers(const char *uid)
+{
+	struct kvs_cache_info in;
+
+	if (kvs_cache_inspect(uid, &in) != 0 || in.state != KVS_CACHE_INFO_READY)
+		return false;
+	for (uint32_t k = 0; k < in.ranks_live; k++)
+		if (!in.live[k].recorded || in.live[k].device_id >= 0)
+			return false;
+	return true;
+}
+
+KVS_API int kvs_cache_removed(struct kvs_cache *c)
+{
+	struct stat st;
+
+	if (!c)
+		return -EINVAL;
+	if (fstat(c->ctl_fd, &st))
+		return -errno;
+	return st.st_nlink == 0;
+}
+
 KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 {
 	struct kvs_cache c0, *c = &c0;
-	char name[128];
 	struct stat st;
 	int rc;
 
@@ -713,8 +831,7 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	c->cfg = *cfg;
 	c->log = (struct kvs_log){ cfg->log, cfg->log_arg };
 	c->rank_idx = -1;
-	ctl_name(name, sizeof(name), cfg->unique_id);
-	c->ctl_fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	c->ctl_fd = kvs_core_ctl_open(cfg->unique_id, O_RDWR);
 	if (c->ctl_fd < 0)
 		return -errno;
 	rc = fstat(c->ctl_fd, &st) ? -errno : 0;
@@ -731,8 +848,9 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 		return rc;
 	}
 	/* Liveness needs no mapping: any locked rank byte is a live attacher,
-	 * whatever the rest of the file says. */
-	if (kvs_core_any_rank_locked(c->ctl_fd))
+	 * whatever the rest of the file says, unless the file says every one
+	 * of them is a watcher (watchers never keep a cache). */
+	if (kvs_core_any_rank_locked(c->ctl_fd) && !only_watchers(cfg->unique_id))
 		rc = -EBUSY;
 	else
 		remove_files(c, &st);

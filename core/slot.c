@@ -39,6 +39,19 @@ static inline uint32_t state_value(struct kvs_cache *c, uint32_t i, memory_order
 	return atomic_load_explicit(&c->states[i], mo) & KVS_WAIT_VALUE_MASK;
 }
 
+/* Bytes valid: READY, or DIRTY (a dump's, not yet in the backend). */
+static inline bool ready_like(uint32_t st)
+{
+	return st == KVS_SHM_SLOT_READY || st == KVS_SHM_SLOT_DIRTY;
+}
+
+/* What the public interface says of a state: DIRTY is READY to every reader
+ * (kvshare.h's enum kvs_slot_state has no DIRTY; the store asks the core). */
+static inline uint32_t public_state(uint32_t st)
+{
+	return st == KVS_SHM_SLOT_DIRTY ? KVS_SHM_SLOT_READY : st;
+}
+
 /* CLOCK weights (core/clock.c, layout.h): allocation and any get that does
  * not start a new use keep the slot's weight at least 1 (a just-filled slot
  * survives until copied); a new use adds 1 up to KVS_CLOCK_WEIGHT_MAX.
@@ -92,25 +105,29 @@ static void make_owner(struct kvs_cache *c, uint32_t i)
 	kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
 }
 
-KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-			  uint32_t flags, struct kvs_slot *slot)
+int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		 uint32_t flags, struct kvs_slot *slot)
 {
 	uint32_t b, i, pin, st, ref;
 	bool owner;
 	int rc;
 
-	if (!c || !block || !slot || shard >= c->shards_per_block ||
-	    (flags & ~(KVS_GET_BYPASS_HIT | KVS_GET_ALLOW_RESERVED)))
+	if (!c || !block || !slot || shard >= c->shards_per_block)
 		return -EINVAL;
 	if (c->cfg.device_id < 0)
 		return -EOPNOTSUPP;
 	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
-	rc = kvs_core_bucket_lock(c, b);
+	rc = (flags & KVS_CORE_GET_TRY) ? kvs_core_bucket_trylock(c, b) : kvs_core_bucket_lock(c, b);
 	if (rc)
 		return rc;
 	i = kvs_core_find(c, b, block, shard);
+	if (i == KVS_IDX_NONE && (flags & KVS_CORE_GET_NO_OWN)) {
+		rc = -ENOENT;
+		goto out;
+	}
 	if (i == KVS_IDX_NONE) {
-		rc = kvs_core_clock_victim(c, b, flags & KVS_GET_ALLOW_RESERVED, &i);
+		rc = kvs_core_clock_victim(c, b, (flags & KVS_GET_ALLOW_RESERVED) ? KVS_CORE_POOL_ANY
+									      : KVS_CORE_POOL_MAIN, &i);
 		if (rc == 0)
 			rc = kvs_core_pin_add(c, i, true, &pin);
 		if (rc)
@@ -131,8 +148,16 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 	 * the owner's publish, which only moves LOADING to READY/FAILED */
 	ref = atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed);
 	st = state_value(c, i, memory_order_acquire); /* acquire: pairs with the publish */
-	/* LOADING or FAILED unpinned (retry, or preallocated), or a forced reload */
-	owner = ref == 0 && (st != KVS_SHM_SLOT_READY || (flags & KVS_GET_BYPASS_HIT));
+	/* LOADING or FAILED unpinned (retry, or preallocated), or a forced reload
+	 * (of READY bytes: DIRTY ones are in no backend); a refill takes FAILED
+	 * whoever pins it (a dump holds the bytes a failed load lacked) */
+	owner = (ref == 0 && (!ready_like(st) ||
+			      (st == KVS_SHM_SLOT_READY && (flags & KVS_GET_BYPASS_HIT)))) ||
+		(st == KVS_SHM_SLOT_FAILED && (flags & KVS_CORE_GET_REFILL));
+	if (owner && (flags & KVS_CORE_GET_NO_OWN)) {
+		rc = -ENOENT; /* there, but not filled: nothing to pin */
+		goto out;
+	}
 	rc = kvs_core_pin_add(c, i, owner, &pin);
 	if (rc)
 		goto out;
@@ -140,7 +165,7 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 	/* A new use: a hit on a READY slot nobody pins.  A get that joins a
 	 * pinned slot (the other TP ranks of the same load) is the same use, and
 	 * a refill (owner) is an allocation: neither raises the weight. */
-	if (!owner && ref == 0 && st == KVS_SHM_SLOT_READY)
+	if (!owner && ref == 0 && ready_like(st))
 		clock_use(c, i);
 	else
 		clock_alloc(c, i);
@@ -148,12 +173,28 @@ KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block,
 		make_owner(c, i);
 		st = KVS_SHM_SLOT_LOADING;
 		KVS_COUNT(c, misses, 1);
-	} else if (st == KVS_SHM_SLOT_READY) {
-		KVS_COUNT(c, hits, 1);
+	} else if (!(flags & KVS_CORE_GET_QUIET)) {
+		if (ready_like(st))
+			KVS_COUNT(c, hits, 1);
+		else
+			KVS_COUNT(c, joins, 1); /* a read in flight serves this get too */
 	}
 	fill_slot(c, slot, i, pin, owner ? KVS_SLOT_OWNER : 0, st);
 out:
 	kvs_core_bucket_unlock(c, b);
+	return rc;
+}
+
+KVS_API int kvs_cache_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			  uint32_t flags, struct kvs_slot *slot)
+{
+	int rc;
+
+	if (flags & ~(KVS_GET_BYPASS_HIT | KVS_GET_ALLOW_RESERVED))
+		return -EINVAL;
+	rc = kvs_core_get(c, block, shard, flags, slot);
+	if (rc == 0)
+		slot->state = public_state(slot->state);
 	return rc;
 }
 
@@ -194,7 +235,7 @@ static bool slot_owned(struct kvs_cache *c, const struct kvs_slot *slot, uint32_
 		       kvs_core_filler((uint32_t)c->rank_idx, c->rank_epoch);
 }
 
-KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
+int kvs_core_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
 {
 	uint32_t v;
 	int rc = slot_check(c, slot, &v);
@@ -206,6 +247,55 @@ KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
 	if (slot->state == KVS_SHM_SLOT_FAILED)
 		slot->error = atomic_load_explicit(&c->slots[slot->index].error, memory_order_relaxed);
 	return (int)slot->state;
+}
+
+KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	int rc = kvs_core_slot_state(c, slot);
+
+	if (rc < 0)
+		return rc;
+	slot->state = public_state(slot->state);
+	return (int)slot->state;
+}
+
+int kvs_core_slot_refill(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	uint32_t b;
+	int rc = kvs_core_slot_lock_pinned(c, slot, &b);
+
+	if (rc)
+		return rc;
+	/* relaxed: under the bucket lock, where a FAILED slot changes */
+	if (state_value(c, slot->index, memory_order_relaxed) == KVS_SHM_SLOT_FAILED) {
+		make_owner(c, slot->index);
+		kvs_core_pin_set_owner(c, slot->pin);
+		slot->flags |= KVS_SLOT_OWNER;
+		slot->state = KVS_SHM_SLOT_LOADING;
+	} else {
+		rc = -EAGAIN; /* refilled by another meanwhile: look at it again */
+	}
+	kvs_core_bucket_unlock(c, b);
+	return rc;
+}
+
+uint64_t kvs_core_slot_tag(struct kvs_cache *c, const struct kvs_slot *slot)
+{
+	uint32_t v;
+
+	if (slot_check(c, slot, &v))
+		return 0;
+	/* relaxed: a slot we pin is re-tagged only by a count in another claim
+	 * generation, which the caller's generation check tells apart */
+	return atomic_load_explicit(&c->slots[slot->index].claim, memory_order_relaxed);
+}
+
+int kvs_core_slot_lock_pinned(struct kvs_cache *c, struct kvs_slot *slot, uint32_t *b)
+{
+	uint32_t v;
+	int rc = slot_check(c, slot, &v);
+
+	return rc ? rc : kvs_core_slot_lock(c, slot->index, b);
 }
 
 struct takeover {
@@ -278,8 +368,8 @@ int kvs_core_slot_recover(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 /* What a wait that saw state st returns. */
 static int wait_result(struct kvs_cache *c, struct kvs_slot *slot, int st)
 {
-	slot->state = (uint32_t)st;
-	if (st == KVS_SHM_SLOT_READY)
+	slot->state = public_state((uint32_t)st);
+	if (ready_like((uint32_t)st))
 		return KVS_SLOT_WAIT_READY;
 	if (st == KVS_SHM_SLOT_FAILED) {
 		/* relaxed: ordered by the acquire that saw FAILED */
@@ -401,6 +491,12 @@ static int publish(struct kvs_cache *c, struct kvs_slot *slot, uint32_t state, i
 		KVS_COUNT(c, owner_fills, 1);
 	}
 	kvs_wait_publish(&c->states[i], state);
+	/* The pin owned the fill, not the slot: once published it is a plain pin,
+	 * so a later refill of the slot by this process (another handle's pin,
+	 * owning the new fill) is never cancelled by this pin's release.  relaxed,
+	 * without the bucket lock: our own entry, and every reader of the bit
+	 * (release, repair, the reaper) also checks the slot is LOADING by us. */
+	atomic_fetch_and_explicit(&c->me->pins[slot->pin], ~KVS_PIN_OWNER, memory_order_relaxed);
 	slot->state = state;
 	slot->error = err;
 	slot->flags &= ~KVS_SLOT_OWNER;
@@ -410,6 +506,31 @@ static int publish(struct kvs_cache *c, struct kvs_slot *slot, uint32_t state, i
 KVS_API int kvs_slot_publish_ready(struct kvs_cache *c, struct kvs_slot *slot)
 {
 	return publish(c, slot, KVS_SHM_SLOT_READY, 0);
+}
+
+int kvs_core_slot_publish_dirty(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	/* relaxed: the slot is ours (LOADING, pinned, filled by us): nobody tags
+	 * it before the publish below orders this store */
+	atomic_store_explicit(&c->slots[slot->index].claim, 0, memory_order_relaxed);
+	return publish(c, slot, KVS_SHM_SLOT_DIRTY, 0);
+}
+
+int kvs_core_slot_clean(struct kvs_cache *c, struct kvs_slot *slot)
+{
+	uint32_t v;
+	int rc = slot_check(c, slot, &v);
+
+	if (rc)
+		return rc;
+	/* relaxed: pinned by us, so never re-keyed; DIRTY leaves only through a
+	 * writer's clean (ours: the claim is WRITING by us) */
+	if (state_value(c, slot->index, memory_order_relaxed) != KVS_SHM_SLOT_DIRTY)
+		return -EPERM;
+	/* release (the publish): a reader that sees READY sees the bytes durable */
+	kvs_wait_publish(&c->states[slot->index], KVS_SHM_SLOT_READY);
+	slot->state = KVS_SHM_SLOT_READY;
+	return 0;
 }
 
 KVS_API int kvs_slot_publish_failed(struct kvs_cache *c, struct kvs_slot *slot, int err)
@@ -462,8 +583,7 @@ static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 		if (i != KVS_IDX_NONE && touch) {
 			clock_use(c, i);
 			found++;
-		} else if (i != KVS_IDX_NONE &&
-			   state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_READY) {
+		} else if (i != KVS_IDX_NONE && ready_like(state_value(c, i, memory_order_relaxed))) {
 			found++;
 		}
 		kvs_core_bucket_unlock(c, b);
@@ -471,6 +591,25 @@ static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 			return 0;
 	}
 	return touch ? found : 1;
+}
+
+int kvs_core_block_read_back(struct kvs_cache *c, const struct kvs_block_id *block)
+{
+	for (uint32_t s = 0; s < c->shards_per_block; s++) {
+		uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, s)), i;
+		int rc = kvs_core_bucket_lock(c, b), clean = 0;
+
+		if (rc)
+			return rc;
+		i = kvs_core_find(c, b, block, s);
+		/* relaxed: under the bucket lock */
+		if (i != KVS_IDX_NONE && state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_READY)
+			clean = 1;
+		kvs_core_bucket_unlock(c, b);
+		if (clean)
+			return 1;
+	}
+	return 0;
 }
 
 KVS_API int kvs_cache_exists(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard)
@@ -530,6 +669,12 @@ KVS_API int kvs_cache_touch(struct kvs_cache *c, const struct kvs_block_id *bloc
 
 KVS_API int kvs_cache_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard)
 {
+	return kvs_core_prealloc(c, block, shard, 0);
+}
+
+int kvs_core_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		      uint32_t flags)
+{
 	uint32_t b, i;
 	int rc;
 
@@ -541,13 +686,13 @@ KVS_API int kvs_cache_prealloc(struct kvs_cache *c, const struct kvs_block_id *b
 	 * so the next get owns it at once (row "LOADING, ref 0") and no get can
 	 * ever find it pinned and wait for a fill nobody makes. */
 	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
-	rc = kvs_core_bucket_lock(c, b);
+	rc = (flags & KVS_CORE_GET_TRY) ? kvs_core_bucket_trylock(c, b) : kvs_core_bucket_lock(c, b);
 	if (rc)
 		return rc;
 	if (kvs_core_find(c, b, block, shard) != KVS_IDX_NONE) {
 		rc = 0; /* resident in any state: nothing to prepare */
 	} else {
-		rc = kvs_core_clock_victim(c, b, true, &i);
+		rc = kvs_core_clock_victim(c, b, KVS_CORE_POOL_PREALLOC, &i);
 		if (rc == 0) {
 			c->slots[i].block = *block;
 			c->slots[i].shard = shard;

@@ -39,6 +39,7 @@ static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s)
 	ADD(lock_repairs);
 	ADD(ranks_reaped);
 	ADD(enospc);
+	ADD(joins);
 #undef ADD
 }
 
@@ -59,9 +60,11 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 	o->fallbacks = c->hdr->fallbacks;
 	o->adoptions = atomic_load_explicit(&c->hdr->adopt_count, memory_order_relaxed);
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
-		/* acquire: pairs with the release of attach (device_id) */
-		if (atomic_load_explicit(&c->ranks[r].state, memory_order_acquire) !=
-		    KVS_SHM_RANK_ATTACHED)
+		/* Live only: a rank killed and not reaped yet is not attached to
+		 * anything.  relaxed: kvs_core_rank_alive rechecks the epoch after
+		 * its acquire of the entry's state (device_id with it). */
+		if (!kvs_core_rank_alive(c, r, atomic_load_explicit(&c->ranks[r].epoch,
+								    memory_order_relaxed)))
 			continue;
 		o->ranks_attached++;
 		if (c->ranks[r].device_id >= 0)
@@ -86,6 +89,7 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 		uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
 
 		o->slots_ready += st == KVS_SHM_SLOT_READY;
+		o->slots_dirty += st == KVS_SHM_SLOT_DIRTY;
 		o->slots_loading += st == KVS_SHM_SLOT_LOADING;
 		o->slots_failed += st == KVS_SHM_SLOT_FAILED;
 		o->slots_pinned += atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed) != 0;
@@ -263,9 +267,9 @@ static int check_slot(struct kvs_cache *c, uint32_t b, uint32_t i, struct check_
 		if (ref != exact)
 			BROKEN("slot %u: ref %u but %u pin entries", i, ref, exact);
 	}
-	if (st > KVS_SHM_SLOT_FAILED)
+	if (st > KVS_SHM_SLOT_DIRTY)
 		BROKEN("slot %u: state %u", i, st);
-	if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_FAILED)
+	if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_DIRTY)
 		return bad;
 	if (s->shard >= c->shards_per_block)
 		BROKEN("slot %u: shard %u >= %u", i, s->shard, c->shards_per_block);
@@ -419,6 +423,14 @@ KVS_API int kvs_cache_check(struct kvs_cache *c)
 			bad += check_bucket(c, (uint32_t)b, &x);
 			kvs_core_bucket_unlock(c, (uint32_t)b);
 		}
+	}
+	if (rc == 0 && bad < CHECK_MAX_REPORTS) {
+		int n = kvs_core_claims_check(c, CHECK_MAX_REPORTS - bad);
+
+		if (n < 0)
+			rc = n;
+		else
+			bad += n;
 	}
 	if (bad >= CHECK_MAX_REPORTS)
 		kvs_log_error(&c->log, "check: %d problems; further checks skipped", bad);

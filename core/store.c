@@ -1,8 +1,7 @@
 /*
  * core/store.c — a rank's store: open and close, tasks (submit, check, wait),
- * lookups and stats.  The pipeline itself runs in two threads, the dispatcher
- * (store_dispatch.c) and the copier (store_copy.c); this file is what callers'
- * threads run and the bookkeeping all three share.
+ * lookups and stats, and the hand-offs between its two threads, the dispatcher
+ * (store_dispatch.c) and the copier (store_copy.c, store_dump.c).
  *
  * A task is one allocation: the task, its shards, their copy segments and the
  * visiting order; nothing is allocated per shard.  Its life:
@@ -10,32 +9,48 @@
  *   submit   validated and copied; entered in the task table (at most
  *            waiting_queue_depth not yet reaped, else -EAGAIN at once) and queued
  *            for the dispatcher.
- *   shards   a shard's failure becomes the task's error if it is the first
- *            (kvs_store_sh_error); a shard is done when the last holder of its pin
- *            released it (kvs_store_sh_put), and the task is done when every shard
- *            is: no copy into the caller's tensors is pending and no slot of the
- *            task is pinned any more.  A timed-out task therefore reports only
- *            after its in-flight reads drained (bounded by the backend), and a
- *            caller that sees a task done sees its slots evictable.  (A dump with
- *            dump_wait=cached is counted done once READY: kvs_store_sh_done.)
+ *   shards   each shard is *finished* once (kvs_store_sh_done: its outcome, the
+ *            first error becoming the task's) and *released* once (the last
+ *            holder of its pin drops it, kvs_store_sh_put).  The task is done
+ *            when every shard is finished: a load's shard finishes after the
+ *            sync that made its copy land, and normally after its pin is gone;
+ *            one that missed its deadline finishes at the deadline, while a read
+ *            it owns still drains into the cache (its pin held until then, and
+ *            the task's memory with it: task->live).
  *   reap     kvs_store_check / kvs_store_wait report a done task once and drop
- *            the table's reference; the allocation goes with the last reference
- *            (task->live: one per shard release, one for the reap).
+ *            the table's reference; the allocation goes with the last reference.
  *
  * Task ids carry their table index in the low 16 bits and a sequence number
  * above, so a stale id is -ENOENT, never another task.
  *
- * Locking: one mutex (mu) guards the task table, the dispatcher's queues, the
- * ring and the counts; three condition variables wake the dispatcher, the copier
- * and task waiters (sleeping, never polling).  Per-shard and per-task state
- * touched by two threads is atomic, with its order explained where it is used.
+ * Locking: one mutex (mu) guards the task table, the hand-off lists, the ring
+ * and the counts.  Task waiters and an idle copier sleep on condition variables;
+ * the dispatcher sleeps in epoll on its eventfd (wake_fd) and the backend's wait
+ * descriptor.  Per-shard and per-task state touched by two threads is atomic,
+ * with its order explained where it is used.
+ *
+ * Close is bounded: new tasks are refused, running ones end by their deadlines
+ * (each reports then, transfers or not), and the threads are given timeout_ns
+ * more to drain transfers still in flight.  If one outlives that (a hung mount),
+ * close returns anyway: the threads finish draining on their own and the last
+ * one tears the store down (kvs_store_thread_exit); the slots of that transfer
+ * stay pinned until it ends, and from close's return they log nothing (the
+ * caller's callbacks sit behind a gate that close shuts).  A process that exits
+ * meanwhile (exit(), a return from main, not _exit) gives such stores up to
+ * timeout_ns more before it goes (an atexit handler): a transfer that lands
+ * then lets the store detach and, as the node's last rank, remove the cache,
+ * instead of leaving it stale.  In a fork()ed child, close frees the child's copy
+ * of the memory only (the threads and the backend are the parent's).
  */
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "core/store.h"
 
 #define TASK_IDX_BITS 16u
@@ -74,19 +89,23 @@ static void task_complete(struct kvs_store *s, struct kvs_store_task *t)
 	int err = atomic_load_explicit(&t->error, memory_order_acquire);
 
 	KVS_STORE_COUNT(s, task_lat_us[lat_bucket(now - t->submit_ns)], 1);
+	KVS_STORE_COUNT(s, task_lat_ns_sum, now - t->submit_ns);
 	if (err)
 		KVS_STORE_COUNT(s, tasks_failed, 1);
 	if (err == -ETIMEDOUT)
 		KVS_STORE_COUNT(s, tasks_timedout, 1);
+	bool stop;
+
 	pthread_mutex_lock(&s->mu);
 	t->done = true;
 	s->active--;
+	stop = s->stop;
 	pthread_cond_broadcast(&s->done_cv);
-	if (s->stop) { /* the threads exit when nothing is active */
-		pthread_cond_signal(&s->disp_cv);
-		pthread_cond_signal(&s->copier_cv);
-	}
 	pthread_mutex_unlock(&s->mu);
+	if (stop) { /* the threads exit when nothing is left */
+		kvs_store_wake_dispatcher(s);
+		kvs_store_wake_copier(s);
+	}
 }
 
 void kvs_store_sh_error(struct kvs_store_sh *sh, int err)
@@ -99,64 +118,138 @@ void kvs_store_sh_error(struct kvs_store_sh *sh, int err)
 							memory_order_release, memory_order_relaxed);
 }
 
-void kvs_store_sh_done(struct kvs_store *s, struct kvs_store_sh *sh)
+void kvs_store_sh_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
 {
 	struct kvs_store_task *t = sh->task;
 
 	/* acq_rel: exactly one caller counts a shard */
 	if (atomic_exchange_explicit(&sh->finished, 1, memory_order_acq_rel))
 		return;
+	kvs_store_sh_error(sh, err);
 	/* acq_rel: the last shard's counter sees every earlier shard's error */
 	if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
 		task_complete(s, t);
 }
 
-void kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh)
+void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot)
+{
+	bool blocked;
+	int rc = kvs_slot_release(s->cache, slot);
+
+	if (rc)
+		kvs_log_error(&s->log, "store: releasing a slot: %s", kvs_strerror(rc));
+	/* relaxed: a budget (the dispatcher re-reads it after its wake) */
+	atomic_fetch_sub_explicit(&s->pins, 1, memory_order_relaxed);
+	pthread_mutex_lock(&s->mu);
+	blocked = s->disp_blocked;
+	pthread_mutex_unlock(&s->mu);
+	if (blocked)
+		kvs_store_wake_dispatcher(s);
+}
+
+bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh)
 {
 	struct kvs_store_task *t = sh->task;
-	int rc;
 
 	/* acq_rel: the other holder's use of the slot happens before the release */
 	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) != 1)
-		return;
+		return false;
 	if (sh->flags & KVS_SH_GOT) {
-		rc = kvs_slot_release(s->cache, &sh->slot);
-		if (rc)
-			kvs_log_error(&s->log, "store: releasing slot %u of shard %u: %s",
-				      sh->slot.index, sh->shard, kvs_strerror(rc));
+		sh->flags &= ~KVS_SH_GOT;
+		kvs_store_release(s, &sh->slot);
 	}
-	kvs_store_sh_done(s, sh);
+	kvs_store_sh_done(s, sh, 0);
 	task_unref(t);
+	return true;
 }
 
-void kvs_store_handoff(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t op)
+void kvs_store_sh_finish(struct kvs_store *s, struct kvs_store_sh *sh, int err)
 {
-	sh->io_op = op;
+	/* The error first, then the release, then done: a task reported done has
+	 * its slots released, unless a read still drains into one -- then the
+	 * shard is done now and the read's holder releases it later (only the
+	 * copier runs this, and only it takes such a late release: no race). */
+	kvs_store_sh_error(sh, err);
+	if (!kvs_store_sh_put(s, sh))
+		kvs_store_sh_done(s, sh, err);
+}
+
+/* ---- hand-offs between the threads ---- */
+
+void kvs_store_wake_dispatcher(struct kvs_store *s)
+{
+	uint64_t one = 1;
+
+	/* an eventfd counter: a failed write means it is at its maximum, awake */
+	if (write(s->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		kvs_log_debug(&s->log, "store: dispatcher wake: %s", kvs_strerror(-errno));
+}
+
+void kvs_store_wake_copier(struct kvs_store *s)
+{
+	kvs_wait_bump(&s->copier_bell);
 	pthread_mutex_lock(&s->mu);
-	sh->io_next = s->handoff;
-	s->handoff = sh;
-	pthread_cond_signal(&s->disp_cv);
+	pthread_cond_signal(&s->copier_cv);
 	pthread_mutex_unlock(&s->mu);
 }
 
+void kvs_store_handoff_read(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	pthread_mutex_lock(&s->mu);
+	sh->next = s->reads_in;
+	s->reads_in = sh;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_dispatcher(s);
+}
+
+void kvs_store_handoff_revisit(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	pthread_mutex_lock(&s->mu);
+	sh->next = s->revisit_in;
+	s->revisit_in = sh;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_dispatcher(s);
+}
+
+void kvs_store_handoff_job(struct kvs_store *s, struct kvs_store_job *job)
+{
+	pthread_mutex_lock(&s->mu);
+	job->next = s->jobs_in;
+	s->jobs_in = job;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_dispatcher(s);
+}
+
+void kvs_store_handoff_release(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	pthread_mutex_lock(&s->mu);
+	sh->next = s->release_in;
+	s->release_in = sh;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_copier(s);
+}
+
+void kvs_store_handoff_job_done(struct kvs_store *s, struct kvs_store_job *job)
+{
+	pthread_mutex_lock(&s->mu);
+	job->next = s->jobs_done;
+	s->jobs_done = job;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_copier(s);
+}
+
 /* The order a rank visits a task's n shards: rotated (rank r starts at slice r
- * and strides by local_rank_size, then the next start) or natural.  A dump
- * visits every block's shard 0 first (in that order among themselves): who
- * owns shard 0 decides who writes the block, and a later shard of the block
- * must know it (store_dispatch.c, "Dump writers"). */
+ * and strides by local_rank_size, then the next start) or natural. */
 static void visiting_order(const struct kvs_store *s, struct kvs_store_task *t)
 {
 	uint32_t n = t->n, k = 0, lrs = s->lrs;
 	bool natural = s->cfg.dispatch_order == KVS_DISPATCH_NATURAL || lrs <= 1;
 
-	for (int pass = t->op == KVS_STORE_OP_DUMP ? 0 : 1; pass < 2; pass++) {
-		for (uint32_t j = 0; j < (natural ? 1 : lrs); j++) {
-			uint32_t first = natural ? 0 : (s->rank_slice + j) % lrs;
+	for (uint32_t j = 0; j < (natural ? 1 : lrs); j++) {
+		uint32_t first = natural ? 0 : (s->rank_slice + j) % lrs;
 
-			for (uint32_t i = first; i < n; i += natural ? 1 : lrs)
-				if (t->op != KVS_STORE_OP_DUMP || (pass == 0) == (t->sh[i].shard == 0))
-					t->order[k++] = i;
-		}
+		for (uint32_t i = first; i < n; i += natural ? 1 : lrs)
+			t->order[k++] = i;
 	}
 }
 
@@ -206,7 +299,7 @@ static int task_build(struct kvs_store *s, uint32_t op, const struct kvs_store_s
 
 		sh->task = t;
 		atomic_init(&sh->refs, 1);
-		atomic_init(&sh->io_result, KVS_SH_IO_PENDING);
+		atomic_init(&sh->rd.result, KVS_XFER_PENDING);
 		if (op == KVS_STORE_OP_PREFETCH) {
 			sh->block = blocks[i / s->spb];
 			sh->shard = i % s->spb;
@@ -227,7 +320,6 @@ static int task_build(struct kvs_store *s, uint32_t op, const struct kvs_store_s
 	visiting_order(s, t);
 	atomic_init(&t->pending, nsh);
 	atomic_init(&t->live, nsh + 1);
-	t->copier_left = nsh;
 	*out = t;
 	return 0;
 inval:
@@ -273,8 +365,8 @@ static int task_submit(struct kvs_store *s, uint32_t op, const struct kvs_store_
 	else
 		s->q_head = t;
 	s->q_tail = t;
-	pthread_cond_signal(&s->disp_cv);
 	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_dispatcher(s);
 	*id = t->id;
 	if (op == KVS_STORE_OP_LOAD)
 		KVS_STORE_COUNT(s, tasks_load, 1);
@@ -394,12 +486,16 @@ KVS_API int kvs_store_lookup_prefix(struct kvs_store *s, const struct kvs_block_
 	rc = kvs_cache_lookup_prefix(s->cache, blocks, n, KVS_ALL_SHARDS);
 	if (rc < 0 || rc == (int)n)
 		return rc;
+	/* Past the cache's prefix, a block may be in the cache or the backend, as
+	 * for kvs_store_lookup: ask the cache first, the backend for the rest. */
 	i = (size_t)rc;
 	hits = calloc(n - i, sizeof(*hits));
 	if (!hits)
 		return -ENOMEM;
-	rc = kvs_backend_lookup_batch(s->backend, blocks + i, n - i, KVS_BACKEND_LOOKUP_PREFIX,
-				      hits);
+	rc = kvs_cache_lookup(s->cache, blocks + i, n - i, KVS_ALL_SHARDS, hits);
+	if (rc >= 0)
+		rc = kvs_backend_lookup_batch(s->backend, blocks + i, n - i,
+					      KVS_BACKEND_LOOKUP_PREFIX, hits);
 	free(hits);
 	return rc < 0 ? rc : (int)i + rc;
 }
@@ -450,7 +546,7 @@ KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stat
 			live++;
 			ready += rank_registered(&e->stats.store);
 		}
-		o->ready = live && ready == live;
+		o->ready = ready == live; /* no live GPU rank: nothing left to register */
 	} else {
 		add_store_stats(o, &c->ranks[rank].stats.store);
 		o->ready = rank_registered(&c->ranks[rank].stats.store);
@@ -461,6 +557,13 @@ KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stat
 	return 0;
 }
 
+KVS_API int kvs_store_copy_engine(struct kvs_store *s)
+{
+	if (!s)
+		return -EINVAL;
+	return s->copy ? (int)s->copy_kind : -EOPNOTSUPP;
+}
+
 KVS_API struct kvs_cache *kvs_store_cache(struct kvs_store *s)
 {
 	return s ? s->cache : NULL;
@@ -469,43 +572,111 @@ KVS_API struct kvs_cache *kvs_store_cache(struct kvs_store *s)
 /* ------------------------------------------------------------------------ */
 /* Open and close                                                            */
 
-/* The copy engine; the data plane is registered with it in the background
- * (store_register.c). */
+/*
+ * The copy engine, opened before the cache exists (an engine that cannot work
+ * must not cost a pre-fault of the data plane first).  copy_engine=auto takes
+ * CUDA when a device is usable and the host engine otherwise, said once at
+ * INFO.  The data plane is registered with it later, in the background
+ * (store_register.c).
+ */
 static int copy_open(struct kvs_store *s)
 {
+	uint32_t want = s->cfg.copy_engine;
 	struct kvs_copy_opts o = {
-		.kind = s->cfg.copy_engine == KVS_COPY_ENGINE_HOST ? KVS_COPY_HOST : KVS_COPY_CUDA,
+		.kind = want == KVS_COPY_ENGINE_HOST ? KVS_COPY_HOST : KVS_COPY_CUDA,
 		.device_id = s->cfg.cache.device_id,
 		.streams = s->cfg.cache_stream_number,
-		.log = &s->log,
+		.log = want == KVS_COPY_ENGINE_AUTO ? NULL : &s->log,
 		.register_delay_ns = s->cfg.register_delay_ns,
+		.land_delay_ns = s->cfg.copy_land_delay_ns,
 	};
 	int rc = kvs_copy_open(&o, &s->copy);
 
+	if (rc && want == KVS_COPY_ENGINE_AUTO && (rc == -ENODEV || rc == -EOPNOTSUPP)) {
+		kvs_log_info(&s->log, "store: copy_engine=auto: no usable CUDA device %d (%s): "
+				      "the host engine copies (device addresses are host pointers)",
+			     o.device_id, kvs_strerror(rc));
+		o.kind = KVS_COPY_HOST;
+		o.log = &s->log;
+		rc = kvs_copy_open(&o, &s->copy);
+	}
 	if (rc) {
-		kvs_log_error(&s->log, "store: copy_engine %s on device %d: %s%s",
+		kvs_log_error(&s->log, "store: copy_engine=%s on device %d: %s%s",
 			      o.kind == KVS_COPY_HOST ? "host" : "cuda", o.device_id, kvs_strerror(rc),
-			      o.kind == KVS_COPY_CUDA ? " (no CUDA device: set copy_engine=host)" : "");
+			      o.kind == KVS_COPY_CUDA ? " (no usable CUDA device: set copy_engine=host "
+							"or auto)" : "");
 		return rc == -EOPNOTSUPP ? -ENODEV : rc;
 	}
-	return kvs_store_register_start(s);
+	s->copy_kind = o.kind == KVS_COPY_HOST ? KVS_COPY_ENGINE_HOST : KVS_COPY_ENGINE_CUDA;
+	return 0;
 }
 
+/* The geometry the backend stores with every block: the cache's once it is
+ * open (an attacher takes the creator's), the configuration's before. */
+static void tensor_table(struct kvs_store *s, const struct kvs_cache_config *cc)
+{
+	uint64_t off = 0;
+
+	s->slot_bytes = cc->slot_bytes;
+	s->spb = cc->shards_per_block;
+	s->tensor_count = cc->tensor_count ? cc->tensor_count : 1;
+	for (uint32_t i = 0; i < s->tensor_count; i++) {
+		s->tensor_bytes[i] = cc->tensor_count ? cc->tensor_bytes[i] : s->slot_bytes;
+		s->tensor_off[i] = off;
+		off += s->tensor_bytes[i];
+	}
+}
+
+/*
+ * Open the backend for the geometry of tensor_table().  Called before the
+ * cache exists, so a missing root, a root that is not writable, a Redis that
+ * refuses the password are errors before any pre-fault; and once more after
+ * the cache opened when it brought another geometry (a watcher that gave none).
+ */
 static int backend_open(struct kvs_store *s)
+{
+	int rc;
+
+	kvs_backend_close(s->backend);
+	s->backend = NULL;
+	s->cfg.backend.shard_bytes = s->slot_bytes;
+	s->cfg.backend.shards_per_block = s->spb;
+	s->cfg.backend.tensor_count = s->tensor_count;
+	s->cfg.backend.tensor_bytes = s->tensor_bytes;
+	s->fault_inner.shard_bytes = s->slot_bytes;
+	s->fault_inner.shards_per_block = s->spb;
+	s->fault_inner.tensor_count = s->tensor_count;
+	s->fault_inner.tensor_bytes = s->tensor_bytes;
+	if (s->cfg.backend.kind == KVS_BACKEND_POSIX && s->cfg.backend.nroots == 0) {
+		kvs_log_error(&s->log, "store: backend=posix needs backend_roots, the directories "
+				       "its block files go under (backend_roots=/data/kv, or /a:/b); "
+				       "none was given (or backend=none: no backend)");
+		return -EINVAL;
+	}
+	rc = kvs_backend_open(&s->cfg.backend, &s->backend);
+	if (rc)
+		kvs_log_error(&s->log, "store: opening the backend: %s", kvs_strerror(rc));
+	return rc;
+}
+
+/* The cache is open: its geometry is the truth.  Reopen the backend if that is
+ * not what it was opened with, then register the data plane with it. */
+static int backend_adopt(struct kvs_store *s)
 {
 	struct kvs_cache *c = s->cache;
 	struct kvs_backend_buffer bufs[KVS_MAX_SEGS];
+	uint64_t was[KVS_MAX_TENSORS];
+	uint32_t n = s->tensor_count;
 	int rc;
 
-	/* The cache's geometry is the truth (an attacher takes the creator's). */
-	s->cfg.backend.shard_bytes = c->slot_bytes;
-	s->cfg.backend.shards_per_block = c->shards_per_block;
-	s->fault_inner.shard_bytes = c->slot_bytes;
-	s->fault_inner.shards_per_block = c->shards_per_block;
-	rc = kvs_backend_open(&s->cfg.backend, &s->backend);
-	if (rc) {
-		kvs_log_error(&s->log, "store: opening the backend: %s", kvs_strerror(rc));
-		return rc;
+	memcpy(was, s->tensor_bytes, sizeof(was));
+	tensor_table(s, &c->cfg); /* adopted from the header by an attacher */
+	if (!s->backend || s->cfg.backend.shard_bytes != s->slot_bytes ||
+	    s->cfg.backend.shards_per_block != s->spb || n != s->tensor_count ||
+	    memcmp(was, s->tensor_bytes, n * sizeof(was[0])) != 0) {
+		rc = backend_open(s);
+		if (rc)
+			return rc;
 	}
 	if (c->cfg.device_id < 0)
 		return 0;
@@ -516,19 +687,6 @@ static int backend_open(struct kvs_store *s)
 		kvs_log_warn(&s->log, "store: data segments not registered with the backend "
 			     "(transfers are not zero-copy): %s", kvs_strerror(rc));
 	return 0;
-}
-
-static void tensor_table(struct kvs_store *s)
-{
-	const struct kvs_cache_config *cc = &s->cache->cfg;
-	uint64_t off = 0;
-
-	s->tensor_count = cc->tensor_count ? cc->tensor_count : 1;
-	for (uint32_t i = 0; i < s->tensor_count; i++) {
-		s->tensor_bytes[i] = cc->tensor_count ? cc->tensor_bytes[i] : s->slot_bytes;
-		s->tensor_off[i] = off;
-		off += s->tensor_bytes[i];
-	}
 }
 
 static int thread_start(struct kvs_store *s, pthread_t *thr, void *(*fn)(void *), const char *name)
@@ -553,23 +711,112 @@ static int thread_start(struct kvs_store *s, pthread_t *thr, void *(*fn)(void *)
 	return 0;
 }
 
+/*
+ * The ERROR lines of this thread's last kvs_store_open (kvs_store_last_error):
+ * what a caller without a log callback, or one that keeps only the last line,
+ * would otherwise never see.  Collected only while the thread is opening (every
+ * line of an open is logged by the opening thread: the store's own threads
+ * start last).
+ */
+static __thread char open_errors[KVS_STORE_ERRORS_MAX];
+static __thread bool opening;
+
+static void note_error(int level, const char *msg)
+{
+	size_t n;
+
+	if (!opening || level != KVS_LOG_ERROR)
+		return;
+	n = strlen(open_errors);
+	if (n + 1 < sizeof(open_errors))
+		snprintf(open_errors + n, sizeof(open_errors) - n, "%s%s", n ? "\n" : "", msg);
+}
+
+KVS_API const char *kvs_store_last_error(void)
+{
+	return open_errors;
+}
+
+static void gated_log(void *arg, int level, const char *msg)
+{
+	struct kvs_store_log_gate *g = arg;
+
+	note_error(level, msg);
+	if (!g->fn)
+		return;
+	pthread_rwlock_rdlock(&g->s->log_lock);
+	if (!g->s->log_muted)
+		g->fn(g->arg, level, msg);
+	pthread_rwlock_unlock(&g->s->log_lock);
+}
+
+/* The caller's log while the config is resolved (no store to gate with yet). */
+static void resolve_log(void *arg, int level, const char *msg)
+{
+	const struct kvs_log *user = arg;
+
+	note_error(level, msg);
+	if (user->fn)
+		user->fn(user->arg, level, msg);
+}
+
+/* Put the callback *fn, *arg (none too: the open's errors are kept) behind
+ * gate i. */
+static void log_gate(struct kvs_store *s, unsigned i, kvs_log_fn *fn, void **arg)
+{
+	s->log_gates[i] = (struct kvs_store_log_gate){ .s = s, .fn = *fn, .arg = *arg };
+	*fn = gated_log;
+	*arg = &s->log_gates[i];
+}
+
+/* After the config is resolved: every callback it names goes through a gate. */
+static void log_gates(struct kvs_store *s)
+{
+	log_gate(s, KVS_STORE_LOG_STORE, &s->log.fn, &s->log.arg);
+	log_gate(s, KVS_STORE_LOG_CACHE, &s->cfg.cache.log, &s->cfg.cache.log_arg);
+	log_gate(s, KVS_STORE_LOG_BACKEND, &s->cfg.backend.log, &s->cfg.backend.log_arg);
+	if (s->cfg.backend.fault_inner == &s->fault_inner)
+		log_gate(s, KVS_STORE_LOG_INNER, &s->fault_inner.log, &s->fault_inner.log_arg);
+}
+
 static int sync_init(struct kvs_store *s)
 {
 	pthread_condattr_t ca;
 	int rc;
 
-	rc = pthread_mutex_init(&s->mu, NULL);
+	s->wake_fd = -1;
+	rc = pthread_rwlock_init(&s->log_lock, NULL);
 	if (rc)
 		return -rc;
+	rc = pthread_mutex_init(&s->mu, NULL);
+	if (rc) {
+		pthread_rwlock_destroy(&s->log_lock);
+		return -rc;
+	}
 	pthread_condattr_init(&ca);
 	/* kvs_store_wait's deadline is CLOCK_MONOTONIC like every other */
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->disp_cv, &ca);
 	pthread_cond_init(&s->copier_cv, &ca);
 	pthread_cond_init(&s->done_cv, &ca);
 	pthread_cond_init(&s->reg_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	return 0;
+}
+
+/*
+ * The pins the dispatcher keeps at most: a share of the cache that every rank
+ * of the node (local_rank_size of them) may hold at once with half the cache
+ * left evictable, so tasks of any size complete on any cache; within the pin
+ * table, with room for the block writes the copier pins beside it.
+ */
+static uint32_t pin_budget(const struct kvs_store *s)
+{
+	uint64_t share = s->cache->slot_count / (2 * (uint64_t)s->lrs);
+	uint64_t table = KVS_RANK_PINS / 2;
+
+	if (share > table)
+		share = table;
+	return share ? (uint32_t)share : 1;
 }
 
 static int threads_start(struct kvs_store *s)
@@ -579,19 +826,26 @@ static int threads_start(struct kvs_store *s)
 	s->ring_cap = s->cfg.running_queue_depth;
 	s->ring = calloc(s->ring_cap, sizeof(*s->ring));
 	s->tasks = calloc(s->cfg.waiting_queue_depth, sizeof(*s->tasks));
-	s->claims = calloc(KVS_STORE_CLAIMS_MAX, sizeof(*s->claims));
-	if (!s->ring || !s->tasks || !s->claims)
+	if (!s->ring || !s->tasks)
 		return -ENOMEM;
+	s->wake_fd = kvs_fd_above_stdio(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+	if (s->wake_fd < 0)
+		return -errno;
+	s->pin_budget = pin_budget(s);
+	s->threads_alive = 2;
 	rc = thread_start(s, &s->disp_thr, kvs_store_dispatcher, "kvs-dispatch");
-	if (rc)
+	if (rc) {
+		s->threads_alive = 0;
 		return rc;
+	}
 	rc = thread_start(s, &s->copier_thr, kvs_store_copier, "kvs-copier");
 	if (rc) {
+		/* the dispatcher exits at once: stop, and no copier to wait for */
 		pthread_mutex_lock(&s->mu);
 		s->stop = true;
-		s->copier_done = true; /* never started: the dispatcher may exit */
-		pthread_cond_signal(&s->disp_cv);
+		s->threads_alive = 1;
 		pthread_mutex_unlock(&s->mu);
+		kvs_store_wake_dispatcher(s);
 		pthread_join(s->disp_thr, NULL);
 		return rc;
 	}
@@ -599,21 +853,73 @@ static int threads_start(struct kvs_store *s)
 	return 0;
 }
 
-KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store **out)
+/* A store that may create its cache needs its size in keys it knows (the
+ * cache would name its own fields: "invalid slot_count = 0"). */
+static int sizes_given(struct kvs_store *s)
+{
+	const struct kvs_cache_config *c = &s->cfg.cache;
+
+	if (c->flags & KVS_CACHE_ATTACH)
+		return 0; /* a watcher takes the creator's */
+	if (c->slot_bytes == 0 || c->slot_count == 0) {
+		kvs_log_error(&s->log, "store: no %s given: set %s (e.g. shard_size=2m,"
+				       "cache_buffer_capacity_gb=64: GiB of shard slots; or "
+				       "slot_bytes and slot_count in the C struct)",
+			      c->slot_bytes == 0 ? "shard size" : "capacity",
+			      c->slot_bytes == 0 ? "shard_size" : "cache_buffer_capacity_gb");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A geometry in the store's keys (what the user typed, not the cache's fields). */
+static void geometry_words(char *buf, size_t len, uint64_t shard, uint64_t slots, uint32_t spb,
+			   uint32_t lrs)
+{
+	snprintf(buf, len, "shard_size=%llu, block_size=%llu (%u shards), "
+			   "cache_buffer_capacity_gb=%.4g (%llu slots), local_rank_size=%u",
+		 (unsigned long long)shard, (unsigned long long)(shard * spb), spb,
+		 (double)(shard * slots) / (double)(UINT64_C(1) << 30), (unsigned long long)slots,
+		 lrs);
+}
+
+/* The cache refused this rank's geometry (-KVS_ECONFIG, a field named): say it
+ * in keys, both sides, and what to do. */
+static void explain_mismatch(struct kvs_store *s)
+{
+	const struct kvs_cache_config *c = &s->cfg.cache;
+	struct kvs_cache_info in;
+	char have[192], want[192];
+
+	if (kvs_cache_inspect(c->unique_id, &in) != 0 || in.state != KVS_CACHE_INFO_READY)
+		return;
+	geometry_words(have, sizeof(have), in.slot_bytes, in.slot_count, in.shards_per_block,
+		       in.local_rank_size);
+	geometry_words(want, sizeof(want), c->slot_bytes, c->slot_count, c->shards_per_block,
+		       c->local_rank_size);
+	kvs_log_error(&s->log, "store: the cache '%s' on this node was made with %s; this rank "
+			       "asks for %s (or other tensor sizes): give every rank of the node "
+			       "the same values, or another unique_id",
+		      c->unique_id, have, want);
+}
+
+static int store_open(const struct kvs_store_config *cfg, struct kvs_store **out)
 {
 	struct kvs_store *s;
-	struct kvs_log log;
+	struct kvs_log log, user;
 	int rc;
 
 	if (out)
 		*out = NULL;
 	if (!cfg || !out)
 		return -EINVAL;
-	log = (struct kvs_log){ .fn = cfg->log, .arg = cfg->log_arg };
+	user = (struct kvs_log){ .fn = cfg->log, .arg = cfg->log_arg };
+	log = (struct kvs_log){ .fn = resolve_log, .arg = &user };
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->log = log;
+	s->log = user;
+	s->opener = getpid();
 	rc = kvs_store_config_resolve(cfg, &s->cfg, &s->fault_inner, &log);
 	if (!rc)
 		rc = sync_init(s);
@@ -621,20 +927,35 @@ KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store 
 		free(s);
 		return rc;
 	}
+	log_gates(s);
+	rc = sizes_given(s);
+	if (rc)
+		goto fail;
+	/* What can fail without the data plane fails before it is built. */
+	if (s->cfg.cache.device_id >= 0) {
+		rc = copy_open(s);
+		if (rc)
+			goto fail;
+	}
+	tensor_table(s, &s->cfg.cache);
+	if (s->slot_bytes && s->spb) {
+		rc = backend_open(s);
+		if (rc)
+			goto fail;
+	}
 	rc = kvs_cache_open(&s->cfg.cache, &s->cache);
+	if (rc == -KVS_ECONFIG)
+		explain_mismatch(s);
 	if (rc)
 		goto fail;
 	s->st = &s->cache->me->stats.store;
-	s->spb = s->cache->shards_per_block;
-	s->slot_bytes = s->cache->slot_bytes;
 	s->lrs = s->cache->local_rank_size;
-	tensor_table(s);
-	rc = backend_open(s);
+	rc = backend_adopt(s);
 	if (rc)
 		goto fail;
 	if (s->cfg.cache.device_id >= 0) {
 		s->rank_slice = (uint32_t)s->cfg.cache.device_id % s->lrs;
-		rc = copy_open(s);
+		rc = kvs_store_register_start(s);
 		if (!rc)
 			rc = threads_start(s);
 		if (rc)
@@ -647,42 +968,190 @@ fail:
 	return rc;
 }
 
-KVS_API void kvs_store_close(struct kvs_store *s)
+KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store **out)
 {
-	if (!s)
-		return;
-	/* The registration thread stops before its next chunk. */
-	pthread_mutex_lock(&s->mu);
-	s->stop = true;
-	pthread_mutex_unlock(&s->mu);
-	if (s->threads) {
-		/* Drain: the threads exit once no task is active (each bounded by its
-		 * deadline) and no transfer is in flight. */
-		pthread_mutex_lock(&s->mu);
-		pthread_cond_signal(&s->disp_cv);
-		pthread_cond_signal(&s->copier_cv);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->disp_thr, NULL);
-		pthread_join(s->copier_thr, NULL);
+	int rc;
+
+	open_errors[0] = '\0';
+	opening = true;
+	rc = store_open(cfg, out);
+	opening = false;
+	if (rc == 0)
+		open_errors[0] = '\0';
+	return rc;
+}
+
+/* Everything the threads are not using any more: the backend (the dispatcher
+ * closed its own), the copy engine, the cache, the memory. */
+static void teardown(struct kvs_store *s)
+{
+	if (s->threads)
 		for (uint32_t i = 0; i < s->cfg.waiting_queue_depth; i++)
 			if (s->tasks[i])
 				task_unref(s->tasks[i]);
-	}
 	if (s->copy) {
 		/* Nothing copies any more: unregister (this process only). */
-		kvs_store_register_stop(s);
+		if (s->cache)
+			kvs_store_register_stop(s);
 		kvs_copy_close(s->copy);
 	}
-	/* The dispatcher closed the backend it issued on; a watcher's is ours. */
 	kvs_backend_close(s->backend);
 	kvs_cache_close(s->cache);
-	free(s->claims);
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
 	free(s->tasks);
 	free(s->ring);
 	pthread_cond_destroy(&s->reg_cv);
 	pthread_cond_destroy(&s->done_cv);
 	pthread_cond_destroy(&s->copier_cv);
-	pthread_cond_destroy(&s->disp_cv);
 	pthread_mutex_destroy(&s->mu);
+	pthread_rwlock_destroy(&s->log_lock);
 	free(s);
+}
+
+/*
+ * Orphans: stores whose close returned with a transfer in flight, in this
+ * process.  At exit the process waits for them (orphans_at_exit) up to the
+ * longest timeout_ns among them; what has not drained by then stays as a hung
+ * transfer leaves it (the cache stale, for `kvshare clean` or the next opener).
+ */
+static pthread_mutex_t orphans_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t orphans_cv; /* CLOCK_MONOTONIC; an orphan is torn down */
+static pthread_once_t orphans_once = PTHREAD_ONCE_INIT;
+static uint32_t orphans_live;      /* under orphans_mu */
+static uint64_t orphans_wait_ns;   /* under orphans_mu: their longest timeout_ns */
+static pid_t orphans_pid;          /* the process they are in (not a fork()ed child) */
+
+static void orphans_at_exit(void)
+{
+	struct timespec ts;
+
+	pthread_mutex_lock(&orphans_mu);
+	ts = kvs_ns_to_timespec(kvs_deadline_after(orphans_wait_ns));
+	while (getpid() == orphans_pid && orphans_live &&
+	       pthread_cond_timedwait(&orphans_cv, &orphans_mu, &ts) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&orphans_mu);
+}
+
+static void orphans_init(void)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&orphans_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	atexit(orphans_at_exit);
+}
+
+static void orphan_add(const struct kvs_store *s)
+{
+	pthread_once(&orphans_once, orphans_init);
+	pthread_mutex_lock(&orphans_mu);
+	orphans_live++;
+	orphans_pid = getpid();
+	if (s->cfg.timeout_ns > orphans_wait_ns)
+		orphans_wait_ns = s->cfg.timeout_ns;
+	pthread_mutex_unlock(&orphans_mu);
+}
+
+static void orphan_done(void)
+{
+	pthread_mutex_lock(&orphans_mu);
+	orphans_live--;
+	pthread_cond_broadcast(&orphans_cv);
+	pthread_mutex_unlock(&orphans_mu);
+}
+
+void kvs_store_thread_exit(struct kvs_store *s)
+{
+	bool last;
+
+	pthread_mutex_lock(&s->mu);
+	last = --s->threads_alive == 0 && s->orphaned;
+	pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+	if (last) {
+		kvs_log_warn(&s->log, "store: the transfers that outlived close have drained; "
+				      "its resources are released now");
+		teardown(s);
+		orphan_done();
+	}
+}
+
+/* Latest deadline of the tasks still running (under mu), or now. */
+static uint64_t latest_deadline(struct kvs_store *s)
+{
+	uint64_t latest = kvs_now_ns();
+
+	for (uint32_t i = 0; i < s->cfg.waiting_queue_depth; i++)
+		if (s->tasks[i] && !s->tasks[i]->done && s->tasks[i]->deadline_ns > latest)
+			latest = s->tasks[i]->deadline_ns;
+	return latest;
+}
+
+KVS_API void kvs_store_close(struct kvs_store *s)
+{
+	struct timespec ts;
+	pthread_t disp, copier;
+	bool orphan = false;
+
+	if (!s)
+		return;
+	if (getpid() != s->opener) {
+		/* A fork()ed child's copy: the threads, the backend's rings and pools
+		 * and the copy engine are the parent's; the cache handles the child's
+		 * copy of itself. */
+		kvs_cache_close(s->cache);
+		free(s->tasks);
+		free(s->ring);
+		free(s);
+		return;
+	}
+	/* The registration thread stops before its next chunk. */
+	pthread_mutex_lock(&s->mu);
+	s->stop = true;
+	pthread_mutex_unlock(&s->mu);
+	if (s->threads) {
+		/* Tasks end by their deadlines; transfers then get timeout_ns more. */
+		kvs_store_wake_dispatcher(s);
+		kvs_store_wake_copier(s);
+		pthread_mutex_lock(&s->mu);
+		ts = kvs_ns_to_timespec(latest_deadline(s) + s->cfg.timeout_ns);
+		while (s->threads_alive &&
+		       pthread_cond_timedwait(&s->done_cv, &s->mu, &ts) != ETIMEDOUT)
+			;
+		if (s->threads_alive) {
+			/* the registration thread ends by itself (one chunk at most) */
+			pthread_mutex_unlock(&s->mu);
+			kvs_store_register_join(s);
+			pthread_mutex_lock(&s->mu);
+		}
+		disp = s->disp_thr;
+		copier = s->copier_thr;
+		if (s->threads_alive) {
+			kvs_log_error(&s->log, "store: close: a backend transfer is still in flight "
+					       "after every task's deadline and timeout_ms more (a hung "
+					       "mount?); it drains in the background, its slots pinned "
+					       "until it ends; nothing more is logged");
+			/* the caller may unload its log callback once close returns */
+			pthread_rwlock_wrlock(&s->log_lock);
+			s->log_muted = true;
+			pthread_rwlock_unlock(&s->log_lock);
+			/* counted before the unlock of mu, from which the last
+			 * thread out may free s (and count it out) */
+			orphan_add(s);
+			s->orphaned = orphan = true;
+		}
+		pthread_mutex_unlock(&s->mu);
+		if (orphan) {
+			pthread_detach(disp);
+			pthread_detach(copier);
+			return;
+		}
+		pthread_join(disp, NULL);
+		pthread_join(copier, NULL);
+	}
+	teardown(s);
 }

@@ -6,12 +6,16 @@
  *
  *   store_config.c  kvs_store_config_init, the key=value parser, resolution of
  *                   the derived sizes and validation (each error names its key)
- *   store.c         open/close, tasks (submit, check, wait), lookups, stats
- *   store_dispatch.c the dispatcher thread: rotated visiting order, gets, backend
- *                   reads and writes, publish at completion, prealloc
- *   store_copy.c    the copier thread: wait-for-any over slot words, H2D scatter,
- *                   D2H gather, one sync per task; staged copies of slots not
- *                   registered yet
+ *   store.c         open/close, tasks (submit, check, wait), lookups, stats, the
+ *                   hand-offs between the threads
+ *   store_dispatch.c the dispatcher thread: visits (gets) across tasks, backend
+ *                   reads and writes, publish at completion, prealloc; it sleeps
+ *                   on the backend's wait descriptor and its own eventfd
+ *   store_copy.c    the copier thread: waits for slots (futex wait-for-any),
+ *                   H2D scatter, D2H gather, syncs in batches; staged copies of
+ *                   slots not registered yet
+ *   store_dump.c    the dump protocol on the copier's side: claims, durable
+ *                   waits, takeovers, the block writes this rank makes
  *   store_register.c the registration thread: the data plane registered with the
  *                   copy engine in chunks, in the background; readiness
  */
@@ -61,7 +65,7 @@ int kvs_store_config_resolve(const struct kvs_store_config *cfg, struct kvs_stor
 			     struct kvs_backend_config *fault_inner, const struct kvs_log *log);
 
 
-/* ---- what store.c, store_dispatch.c and store_copy.c share ---- */
+/* ---- what store.c, store_dispatch.c, store_copy.c and store_dump.c share ---- */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -75,19 +79,35 @@ enum kvs_store_op {
 	KVS_STORE_OP_PREFETCH = 2,
 };
 
-/* kvs_store_sh.flags, set by the dispatcher before it hands the shard to the
- * copier (the ring's mutex orders them), later only by the copier (takeover). */
-#define KVS_SH_GOT (1u << 0)   /* a slot is pinned (sh->slot) */
-#define KVS_SH_OWNED (1u << 1) /* this rank fills it: backend read (load) or gather (dump) */
-#define KVS_SH_WRITE (1u << 2) /* dump: this rank writes it to the backend (block writer) */
+/* kvs_store_sh.flags */
+#define KVS_SH_GOT (1u << 0)    /* a slot is pinned (sh->slot) */
+#define KVS_SH_OWNED (1u << 1)  /* this rank fills it: backend read (load) or gather (dump) */
+#define KVS_SH_SLOWGET (1u << 2) /* the dispatcher's trylock found the bucket busy: the
+				   copier gets it (it may block) */
+#define KVS_SH_JOINED (1u << 3) /* dump: counted in sh->claim (a durable wait follows) */
+#define KVS_SH_ASIDE (1u << 4)  /* dump: waits on a claim being written without its slot
+				   (a failed write is retried, not its error) */
 
-/* kvs_store_sh.io_result while the owner's read is in flight. */
-#define KVS_SH_IO_PENDING 1
+/* kvs_store_xfer.result while the transfer is queued or in flight. */
+#define KVS_XFER_PENDING 1
 
-/* Backend transfer queued by kvs_store_sh.io_op. */
-enum kvs_sh_io {
-	KVS_SH_IO_READ = 0,
-	KVS_SH_IO_WRITE = 1,
+enum kvs_store_xfer_op {
+	KVS_XFER_READ = 0,  /* an owned load shard's read (owner: the kvs_store_sh) */
+	KVS_XFER_WRITE = 1, /* one shard of a block write (owner: the kvs_store_job) */
+};
+
+/* One backend transfer; its address is the backend token. */
+struct kvs_store_xfer {
+	struct kvs_store_xfer *next;   /* dispatcher's read or write queue */
+	uint32_t op;                   /* enum kvs_store_xfer_op */
+	uint32_t shard;
+	struct kvs_block_id block;
+	void *buf;
+	void *owner;                   /* kvs_store_sh (read) or kvs_store_job (write) */
+	/* KVS_XFER_PENDING, then 0 or -errno: stored by the dispatcher before it
+	 * publishes the slot and drops its pin reference (reads: the copier reads
+	 * it once that reference is gone). */
+	_Atomic int32_t result;
 };
 
 struct kvs_store_task;
@@ -100,22 +120,19 @@ struct kvs_store_sh {
 	uint32_t flags;                /* KVS_SH_* */
 	const struct kvs_copy_seg *segs; /* nseg tensor copies (host_off within the slot) */
 	uint32_t nseg;
-	int32_t err;                   /* the dispatcher's failure before the copier (get) */
+	int32_t err;                   /* the visit's failure, before the copier sees it */
 	struct kvs_slot slot;
 	void *data;                    /* the slot's bytes in this process */
-	/* The owner's backend read: KVS_SH_IO_PENDING, then 0 or -errno.  Stored
-	 * (release) by the dispatcher before it publishes the slot; the copier
-	 * loads it (acquire) after the slot word changed. */
-	_Atomic int32_t io_result;
-	/* Holders of the pin: the copier, plus the dispatcher while a transfer is in
-	 * flight or queued.  The last to drop it releases the slot (acq_rel: the
+	struct kvs_store_xfer rd;      /* its owned read (loads, prefetches) */
+	struct kvs_claim_ref claim;    /* dump: the claim it counts on */
+	/* Holders of the pin: the copier, plus the dispatcher while the read is
+	 * queued or in flight.  The last to drop it releases the slot (acq_rel: the
 	 * other holder's use of the slot happens before the release). */
 	_Atomic uint32_t refs;
 	/* The task counted this shard done (once: exchange, acq_rel). */
 	_Atomic uint32_t finished;
-	uint32_t io_op;                /* enum kvs_sh_io (dispatcher) */
-	struct kvs_store_sh *io_next;  /* dispatcher's submit queue / copier's hand-off list */
-	bool resolved;                 /* copier: nothing more to wait for */
+	struct kvs_store_sh *next;     /* the list it is on (ring hand-off, copier lists,
+					  re-visits) */
 };
 
 struct kvs_store_task {
@@ -128,34 +145,61 @@ struct kvs_store_task {
 	_Atomic uint32_t pending;      /* shards not yet finished */
 	_Atomic uint32_t live;         /* shards not yet released + 1 until reaped */
 	bool done;                     /* under the store's mu */
-	uint32_t visited;              /* dispatcher: shards got so far (order[] index) */
-	uint32_t copier_left;          /* copier: shards not yet resolved */
-	bool copied;                   /* copier: copies queued, the task end syncs */
+	uint32_t visited;              /* dispatcher: shards visited so far (order[] index) */
 	bool event_waited;             /* copier: wait_event done */
 	bool filler_named;             /* copier: a peer's slot timed out, its filler logged */
-	uint32_t *order;               /* visiting order (dispatch_order) */
-	struct kvs_store_task *next;   /* dispatcher's queue */
+	uint32_t *order;               /* visiting order (visiting_order) */
+	struct kvs_store_task *next;   /* the dispatcher's list of tasks being visited */
 	struct kvs_store_sh sh[];
 };
 
-/* The dispatcher's memory of preallocated keys and of blocks it writes. */
-#define KVS_STORE_PREALLOC_RECENT 16u
-#define KVS_STORE_CLAIMS_MAX 1024u
-
-struct kvs_store_claim {
+/* A block this rank writes as its claim's writer: every shard pinned, one write
+ * each (store_dump.c builds it, the dispatcher writes it). */
+struct kvs_store_job {
+	struct kvs_claim_ref claim;
 	struct kvs_block_id block;
-	uint32_t written;              /* shards submitted for writing so far */
+	uint32_t n;                    /* shards (the cache's shards per block) */
+	uint32_t next_submit;          /* dispatcher: shards handed to the backend */
+	uint32_t inflight;             /* dispatcher: writes not yet completed */
+	int32_t err;                   /* the first failed write */
+	uint64_t deadline_ns;          /* writes are not started past it */
+	struct kvs_store_job *next;    /* the dispatcher's queue, then the copier's */
+	struct kvs_slot *slots;        /* n pins (inside the job's allocation) */
+	struct kvs_store_xfer xf[];    /* n writes */
 };
+
+/* The dispatcher's memory of preallocated keys. */
+#define KVS_STORE_PREALLOC_RECENT 16u
+
+/* One of the caller's log callbacks, behind the store's gate (store.c). */
+struct kvs_store_log_gate {
+	struct kvs_store *s;
+	kvs_log_fn fn;
+	void *arg;
+};
+
+enum { KVS_STORE_LOG_STORE, KVS_STORE_LOG_CACHE, KVS_STORE_LOG_BACKEND,
+       KVS_STORE_LOG_INNER, KVS_STORE_LOG_GATES };
 
 struct kvs_store {
 	struct kvs_store_config cfg;   /* resolved (backend.roots point into it) */
 	struct kvs_backend_config fault_inner;
 	struct kvs_log log;
+	/* Every log callback the store, its cache and its backends call goes
+	 * through a gate: a close that returns with a transfer still in flight
+	 * shuts it (log_muted, taken for writing: no call is in progress once it
+	 * returns), so a thread that outlives close never calls code the caller
+	 * may have unloaded since. */
+	struct kvs_store_log_gate log_gates[KVS_STORE_LOG_GATES];
+	pthread_rwlock_t log_lock;
+	bool log_muted;                /* under log_lock */
 	struct kvs_cache *cache;
 	struct kvs_backend *backend;
 	struct kvs_copy_engine *copy;
 	struct kvs_shm_store_stats *st; /* this rank's counters in shared memory */
+	pid_t opener;                  /* the process that opened the store (fork) */
 	uint32_t spb;                  /* shards per block */
+	uint32_t copy_kind;            /* the engine copy_open chose: KVS_COPY_ENGINE_HOST/_CUDA */
 	uint64_t slot_bytes;
 	uint32_t rank_slice;           /* device_id % local_rank_size */
 	uint32_t lrs;                  /* local_rank_size */
@@ -163,6 +207,11 @@ struct kvs_store {
 	uint64_t tensor_bytes[KVS_MAX_TENSORS];
 	uint64_t tensor_off[KVS_MAX_TENSORS];
 	bool threads;
+	/* Pins this store holds (every get +1, every release -1; relaxed: a
+	 * budget, not a synchronisation), and the most the dispatcher keeps (a
+	 * share of the cache no set of ranks can exhaust, within the pin table). */
+	_Atomic uint32_t pins;
+	uint32_t pin_budget;
 
 	/* Registration of the data plane with the copy engine (store_register.c). */
 	pthread_t reg_thr;
@@ -185,66 +234,132 @@ struct kvs_store {
 
 	/* Everything below is guarded by mu. */
 	pthread_mutex_t mu;
-	pthread_cond_t disp_cv;        /* dispatcher: a task, a hand-off, ring space, stop */
-	pthread_cond_t copier_cv;      /* copier: a shard in the ring, stop */
-	pthread_cond_t done_cv;        /* kvs_store_wait: a task finished */
+	pthread_cond_t copier_cv;      /* copier: a hand-off, stop (when it sleeps on no
+					  shared word) */
+	pthread_cond_t done_cv;        /* kvs_store_wait: a task finished; close: threads gone */
 	bool stop;
-	bool copier_done;              /* the copier has exited: no more hand-offs */
+	bool orphaned;                 /* close returned before the threads drained: the
+					  last thread out tears the store down */
+	uint32_t threads_alive;        /* dispatcher and copier not yet exited */
 	uint32_t active;               /* tasks submitted and not finished */
 	uint32_t outstanding;          /* tasks not yet reaped */
 	uint64_t seq;
 	struct kvs_store_task **tasks; /* waiting_queue_depth entries */
 	struct kvs_store_task *q_head, *q_tail; /* submitted, not yet taken */
-	struct kvs_store_sh *handoff;  /* copier -> dispatcher: writes, takeover reads */
+	/* copier -> dispatcher: reads to issue (takeovers, slow gets), shards to
+	 * visit again, block writes; dispatcher -> copier: visited shards (the
+	 * ring), finished block writes.  Lists are LIFO pushes, taken whole. */
+	struct kvs_store_sh *reads_in, *revisit_in;
+	struct kvs_store_sh *release_in; /* dispatcher -> copier: pins to drop (a read
+					    that outlived its shard's copier) */
+	struct kvs_store_job *jobs_in, *jobs_done;
+	bool disp_exited;              /* the dispatcher has left (the copier finishes last) */
 	struct kvs_store_sh **ring;    /* dispatcher -> copier, in visiting order */
 	uint32_t ring_cap, ring_head, ring_count;
-	/* Bumped (kvs_wait_publish) at every ring push, so a copier asleep on slot
-	 * words also wakes for new shards. */
-	_Atomic uint32_t ring_bell;
+	bool disp_blocked;             /* the dispatcher waits for ring room or pins */
+	int wake_fd;                   /* eventfd: the dispatcher's wake (submit, hand-offs,
+					  room, stop) */
+	/* Bumped (kvs_wait_bump) at every hand-off to the copier, so a copier asleep
+	 * on slot words (kvs_wait_any) wakes too. */
+	_Atomic uint32_t copier_bell;
 	pthread_t disp_thr, copier_thr;
-
-	/* Dispatcher-private. */
-	struct kvs_store_task *cur;
-	struct kvs_store_sh *sq_head, *sq_tail; /* transfers waiting for the backend */
-	uint32_t inflight;
-	bool prealloc_due;
-	struct kvs_block_id prealloc_block;
-	uint32_t prealloc_shard;
-	struct kvs_block_id recent_block[KVS_STORE_PREALLOC_RECENT];
-	uint32_t recent_shard[KVS_STORE_PREALLOC_RECENT];
-	uint32_t recent_next;
-	struct kvs_store_claim *claims;
-	uint32_t nclaims;
-	bool claims_full_logged;
 };
 
 /* Count in this rank's store stats.  relaxed: statistics summed racily by readers. */
 #define KVS_STORE_COUNT(s, field, n) \
 	atomic_fetch_add_explicit(&(s)->st->field, (uint64_t)(n), memory_order_relaxed)
 
+/* Bytes of the ERROR lines kept for kvs_store_last_error. */
+#define KVS_STORE_ERRORS_MAX 4096
+
+/* Limits the parser (store_parse.c) and resolution (store_config.c) share. */
+#define KVS_STORE_NS_PER_US UINT64_C(1000)
+#define KVS_STORE_NS_PER_MS UINT64_C(1000000)
+#define KVS_STORE_TIMEOUT_MS_MAX UINT64_C(86400000) /* a day */
+#define KVS_STORE_COPY_DELAY_US_MAX UINT64_C(1000000) /* a second */
+#define KVS_STORE_SHARDS_MAX 65536u /* kvs_backend_config.shards_per_block */
+
 /* ---- store.c ---- */
 /* Make err (if non-zero) the task's error unless it has one. */
 void kvs_store_sh_error(struct kvs_store_sh *sh, int err);
-/* Count the shard done for its task (once; the last one completes the task).
- * kvs_store_sh_put does it at the release; only a cached dump calls it earlier. */
-void kvs_store_sh_done(struct kvs_store *s, struct kvs_store_sh *sh);
-/* Drop one holder's reference; the last releases the slot, counts the shard done
- * (if not yet) and drops its task reference. */
-void kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh);
-/* Copier -> dispatcher: queue a backend transfer (op) for sh, the caller's
- * reference going with it. */
-void kvs_store_handoff(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t op);
+/* Count the shard done for its task with err (once; the last one completes the
+ * task).  The pin may outlive it (a read still in flight). */
+void kvs_store_sh_done(struct kvs_store *s, struct kvs_store_sh *sh, int err);
+/* Drop one holder's reference; the last releases the slot (if pinned), counts
+ * the shard done (if not yet: with no error of its own) and drops its task
+ * reference.  Returns whether it was the last. */
+bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh);
+/* Finish sh with err and drop the caller's reference: released before done
+ * when it was the last, done now (the pin left to the other holder) when not. */
+void kvs_store_sh_finish(struct kvs_store *s, struct kvs_store_sh *sh, int err);
+/* Release a pin of this store (the budget goes down); errors logged. */
+void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot);
+/* Wake the dispatcher (its eventfd). */
+void kvs_store_wake_dispatcher(struct kvs_store *s);
+/* Wake the copier: its bell (futex sleepers) and its condition (mu held or not). */
+void kvs_store_wake_copier(struct kvs_store *s);
+/* Copier -> dispatcher hand-offs (mu taken inside). */
+void kvs_store_handoff_read(struct kvs_store *s, struct kvs_store_sh *sh);
+void kvs_store_handoff_revisit(struct kvs_store *s, struct kvs_store_sh *sh);
+void kvs_store_handoff_job(struct kvs_store *s, struct kvs_store_job *job);
+/* Dispatcher -> copier hand-offs (mu taken inside; the copier woken). */
+void kvs_store_handoff_release(struct kvs_store *s, struct kvs_store_sh *sh);
+void kvs_store_handoff_job_done(struct kvs_store *s, struct kvs_store_job *job);
+/* Pin shard sh's slot and say what to do with it (the visit): flags
+ * KVS_CORE_GET_TRY from the dispatcher (-EBUSY: the copier gets it), none from
+ * the copier.  Loads and prefetches that own the slot get their read queued
+ * through queue_read (the dispatcher's own queue, or a hand-off).  Returns 0
+ * (pinned, sh->flags say how) or the get's error. */
+int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t flags,
+			void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
+			void *arg);
+/* sh (a load or prefetch) owns its slot: its read, with the dispatcher's
+ * reference to the pin, goes to queue_read. */
+void kvs_store_read_owned(struct kvs_store *s, struct kvs_store_sh *sh,
+			  void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
+			  void *arg);
+/* A thread is leaving: the last one out of an orphaned store tears it down. */
+void kvs_store_thread_exit(struct kvs_store *s);
 
 /* ---- store_dispatch.c, store_copy.c: the threads ---- */
 void *kvs_store_dispatcher(void *arg);
 void *kvs_store_copier(void *arg);
+
+/* ---- store_dump.c: the dump protocol on the copier's side ---- */
+struct kvs_store_dumps;
+int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out);
+void kvs_store_dumps_fini(struct kvs_store_dumps *d);
+/* A dump shard whose slot holds valid bytes now: gathered and synced by us
+ * (owned: publish it), or found READY / DIRTY.  Counts it in its block's claim,
+ * may make this rank the block's writer, finishes the shard (cached, or the
+ * block durable) or keeps it waiting for durability; releases the pin. */
+void kvs_store_dump_settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh,
+			   bool owned);
+/* A dump shard found READY: its block is in the backend (its OPEN claim ends
+ * DURABLE); the shard is finished. */
+void kvs_store_dump_found(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh);
+/* Look at every waiting dump (after a bell, a finished job, or with check set
+ * once per slice: writers' liveness).  Returns whether anything changed. */
+bool kvs_store_dumps_poll(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t now, bool check);
+/* A block write the dispatcher finished: release its pins, end its claim. */
+void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_job *job);
+/* Anything waiting on other processes (claims of peers, room in the table)?
+ * The words to sleep on, up to max: returns how many were added. */
+unsigned kvs_store_dumps_words(struct kvs_store *s, struct kvs_store_dumps *d,
+			       _Atomic uint32_t **words, uint32_t *busy, unsigned max,
+			       uint64_t *deadline);
+/* Dumps waiting, or writes of ours not finished: the copier may not exit. */
+bool kvs_store_dumps_busy(const struct kvs_store_dumps *d);
 
 /* ---- store_register.c ---- */
 /* Plan the registration (order, chunk sizes, register_total_bytes), allocate
  * the staging buffer and start the registration thread.  0 or -errno. */
 int kvs_store_register_start(struct kvs_store *s);
 /* Join the registration thread (s->stop is set: it ends after its current
- * chunk) and unregister every chunk it registered; free the staging buffer. */
+ * chunk); again is a no-op. */
+void kvs_store_register_join(struct kvs_store *s);
+/* kvs_store_register_join, then unregister every chunk it registered; free the
+ * staging buffer. */
 void kvs_store_register_stop(struct kvs_store *s);
 /* Is sh's slot inside registered memory (copy it directly)? */
 bool kvs_store_slot_registered(struct kvs_store *s, const struct kvs_store_sh *sh);

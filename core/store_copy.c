@@ -1,37 +1,51 @@
 /*
  * core/store_copy.c — the copier thread: moves bytes between the cache's slots
- * and the caller's tensors through the copy engine.
+ * and the caller's tensors through the copy engine, and settles every shard.
  *
  * It takes shards from the ring in the dispatcher's visiting order into a
- * working set of up to KVS_WAIT_ANY_MAX - 1 shards and handles whichever is
- * ready first, so a ready shard is never stuck behind a slow one:
+ * working set of up to WORK_MAX shards and handles whichever is ready first, so a
+ * ready shard is never stuck behind a slow one:
  *
  *   load/prefetch  when the slot is READY (its owner published it: this rank's
  *                  dispatcher at read completion, or a peer), H2D-scatter it
  *                  into the shard's tensors (head slices: each tensor's own byte
- *                  range); FAILED carries the owner's error to this task.  When
- *                  the task's last shard is resolved: one sync of the engine,
- *                  then every shard's slot is released (the task is done) — a slot
- *                  stays pinned until the copy that reads it has completed.
- *   dump           an owned shard is D2H-gathered (after the task's CUDA event);
- *                  the gathers of one pass are synced once, published READY and,
- *                  for the block's writer, handed to the dispatcher to write.  A
- *                  writer waits for shards a peer is gathering, then writes them.
+ *                  range); FAILED carries the owner's error to the shard.  The
+ *                  copies of one pass are synced once; then each shard is
+ *                  finished and its slot released: a task of any size needs only
+ *                  the pins of the shards in flight (the dispatcher's budget).  A
+ *                  prefetch needs no copy: finished and released at READY.
+ *   dump           an owned shard (a miss, a FAILED slot it refills, a dead
+ *                  filler's it took over) is D2H-gathered, after the task's CUDA
+ *                  event; the gathers of a pass are synced once and each is then
+ *                  settled by store_dump.c (published DIRTY, counted in its
+ *                  block's claim, durable waits).  A shard found READY is in the
+ *                  backend already (deduplicated); one found DIRTY is settled
+ *                  like a gathered one; one a peer is filling is waited for.
  *
  * Staging: a slot the registration thread (store_register.c) has not registered
  * with the copy engine yet is not copied from directly (with CUDA that would be
- * a pageable copy, synchronous and through the driver's own buffers): its
- * tensor ranges go through the store's pinned staging buffer in pieces, each
- * synced before the buffer is reused (memcpy + h2d for a load, d2h + memcpy for
- * a dump).  Slow next to the direct path, and only until the slot's chunk is
+ * a pageable copy, synchronous and through the driver's own buffers): its tensor
+ * ranges go through the store's pinned staging buffer in pieces, each synced
+ * before the buffer is reused (memcpy + h2d for a load, d2h + memcpy for a
+ * dump).  Slow next to the direct path, and only until the slot's chunk is
  * registered.
  *
- * Sleeping: kvs_wait_any over the state words of the shards still LOADING plus
- * the ring's bell (the dispatcher bumps it at every push), futex_waitv in the
- * kernel build.  Once per slice the check hook looks at the fillers of the
- * slots it waits for: a dead filler's slot is taken over (load: the dispatcher
- * reads it) or failed with -KVS_EOWNERDEAD (dump: nobody else has the bytes).
- * With nothing to wait for, the thread sleeps on its condition variable.
+ * A sync that times out (the engine is stuck or very slow) poisons the copier:
+ * the copies of that pass may still land, so their shards are finished with
+ * -ETIMEDOUT but their slots stay pinned (a late D2H never writes into a slot
+ * another rank re-keyed, a late H2D never reads one), and no copy is queued
+ * until a later sync succeeds; then they are released (a poisoned gather's slot
+ * is published FAILED).
+ *
+ * Sleeping: on the state words of the peers' slots the working set waits for
+ * and the words store_dump.c waits on (the rank's bell, the claim table's),
+ * plus the copier's own bell (every hand-off bumps it): kvs_wait_any, futex_waitv
+ * in the kernel build.  Once per slice the check hook looks at the fillers of
+ * those slots (a dead filler's slot is taken over) and at the writers of the
+ * claims being waited on.  With nothing shared to wait on (only this rank's own
+ * reads and writes: the dispatcher hands their completions over), it sleeps on
+ * its condition variable instead, in both builds, so the plain build spins only
+ * for other processes.
  */
 #include <errno.h>
 #include <string.h>
@@ -40,11 +54,19 @@
 #include "common/clock.h"
 #include "core/store.h"
 
-#define WORK_MAX (KVS_WAIT_ANY_MAX - 1) /* one word for the ring's bell */
-/* Idle sleep bound (the wake is the condition variable; this only bounds it). */
+/* Words kvs_wait_any may get besides slot words: the copier's bell, and what
+ * store_dump.c waits on (the rank's bell, the claim table's). */
+#define WAIT_EXTRA 3u
+#define WORK_MAX (KVS_WAIT_ANY_MAX - WAIT_EXTRA)
+/* Copies queued between two syncs. */
+#define BATCH_MAX 256u
+/* Idle sleep bound (the wake is the bell or condition; this only bounds it). */
 #define COPIER_IDLE_NS KVS_NSEC_PER_SEC
-/* Longest wait for the engine to finish a task's copies beyond its deadline. */
-#define COPIER_SYNC_GRACE_NS (10ull * KVS_NSEC_PER_SEC)
+/* Least wait for the engine to finish a pass's copies (a pass whose earliest
+ * deadline is past or near is still given this long before it is poisoned). */
+#define COPIER_SYNC_GRACE_NS (100ull * KVS_NSEC_PER_MSEC)
+/* How long one look at a poisoned engine waits. */
+#define COPIER_POISON_SLICE_NS (10ull * KVS_NSEC_PER_MSEC)
 
 /* One fill of the staging buffer: its copy segments (host_off within the
  * buffer) and where each piece is in the slot. */
@@ -57,17 +79,20 @@ struct staged {
 
 struct copier {
 	struct kvs_store *s;
+	struct kvs_store_dumps *dumps;
 	struct kvs_store_sh *work[WORK_MAX];
 	uint32_t nwork;
-	struct kvs_store_sh *gathered[WORK_MAX]; /* dump gathers of this pass */
-	uint32_t ngathered;
+	struct kvs_store_sh *batch[BATCH_MAX]; /* copies queued, not yet synced */
+	uint32_t nbatch;
+	uint64_t batch_deadline;       /* the earliest task deadline in the batch */
+	bool poisoned;                 /* a sync timed out: the batch may still be copied */
 };
 
-static uint64_t sync_deadline(const struct kvs_store_task *t)
+static uint64_t sync_deadline(uint64_t deadline_ns)
 {
 	uint64_t grace = kvs_deadline_after(COPIER_SYNC_GRACE_NS);
 
-	return t->deadline_ns > grace ? t->deadline_ns : grace;
+	return deadline_ns > grace ? deadline_ns : grace;
 }
 
 static void copy_count(struct kvs_store *s, const struct kvs_store_sh *sh, uint64_t t0)
@@ -89,6 +114,13 @@ static void copy_delay(const struct kvs_store *s)
 	ts = kvs_ns_to_timespec(kvs_deadline_after(s->cfg.copy_delay_ns));
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
+}
+
+/* Finish sh with err and drop the copier's reference (its pin, unless a read
+ * of ours still holds it). */
+static void finish(struct kvs_store *s, struct kvs_store_sh *sh, int err)
+{
+	kvs_store_sh_finish(s, sh, err);
 }
 
 /* ---- staged copies ---- */
@@ -116,7 +148,7 @@ static int staged_copy(struct kvs_store *s, struct kvs_store_sh *sh, bool h2d)
 {
 	struct staged stage = { .n = 0 }, *g = &stage;
 	unsigned char *slot = sh->data;
-	uint64_t deadline = sync_deadline(sh->task);
+	uint64_t deadline = sync_deadline(sh->task->deadline_ns);
 	int rc = 0;
 
 	for (uint32_t k = 0; k < sh->nseg && rc == 0; k++) {
@@ -141,54 +173,39 @@ static int staged_copy(struct kvs_store *s, struct kvs_store_sh *sh, bool h2d)
 	return rc;
 }
 
-/* One shard's copy, direct or staged. */
-static int shard_copy(struct kvs_store *s, struct kvs_store_sh *sh, bool h2d)
+/* One shard's copy, direct (queued) or staged (done).  A staged copy whose sync
+ * timed out may still land in the staging buffer: the copier is poisoned. */
+static int shard_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
 {
-	if (!kvs_store_slot_registered(s, sh))
-		return staged_copy(s, sh, h2d);
-	return h2d ? kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg)
-		   : kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
-}
-
-/* ---- loads ---- */
-
-/* Every shard of a load resolved: sync once, finish, release. */
-static void load_end(struct kvs_store *s, struct kvs_store_task *t)
-{
-	int rc = 0;
-
-	if (t->copied) {
-		uint64_t t0 = kvs_now_ns();
-
-		rc = kvs_copy_sync(s->copy, sync_deadline(t));
-		KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
-		if (rc)
-			kvs_log_error(&s->log, "store: copy engine sync: %s", kvs_strerror(rc));
-	}
-	/* n read once: the last put may free the task */
-	for (uint32_t i = 0, n = t->n; i < n; i++) {
-		kvs_store_sh_error(&t->sh[i], rc);
-		kvs_store_sh_put(s, &t->sh[i]);
-	}
-}
-
-static void load_copy(struct kvs_store *s, struct kvs_store_sh *sh)
-{
+	struct kvs_store *s = cp->s;
 	uint64_t t0;
 	int rc;
 
-	KVS_STORE_COUNT(s, shards_loaded, 1);
-	if (!sh->nseg)
-		return; /* prefetch: in the cache is all it needs */
 	copy_delay(s);
 	t0 = kvs_now_ns();
-	rc = shard_copy(s, sh, true);
+	if (!kvs_store_slot_registered(s, sh)) {
+		rc = staged_copy(s, sh, h2d);
+		if (rc == -ETIMEDOUT) {
+			kvs_log_error(&s->log, "store: copy engine sync of a staged copy: %s; nothing "
+					       "is copied until the engine drains", kvs_strerror(rc));
+			cp->poisoned = true;
+		}
+	} else {
+		rc = h2d ? kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg)
+			 : kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
+	}
 	copy_count(s, sh, t0);
-	if (rc)
-		kvs_store_sh_error(sh, rc);
-	else
-		sh->task->copied = true;
+	return rc;
 }
+
+static void batch_add(struct copier *cp, struct kvs_store_sh *sh)
+{
+	if (cp->nbatch == 0 || sh->task->deadline_ns < cp->batch_deadline)
+		cp->batch_deadline = sh->task->deadline_ns;
+	cp->batch[cp->nbatch++] = sh;
+}
+
+/* ---- settling a shard ---- */
 
 /* sh waited out its task's deadline on a slot a peer fills: name the peer (rank
  * entry, pid: a stopped process, usually), once per task -- one stopped peer
@@ -202,154 +219,228 @@ static int filler_timeout(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t
 	return -ETIMEDOUT;
 }
 
-/* Is the slot of sh (a load) settled?  0: READY; < 0: the owner's error or the
- * task's timeout; 1: still filling. */
-static int load_state(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
+static void queue_handoff(struct kvs_store *s, struct kvs_store_sh *sh, void *arg)
+{
+	(void)arg;
+	kvs_store_handoff_read(s, sh);
+}
+
+/* Where sh's slot stands: 0 valid bytes (READY, DIRTY: the raw state in
+ * sh->slot.state), 1 still filling, < 0 the fill's error or the deadline. */
+static int slot_outcome(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
 {
 	int st;
 
-	if (sh->flags & KVS_SH_OWNED) {
-		/* acquire: pairs with read_done's release */
-		st = atomic_load_explicit(&sh->io_result, memory_order_acquire);
-		if (st != KVS_SH_IO_PENDING)
-			return st;
-	} else {
-		st = kvs_slot_state(s->cache, &sh->slot);
-		if (st < 0)
-			return st;
-		if (st == KVS_SLOT_READY)
-			return 0;
-		if (st == KVS_SLOT_FAILED)
-			return sh->slot.error;
-		if (now >= sh->task->deadline_ns)
-			return filler_timeout(s, sh, now);
-		return 1;
+	if ((sh->flags & KVS_SH_OWNED) && sh->task->op != KVS_STORE_OP_DUMP) {
+		/* Our read is over when the dispatcher dropped its reference (acquire:
+		 * pairs with read_done's acq_rel drop, which follows its result). */
+		if (atomic_load_explicit(&sh->refs, memory_order_acquire) == 1) {
+			sh->slot.state = KVS_SLOT_READY;
+			return atomic_load_explicit(&sh->rd.result, memory_order_relaxed);
+		}
+		return now >= sh->task->deadline_ns ? -ETIMEDOUT : 1;
 	}
-	return now >= sh->task->deadline_ns ? -ETIMEDOUT : 1;
+	st = kvs_core_slot_state(s->cache, &sh->slot);
+	if (st < 0)
+		return st;
+	if (st == KVS_SHM_SLOT_READY || st == KVS_SHM_SLOT_DIRTY)
+		return 0;
+	if (st == KVS_SHM_SLOT_FAILED)
+		return sh->slot.error ? sh->slot.error : -EIO;
+	return now >= sh->task->deadline_ns ? filler_timeout(s, sh, now) : 1;
 }
 
-static bool load_resolve(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
+/* A load or prefetch shard: returns true when it left the working set. */
+static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
 {
-	int st = sh->err ? sh->err : load_state(s, sh, now);
+	struct kvs_store *s = cp->s;
+	int st = sh->err ? sh->err : slot_outcome(s, sh, now);
 
 	if (st == 1)
 		return false;
-	if (st)
-		kvs_store_sh_error(sh, st);
-	else
-		load_copy(s, sh);
-	if (--sh->task->copier_left == 0)
-		load_end(s, sh->task);
+	if (st < 0) {
+		finish(s, sh, st);
+		return true;
+	}
+	if (!sh->nseg) { /* prefetch: in the cache is all it needs */
+		KVS_STORE_COUNT(s, shards_loaded, 1);
+		finish(s, sh, 0);
+		return true;
+	}
+	if (cp->poisoned || cp->nbatch == BATCH_MAX) {
+		if (now < sh->task->deadline_ns)
+			return false; /* after the sync */
+		finish(s, sh, -ETIMEDOUT);
+		return true;
+	}
+	st = shard_copy(cp, sh, true);
+	if (st) {
+		finish(s, sh, st);
+		return true;
+	}
+	KVS_STORE_COUNT(s, shards_loaded, 1);
+	batch_add(cp, sh);
 	return true;
 }
 
-/* ---- dumps ---- */
-
-static void dump_fail(struct kvs_store *s, struct kvs_store_sh *sh, int err)
-{
-	if (sh->flags & KVS_SH_OWNED)
-		kvs_slot_publish_failed(s->cache, &sh->slot, err);
-	kvs_store_sh_error(sh, err);
-	kvs_store_sh_put(s, sh);
-}
-
-/* The shard is READY in the cache: write it (the block's writer) or be done. */
-static void dump_cached(struct kvs_store *s, struct kvs_store_sh *sh)
-{
-	if (!(sh->flags & KVS_SH_WRITE)) {
-		kvs_store_sh_put(s, sh);
-		return;
-	}
-	if (s->cfg.dump_wait == KVS_DUMP_WAIT_CACHED)
-		kvs_store_sh_done(s, sh);
-	kvs_store_handoff(s, sh, KVS_SH_IO_WRITE); /* our reference goes with it */
-}
-
-static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
+/* Gather an owned dump shard (after its task's CUDA event, once per task). */
+static void gather(struct copier *cp, struct kvs_store_sh *sh)
 {
 	struct kvs_store *s = cp->s;
 	struct kvs_store_task *t = sh->task;
-	uint64_t t0;
-	int rc;
+	int rc = 0;
+
+	if (t->event && !t->event_waited) {
+		rc = kvs_copy_wait_event(s->copy, t->event);
+		t->event_waited = rc == 0;
+	}
+	if (rc == 0)
+		rc = shard_copy(cp, sh, false);
+	if (rc) {
+		kvs_slot_publish_failed(s->cache, &sh->slot, rc);
+		finish(s, sh, rc);
+		return;
+	}
+	batch_add(cp, sh);
+}
+
+/* A dump shard: returns true when it left the working set. */
+static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
+{
+	struct kvs_store *s = cp->s;
+	int st;
 
 	if (sh->err) {
-		kvs_store_sh_error(sh, sh->err);
-		kvs_store_sh_put(s, sh);
+		finish(s, sh, sh->err);
 		return true;
 	}
-	if (sh->flags & KVS_SH_OWNED) {
-		if (t->event && !t->event_waited) {
-			rc = kvs_copy_wait_event(s->copy, t->event);
-			if (rc) {
-				dump_fail(s, sh, rc);
-				return true;
-			}
-			t->event_waited = true;
+	if (!(sh->flags & KVS_SH_OWNED)) {
+		st = slot_outcome(s, sh, now);
+		if (st == 1)
+			return false;
+		if (st == 0 && sh->slot.state == KVS_SHM_SLOT_READY) {
+			KVS_STORE_COUNT(s, dump_dedup, 1); /* in the backend already */
+			kvs_store_dump_found(s, cp->dumps, sh);
+			return true;
 		}
-		copy_delay(s);
-		t0 = kvs_now_ns();
-		rc = shard_copy(s, sh, false);
-		copy_count(s, sh, t0);
-		if (rc)
-			dump_fail(s, sh, rc);
-		else
-			cp->gathered[cp->ngathered++] = sh;
+		if (st == 0) { /* DIRTY: a peer's dump, counted with ours */
+			KVS_STORE_COUNT(s, dump_dedup, 1);
+			kvs_store_dump_settle(s, cp->dumps, sh, false);
+			return true;
+		}
+		if (sh->slot.state != KVS_SHM_SLOT_FAILED) { /* the deadline, a bad handle */
+			finish(s, sh, st);
+			return true;
+		}
+		/* FAILED: the fill failed, but a dump holds the bytes */
+		st = kvs_core_slot_refill(s->cache, &sh->slot);
+		if (st == -EAGAIN)
+			return false; /* refilled by another: look again */
+		if (st) {
+			finish(s, sh, st);
+			return true;
+		}
+		sh->flags |= KVS_SH_OWNED;
+	}
+	if (cp->poisoned || cp->nbatch == BATCH_MAX) {
+		if (now < sh->task->deadline_ns)
+			return false;
+		kvs_slot_publish_failed(s->cache, &sh->slot, -ETIMEDOUT);
+		finish(s, sh, -ETIMEDOUT);
 		return true;
 	}
-	if (!(sh->flags & KVS_SH_WRITE)) {
-		kvs_store_sh_put(s, sh); /* deduplicated: a peer has it or is filling it */
-		return true;
-	}
-	/* The block's writer, a peer gathering this shard: wait for READY. */
-	rc = kvs_slot_state(s->cache, &sh->slot);
-	if (rc == KVS_SLOT_LOADING && now < t->deadline_ns)
-		return false;
-	if (rc == KVS_SLOT_READY)
-		dump_cached(s, sh);
-	else if (rc == KVS_SLOT_FAILED)
-		dump_fail(s, sh, sh->slot.error);
-	else
-		dump_fail(s, sh, rc < 0 ? rc : filler_timeout(s, sh, now));
+	gather(cp, sh);
 	return true;
 }
 
-/* The gathers of this pass: one sync, then publish each. */
-static void dump_publish(struct copier *cp)
+static bool resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
+{
+	struct kvs_store *s = cp->s;
+
+	if (sh->flags & KVS_SH_SLOWGET) {
+		/* the dispatcher found the bucket busy: this thread may wait for it */
+		int rc = kvs_store_visit_get(s, sh, 0, queue_handoff, NULL);
+
+		sh->flags &= ~KVS_SH_SLOWGET;
+		if (rc)
+			sh->err = rc;
+	}
+	return sh->task->op == KVS_STORE_OP_DUMP ? dump_resolve(cp, sh, now)
+						 : load_resolve(cp, sh, now);
+}
+
+/* The copies of this pass: one sync, then each shard settles. */
+static void batch_end(struct copier *cp)
 {
 	struct kvs_store *s = cp->s;
 	uint64_t t0 = kvs_now_ns();
 	int rc;
 
-	if (!cp->ngathered)
+	if (!cp->nbatch)
 		return;
-	rc = kvs_copy_sync(s->copy, sync_deadline(cp->gathered[0]->task));
+	rc = kvs_copy_sync(s->copy, sync_deadline(cp->batch_deadline));
 	KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
-	for (uint32_t i = 0; i < cp->ngathered; i++) {
-		struct kvs_store_sh *sh = cp->gathered[i];
-
-		if (rc) {
-			dump_fail(s, sh, rc);
-			continue;
-		}
-		rc = kvs_slot_publish_ready(s->cache, &sh->slot);
-		if (rc) {
-			kvs_log_error(&s->log, "store: publishing dumped slot %u: %s", sh->slot.index,
-				      kvs_strerror(rc));
-			kvs_store_sh_error(sh, rc);
-			kvs_store_sh_put(s, sh);
-			rc = 0;
-			continue;
-		}
-		KVS_STORE_COUNT(s, shards_dumped, 1);
-		dump_cached(s, sh);
+	if (rc == -ETIMEDOUT) {
+		/* The copies may still land: finish the shards, keep their pins. */
+		kvs_log_error(&s->log, "store: copy engine sync: %s; %u shards' copies may still "
+				       "land: their slots stay pinned and nothing is copied until "
+				       "the engine drains",
+			      kvs_strerror(rc), cp->nbatch);
+		cp->poisoned = true;
+		for (uint32_t i = 0; i < cp->nbatch; i++)
+			kvs_store_sh_done(s, cp->batch[i], rc);
+		return;
 	}
-	cp->ngathered = 0;
+	if (rc)
+		kvs_log_error(&s->log, "store: copy engine sync: %s", kvs_strerror(rc));
+	for (uint32_t i = 0; i < cp->nbatch; i++) {
+		struct kvs_store_sh *sh = cp->batch[i];
+
+		if (sh->task->op != KVS_STORE_OP_DUMP) {
+			finish(s, sh, rc);
+		} else if (rc) {
+			kvs_slot_publish_failed(s->cache, &sh->slot, rc);
+			finish(s, sh, rc);
+		} else {
+			KVS_STORE_COUNT(s, shards_dumped, 1);
+			kvs_store_dump_settle(s, cp->dumps, sh, true);
+		}
+	}
+	cp->nbatch = 0;
+}
+
+/* Poisoned: has the engine drained?  Then let the batch's slots go. */
+static bool poison_drain(struct copier *cp)
+{
+	struct kvs_store *s = cp->s;
+
+	if (kvs_copy_sync(s->copy, kvs_deadline_after(COPIER_POISON_SLICE_NS)) == -ETIMEDOUT)
+		return false;
+	kvs_log_warn(&s->log, "store: copy engine drained; %u slots released", cp->nbatch);
+	for (uint32_t i = 0; i < cp->nbatch; i++) {
+		struct kvs_store_sh *sh = cp->batch[i];
+
+		if (sh->task->op == KVS_STORE_OP_DUMP)
+			kvs_slot_publish_failed(s->cache, &sh->slot, -ETIMEDOUT);
+		kvs_store_sh_put(s, sh);
+	}
+	cp->nbatch = 0;
+	cp->poisoned = false;
+	return true;
 }
 
 /* ---- waiting ---- */
 
-/* Once per slice: take over (load) or fail (dump) the slots of dead fillers.
- * Fillers already seen alive in this pass are not asked again. */
+/* Does sh wait on a slot word another process will publish? */
+static bool waits_on_peer(const struct kvs_store_sh *sh)
+{
+	return !sh->err && (sh->flags & KVS_SH_GOT) && !(sh->flags & KVS_SH_OWNED) &&
+	       !(sh->flags & KVS_SH_SLOWGET) && sh->slot.state == KVS_SLOT_LOADING;
+}
+
+/* Once per slice: take over the slots of dead fillers, look at the writers of
+ * the claims waited on.  Fillers already seen alive in this pass are not asked
+ * again. */
 static int recover_dead(void *arg)
 {
 	struct copier *cp = arg;
@@ -357,16 +448,15 @@ static int recover_dead(void *arg)
 	struct kvs_cache *c = s->cache;
 	uint64_t alive[WORK_MAX];
 	uint32_t nalive = 0;
-	int woke = 0;
+	int woke = kvs_store_dumps_poll(s, cp->dumps, kvs_now_ns(), true);
 
 	for (uint32_t i = 0; i < cp->nwork; i++) {
 		struct kvs_store_sh *sh = cp->work[i];
-		bool dump = sh->task->op == KVS_STORE_OP_DUMP;
 		uint64_t f;
 		uint32_t k;
 		int rc;
 
-		if (sh->err || (sh->flags & KVS_SH_OWNED) || !(sh->flags & KVS_SH_GOT))
+		if (!waits_on_peer(sh))
 			continue;
 		/* relaxed: a hint (kvs_core_slot_recover rechecks under the lock) */
 		f = atomic_load_explicit(&c->slots[sh->slot.index].filler, memory_order_relaxed);
@@ -374,12 +464,11 @@ static int recover_dead(void *arg)
 			;
 		if (k < nalive)
 			continue;
-		rc = kvs_core_slot_recover(c, &sh->slot, dump ? KVS_SLOT_WAIT_NO_TAKEOVER : 0);
+		rc = kvs_core_slot_recover(c, &sh->slot, 0);
 		if (rc == KVS_SLOT_WAIT_OWNER) {
-			/* The dispatcher reads it for us now; our reference stays. */
 			sh->flags |= KVS_SH_OWNED;
-			atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
-			kvs_store_handoff(s, sh, KVS_SH_IO_READ);
+			if (sh->task->op != KVS_STORE_OP_DUMP) /* a dump's we gather */
+				kvs_store_read_owned(s, sh, queue_handoff, NULL);
 			woke = 1;
 		} else if (rc == 0) {
 			alive[nalive++] = f;
@@ -388,8 +477,8 @@ static int recover_dead(void *arg)
 	return woke;
 }
 
-/* Sleep until a word we wait for changes, a shard arrives, a deadline passes or
- * a filler died.  bell: the ring bell's value read before the ring was looked at. */
+/* Sleep until a word we wait for changes, a hand-off arrives, a deadline passes
+ * or a peer died.  bell: the copier bell's value read before the last look. */
 static void copier_sleep(struct copier *cp, uint32_t bell)
 {
 	struct kvs_store *s = cp->s;
@@ -403,15 +492,34 @@ static void copier_sleep(struct copier *cp, uint32_t bell)
 	for (uint32_t i = 0; i < cp->nwork; i++) {
 		struct kvs_store_sh *sh = cp->work[i];
 
-		words[n] = &c->states[sh->slot.index];
-		busy[n++] = KVS_SLOT_LOADING;
+		if (waits_on_peer(sh)) {
+			words[n] = &c->states[sh->slot.index];
+			busy[n++] = KVS_SLOT_LOADING;
+		}
 		if (sh->task->deadline_ns < deadline)
 			deadline = sh->task->deadline_ns;
 	}
-	if (cp->nwork < WORK_MAX) {
-		words[n] = &s->ring_bell;
-		busy[n++] = bell;
+	n += kvs_store_dumps_words(s, cp->dumps, words + n, busy + n, WAIT_EXTRA - 1, &deadline);
+	if (cp->poisoned) {
+		uint64_t look = kvs_deadline_after(COPIER_POISON_SLICE_NS);
+
+		if (look < deadline)
+			deadline = look;
 	}
+	if (n == 0) {
+		/* nothing shared: this rank's own hand-offs wake us (condition) */
+		struct timespec ts = kvs_ns_to_timespec(deadline);
+
+		pthread_mutex_lock(&s->mu);
+		/* acquire: pairs with kvs_store_wake_copier's bump (the hand-off) */
+		if ((atomic_load_explicit(&s->copier_bell, memory_order_acquire) &
+		     KVS_WAIT_VALUE_MASK) == bell)
+			pthread_cond_timedwait(&s->copier_cv, &s->mu, &ts);
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	words[n] = &s->copier_bell;
+	busy[n++] = bell;
 	memset(&o, 0, sizeof(o));
 	o.deadline_ns = deadline;
 	o.check = recover_dead;
@@ -421,66 +529,88 @@ static void copier_sleep(struct copier *cp, uint32_t bell)
 	kvs_wait_any(words, busy, n, &o);
 }
 
-/* Take shards from the ring into the working set; sleep on the condition
- * variable when there is nothing at all.  Returns false when the copier is to
- * exit. */
-static bool copier_fill(struct copier *cp)
+/* Take the hand-offs: shards from the ring into the working set, pins to drop,
+ * finished block writes.  Returns false when the copier is to exit. */
+static bool copier_take(struct copier *cp)
 {
 	struct kvs_store *s = cp->s;
-	bool exit = false;
+	struct kvs_store_sh *rel;
+	struct kvs_store_job *done;
+	bool exit;
 
 	pthread_mutex_lock(&s->mu);
 	while (cp->nwork < WORK_MAX && s->ring_count) {
 		cp->work[cp->nwork++] = s->ring[s->ring_head];
 		s->ring_head = (s->ring_head + 1) % s->ring_cap;
 		s->ring_count--;
-		pthread_cond_signal(&s->disp_cv); /* room in the ring */
 	}
-	if (cp->nwork == 0) {
-		if (s->stop && s->active == 0) {
-			s->copier_done = true;
-			pthread_cond_signal(&s->disp_cv);
-			exit = true;
-		} else {
-			struct timespec ts = kvs_ns_to_timespec(kvs_deadline_after(COPIER_IDLE_NS));
+	rel = s->release_in;
+	done = s->jobs_done;
+	s->release_in = NULL;
+	s->jobs_done = NULL;
+	exit = s->stop && s->active == 0 && s->disp_exited && s->ring_count == 0 && !rel && !done;
+	if (s->disp_blocked) {
+		pthread_mutex_unlock(&s->mu);
+		kvs_store_wake_dispatcher(s); /* ring room */
+	} else {
+		pthread_mutex_unlock(&s->mu);
+	}
+	while (rel) {
+		struct kvs_store_sh *next = rel->next;
 
-			pthread_cond_timedwait(&s->copier_cv, &s->mu, &ts);
-		}
+		kvs_store_sh_put(s, rel);
+		rel = next;
 	}
-	pthread_mutex_unlock(&s->mu);
-	return !exit;
+	while (done) {
+		struct kvs_store_job *next = done->next;
+
+		kvs_store_job_finish(s, cp->dumps, done);
+		done = next;
+	}
+	return !(exit && cp->nwork == 0 && cp->nbatch == 0 && !cp->poisoned &&
+		 !kvs_store_dumps_busy(cp->dumps));
 }
 
 void *kvs_store_copier(void *arg)
 {
 	struct copier cp = { .s = arg };
 	struct kvs_store *s = cp.s;
+	int rc = kvs_store_dumps_init(s, &cp.dumps);
 
+	if (rc)
+		kvs_log_error(&s->log, "store: copier: %s (dumps fail)", kvs_strerror(rc));
 	for (;;) {
-		/* acquire: pairs with ring_push's publish; read before the ring is looked
-		 * at, so a push after our look changes the word we sleep on */
-		uint32_t bell = atomic_load_explicit(&s->ring_bell, memory_order_acquire) &
+		/* acquire: pairs with the hand-offs' bump; read before looking, so
+		 * that a hand-off after the look changes the word we sleep on */
+		uint32_t bell = atomic_load_explicit(&s->copier_bell, memory_order_acquire) &
 				KVS_WAIT_VALUE_MASK;
+		uint32_t before, kept = 0;
+		bool progress;
 		uint64_t now;
-		uint32_t kept = 0;
 
-		if (!copier_fill(&cp))
+		if (!copier_take(&cp))
 			break;
-		if (cp.nwork == 0)
-			continue;
+		if (cp.poisoned)
+			poison_drain(&cp);
 		now = kvs_now_ns();
+		before = cp.nwork;
 		for (uint32_t i = 0; i < cp.nwork; i++) {
 			struct kvs_store_sh *sh = cp.work[i];
-			bool done = sh->task->op == KVS_STORE_OP_DUMP ? dump_resolve(&cp, sh, now)
-								     : load_resolve(s, sh, now);
 
-			if (!done)
+			if (!resolve(&cp, sh, now))
 				cp.work[kept++] = sh;
 		}
-		dump_publish(&cp);
-		if (kept == cp.nwork)
-			copier_sleep(&cp, bell);
 		cp.nwork = kept;
+		progress = kept != before;
+		progress |= kvs_store_dumps_poll(s, cp.dumps, now, false);
+		if (cp.nbatch && !cp.poisoned) {
+			batch_end(&cp);
+			progress = true;
+		}
+		if (!progress)
+			copier_sleep(&cp, bell);
 	}
+	kvs_store_dumps_fini(cp.dumps);
+	kvs_store_thread_exit(s);
 	return NULL;
 }

@@ -1,139 +1,383 @@
 /*
- * core/store_dispatch.c — the dispatcher thread: the store's only backend issuer.
+ * core/store_dispatch.c — the dispatcher thread: the store's visits and its only
+ * backend issuer.
  *
- * It takes tasks in submit order and visits each task's shards in its visiting
- * order (rotated: rank r starts at slice r and strides by local_rank_size, so
- * the ranks of a node own different shards at the same moment and the backend
- * sees N-way concurrency).  For each shard: kvs_cache_get, then
- *   load/prefetch  owner: submit the backend read at once (not after locating the
- *                  whole task); hit or waiter: nothing to do here;
- *   dump           owner: the copier gathers it; READY or filled by a peer: skip
- *                  (deduplicated), unless this rank is the block's writer;
- * and hand the shard to the copier through the ring.  Completions are reaped as
- * they arrive and each owned slot is published READY or FAILED right then, so
- * peers never wait for this rank's copier.
+ * Visits.  Every task being visited gets its turn (round-robin, a few shards at a
+ * time), so a task of a thousand shards never holds up a load of one; within a
+ * task the shards go in the task's visiting order (rotated: rank r starts at
+ * slice r and strides by local_rank_size, so the ranks of a node own different
+ * shards at the same moment).  A visit pins the shard's slot
+ * (kvs_store_visit_get): a load or prefetch that owns it gets its read queued at
+ * once; every visited shard goes to the copier through the ring.  Visits stop
+ * while the store holds its pin budget (s->pin_budget) or the ring is full, and
+ * resume when the copier releases pins or takes shards; a task past its deadline
+ * finishes its unvisited shards at once (-ETIMEDOUT), without a pin.  A load or
+ * prefetch owns a miss only while no read waits for backend room (visit()):
+ * otherwise the miss is deferred, unpinned, and the peers with room own it.
  *
- * Backpressure without holding slots hostage: while a transfer waits for
- * backend capacity (-EAGAIN), no further shard is got, so this rank never owns a
- * slot it cannot start filling beyond that one; and a shard is got only when the
- * ring has room for it.
+ * Gets never block here: the bucket lock is only tried.  A busy bucket (a peer
+ * in its critical section, or stopped in it) sends the shard to the copier,
+ * which may block on it; meanwhile this thread keeps reaping and publishing, so
+ * a stopped peer costs its own shards, never the completions other ranks wait
+ * for.  For the same reason the last release of a read's pin goes to the copier.
  *
- * Waiting: with transfers in flight the thread sleeps in the backend's poll, in
- * slices of KVS_DISPATCH_SLICE_NS so that new tasks and hand-offs are picked up
- * within a slice; with nothing in flight it sleeps on its condition variable
- * (an idle rank costs no CPU).  Before sleeping it preallocates the next shard of
- * the block it last read (the reserved pool), so a layer-wise next task owns its
- * slot without a CLOCK search.
+ * Transfers.  Reads and writes have their own queues.  Reads go first and are
+ * submitted whatever their task's deadline (a read is useful to every rank
+ * waiting on its slot: a task past its deadline reports at the deadline, the
+ * read drains into the cache).  Writes (the blocks this rank writes as their
+ * claim's writer, store_dump.c) may take at most write_cap of the backend's
+ * queue, so reads always find room; a block write not started by its deadline
+ * fails.  Completions are reaped as they arrive and each owned slot is published
+ * READY or FAILED right then, so peers never wait for this rank's copier; a
+ * finished block write cleans its slots (DIRTY -> READY) and goes back to the
+ * copier, which ends its claim.
  *
- * Dump writers.  The posix backend assembles a block in one handle and renames
- * it when every shard is written, so all of a block's writes must come from one
- * rank: the rank whose dump owned shard 0 (the block's first dumper) claims the
- * block and writes each shard of it it dumps, gathered by itself or found READY
- * (or waited for) from a peer's gather.  A rank that finds shard 0 READY or
- * being filled does not write that block: its first dumper does, or it came from
- * the backend already.  Claims live in a small table until the block's last
- * shard was written.
+ * Sleeping.  In epoll on the wake eventfd (submits, hand-offs, released pins,
+ * room in the ring, close) and the backend's wait descriptor
+ * (kvs_backend_wait_fd: readable when a completion may be reaped), with a
+ * timeout only for what has a time: the earliest deadline of a task still being
+ * visited, a block write's start deadline, a backoff after a failed poll.  A
+ * backend without a wait descriptor (a user table without wait_fd) is slept on in
+ * its own poll, 1 ms at a time, while it has transfers in flight: completions
+ * are reaped as they come, a submit waits 1 ms at most.  Nothing in flight and nothing to visit: it
+ * sleeps until woken (1 s bound).  Before sleeping it preallocates the next
+ * shard of the block it last read (kvs_cache_prealloc's reserved pool), so a
+ * layer-wise next task owns its slot without a CLOCK search.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "core/store.h"
 
-/* How long a poll for completions sleeps before looking at the queues again. */
-#define KVS_DISPATCH_SLICE_NS 100000ull
-/* Completions reaped per poll. */
-#define KVS_DISPATCH_REAP 64u
-/* Idle sleep bound (the wake is the condition variable; this only bounds it). */
-#define KVS_DISPATCH_IDLE_NS KVS_NSEC_PER_SEC
+/* Completions reaped per poll call. */
+#define DISPATCH_REAP 64u
+/* Shards of one task visited before the next task's turn. */
+#define VISIT_BURST 16u
+/* Idle sleep bound (the wake is the eventfd; this only bounds it). */
+#define IDLE_MS 1000
+/* Poll slice of a backend with no wait descriptor, transfers in flight. */
+#define NOFD_SLICE_MS 1
+/* Backoff after a failed poll: doubling from the first to the last. */
+#define POLL_BACKOFF_MIN_NS (1 * KVS_NSEC_PER_MSEC)
+#define POLL_BACKOFF_MAX_NS KVS_NSEC_PER_SEC
+
+struct disp {
+	struct kvs_store *s;
+	int epfd;
+	bool backend_fd;                 /* the backend's wait descriptor is in epfd */
+	struct kvs_store_task *vis_head, *vis_tail; /* tasks with shards to visit */
+	struct kvs_store_sh *revisits;   /* shards to visit again (store_dump.c) */
+	/* Load and prefetch misses met while reads waited for backend room: not
+	 * owned, no pin; visited again (FIFO) once the read queue is empty. */
+	struct kvs_store_sh *def_head, *def_tail;
+	uint64_t def_next_ns;            /* the earliest deadline among them (or later) */
+	struct kvs_store_xfer *rq_head, *rq_tail; /* reads waiting for the backend */
+	struct kvs_store_job *wq_head, *wq_tail;  /* block writes with shards to submit */
+	uint32_t reads_inflight, writes_inflight, write_cap;
+	uint32_t jobs;                   /* block writes not finished */
+	bool blocked;                    /* visits wait for pins or ring room */
+	/* prealloc */
+	bool prealloc_due;
+	struct kvs_block_id prealloc_block;
+	uint32_t prealloc_shard;
+	struct kvs_block_id recent_block[KVS_STORE_PREALLOC_RECENT];
+	uint32_t recent_shard[KVS_STORE_PREALLOC_RECENT];
+	uint32_t recent_next;
+	/* a failing backend poll */
+	int poll_err;
+	uint64_t poll_retry_ns, poll_backoff_ns;
+};
 
 static bool same_block(const struct kvs_block_id *a, const struct kvs_block_id *b)
 {
 	return memcmp(a, b, sizeof(*a)) == 0;
 }
 
-/* ---- dump writer claims ---- */
+/* ---- visits ---- */
 
-static struct kvs_store_claim *claim_find(struct kvs_store *s, const struct kvs_block_id *b)
+/* Owned reads of this thread's visits go straight to its queue. */
+static void rq_push(struct disp *d, struct kvs_store_xfer *xf)
 {
-	for (uint32_t i = 0; i < s->nclaims; i++)
-		if (same_block(&s->claims[i].block, b))
-			return &s->claims[i];
-	return NULL;
+	xf->next = NULL;
+	if (d->rq_tail)
+		d->rq_tail->next = xf;
+	else
+		d->rq_head = xf;
+	d->rq_tail = xf;
 }
 
-static void claim_add(struct kvs_store *s, const struct kvs_block_id *b)
+static void queue_own_read(struct kvs_store *s, struct kvs_store_sh *sh, void *arg)
 {
-	if (s->nclaims == KVS_STORE_CLAIMS_MAX) {
-		/* Forget the oldest: its remaining shards are then not written by us
-		 * (a block dumped that slowly loses its backend copy, logged). */
-		if (!s->claims_full_logged)
-			kvs_log_warn(&s->log, "store: %u blocks partly dumped at once; the oldest claim "
-				     "is dropped and its block not completed in the backend",
-				     KVS_STORE_CLAIMS_MAX);
-		s->claims_full_logged = true;
-		memmove(&s->claims[0], &s->claims[1], (s->nclaims - 1) * sizeof(*s->claims));
-		s->nclaims--;
+	struct disp *d = arg;
+
+	(void)s;
+	rq_push(d, &sh->rd);
+	if (s->cfg.prealloc && sh->shard + 1 < s->spb) {
+		d->prealloc_due = true;
+		d->prealloc_block = sh->block;
+		d->prealloc_shard = sh->shard + 1;
 	}
-	s->claims[s->nclaims++] = (struct kvs_store_claim){ .block = *b, .written = 0 };
 }
 
-/* A write of one of the claimed block's shards was submitted. */
-static void claim_written(struct kvs_store *s, const struct kvs_block_id *b)
-{
-	struct kvs_store_claim *cl = claim_find(s, b);
-
-	if (cl && ++cl->written >= s->spb)
-		*cl = s->claims[--s->nclaims];
-}
-
-/* ---- prealloc ---- */
-
-static bool prealloc_recent(struct kvs_store *s, const struct kvs_block_id *b, uint32_t shard)
+static bool prealloc_recent(struct disp *d, const struct kvs_block_id *b, uint32_t shard)
 {
 	for (uint32_t i = 0; i < KVS_STORE_PREALLOC_RECENT; i++)
-		if (s->recent_shard[i] == shard + 1 && same_block(&s->recent_block[i], b))
+		if (d->recent_shard[i] == shard + 1 && same_block(&d->recent_block[i], b))
 			return true;
 	return false;
 }
 
-/* In the idle window: key the next shard of the block last read, from the
- * reserved pool, so its get owns it at once. */
-static void prealloc_next(struct kvs_store *s)
+void kvs_store_read_owned(struct kvs_store *s, struct kvs_store_sh *sh,
+			  void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
+			  void *arg)
 {
+	sh->rd = (struct kvs_store_xfer){
+		.op = KVS_XFER_READ, .shard = sh->shard, .block = sh->block, .buf = sh->data,
+		.owner = sh,
+	};
+	atomic_init(&sh->rd.result, KVS_XFER_PENDING);
+	/* relaxed: the pin's second holder, taken before the read is handed on */
+	atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+	queue_read(s, sh, arg);
+}
+
+int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t flags,
+			void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
+			void *arg)
+{
+	uint32_t op = sh->task->op;
 	int rc;
 
-	s->prealloc_due = false;
-	rc = kvs_cache_prealloc(s->cache, &s->prealloc_block, s->prealloc_shard);
-	if (rc == 1) {
-		KVS_STORE_COUNT(s, prealloc, 1);
-		s->recent_block[s->recent_next] = s->prealloc_block;
-		s->recent_shard[s->recent_next] = s->prealloc_shard + 1; /* 0 = unused */
-		s->recent_next = (s->recent_next + 1) % KVS_STORE_PREALLOC_RECENT;
-	} else if (rc < 0 && rc != -ENOSPC) {
-		kvs_log_debug(&s->log, "store: prealloc: %s", kvs_strerror(rc));
+	if (op == KVS_STORE_OP_PREFETCH)
+		flags |= KVS_GET_ALLOW_RESERVED; /* what the reserved pool is for */
+	else if (op == KVS_STORE_OP_DUMP)
+		flags |= KVS_CORE_GET_REFILL; /* a dump has the bytes a failed fill lacked */
+	rc = kvs_core_get(s->cache, &sh->block, sh->shard, flags, &sh->slot);
+	if (rc)
+		return rc;
+	/* relaxed: a budget, compared by the dispatcher only */
+	atomic_fetch_add_explicit(&s->pins, 1, memory_order_relaxed);
+	sh->flags |= KVS_SH_GOT;
+	rc = kvs_slot_data(s->cache, &sh->slot, &sh->data);
+	if (rc) {
+		sh->err = rc;
+		return 0;
 	}
+	if (sh->slot.flags & KVS_SLOT_OWNER) {
+		sh->flags |= KVS_SH_OWNED;
+		if (op != KVS_STORE_OP_DUMP) /* a dump's the copier gathers */
+			kvs_store_read_owned(s, sh, queue_read, arg);
+	} else if (op != KVS_STORE_OP_DUMP &&
+		   (sh->slot.state == KVS_SLOT_READY || sh->slot.state == KVS_SHM_SLOT_DIRTY)) {
+		KVS_STORE_COUNT(s, load_hits, 1);
+	}
+	return 0;
+}
+
+/* Hand sh to the copier (the caller checked there is room). */
+static void ring_push(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	pthread_mutex_lock(&s->mu);
+	s->ring[(s->ring_head + s->ring_count) % s->ring_cap] = sh;
+	s->ring_count++;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_copier(s);
+}
+
+static void defer(struct disp *d, struct kvs_store_sh *sh)
+{
+	sh->next = NULL;
+	if (d->def_tail)
+		d->def_tail->next = sh;
+	else
+		d->def_head = sh;
+	d->def_tail = sh;
+	if (!d->def_next_ns || sh->task->deadline_ns < d->def_next_ns)
+		d->def_next_ns = sh->task->deadline_ns;
+}
+
+/*
+ * A load or prefetch owns a miss only while nothing waits in the read queue:
+ * a rank never owns more slots than it can start filling (its reads in flight
+ * and one more), so the next misses are owned by the peers with backend room
+ * and the node's reads run in parallel.  Hits and waits are pinned whatever
+ * the queue (they need no backend room); a miss is deferred.  A dump owns
+ * every miss: it fills from the device, not the backend.
+ */
+static void visit(struct disp *d, struct kvs_store_sh *sh)
+{
+	struct kvs_store *s = d->s;
+	uint32_t flags = KVS_CORE_GET_TRY;
+	int rc;
+
+	if (d->rq_head && sh->task->op != KVS_STORE_OP_DUMP)
+		flags |= KVS_CORE_GET_NO_OWN;
+	rc = kvs_store_visit_get(s, sh, flags, queue_own_read, d);
+	if (rc == -ENOENT && (flags & KVS_CORE_GET_NO_OWN)) {
+		defer(d, sh);
+		return;
+	}
+	if (rc == -EBUSY) {
+		sh->flags |= KVS_SH_SLOWGET; /* the copier may block on the bucket */
+	} else if (rc) {
+		/* nothing pinned: finished here (the task may go with it) */
+		kvs_store_sh_finish(s, sh, rc);
+		return;
+	} else if ((sh->flags & KVS_SH_OWNED) && prealloc_recent(d, &sh->block, sh->shard)) {
+		KVS_STORE_COUNT(s, prealloc_hits, 1);
+	}
+	ring_push(s, sh);
+}
+
+/* Room for one more visit?  (relaxed pins: a budget; under-counting a release
+ * only delays a visit until the wake that follows it) */
+static bool room(struct disp *d)
+{
+	struct kvs_store *s = d->s;
+	bool ok;
+
+	pthread_mutex_lock(&s->mu);
+	ok = s->ring_count < s->ring_cap &&
+	     atomic_load_explicit(&s->pins, memory_order_relaxed) < s->pin_budget;
+	d->blocked = s->disp_blocked = !ok;
+	pthread_mutex_unlock(&s->mu);
+	return ok;
+}
+
+/* Task t is past its deadline: every shard not visited yet finishes now. */
+static void expire_rest(struct disp *d, struct kvs_store_task *t)
+{
+	struct kvs_store *s = d->s;
+
+	/* relaxed: our own reference, dropped below (the task may complete, and
+	 * be reaped, while we finish its shards) */
+	atomic_fetch_add_explicit(&t->live, 1, memory_order_relaxed);
+	while (t->visited < t->n) {
+		struct kvs_store_sh *sh = &t->sh[t->order[t->visited++]];
+
+		kvs_store_sh_finish(s, sh, -ETIMEDOUT);
+	}
+	/* acq_rel: as every task reference (store.c, task_unref) */
+	if (atomic_fetch_sub_explicit(&t->live, 1, memory_order_acq_rel) == 1)
+		free(t);
+}
+
+/* Drop the tasks past their deadline from the visiting list, finishing the
+ * shards they have left.  Returns whether there were any. */
+static bool expire_tasks(struct disp *d)
+{
+	struct kvs_store_task **link = &d->vis_head, *t, *last = NULL;
+	uint64_t now = kvs_now_ns();
+	bool any = false;
+
+	while ((t = *link)) {
+		if (now < t->deadline_ns) {
+			last = t;
+			link = &t->next;
+			continue;
+		}
+		*link = t->next;
+		expire_rest(d, t);
+		any = true;
+	}
+	d->vis_tail = last;
+	return any;
+}
+
+/* Deferred shards past their task's deadline finish now (once the earliest
+ * deadline among them has passed). */
+static bool expire_deferred(struct disp *d)
+{
+	struct kvs_store_sh **link = &d->def_head, *sh, *last = NULL;
+	uint64_t now = kvs_now_ns(), next = 0;
+	bool any = false;
+
+	if (!d->def_head || now < d->def_next_ns)
+		return false;
+	while ((sh = *link)) {
+		if (now < sh->task->deadline_ns) {
+			if (!next || sh->task->deadline_ns < next)
+				next = sh->task->deadline_ns;
+			last = sh;
+			link = &sh->next;
+			continue;
+		}
+		*link = sh->next;
+		kvs_store_sh_finish(d->s, sh, -ETIMEDOUT);
+		any = true;
+	}
+	d->def_tail = last;
+	d->def_next_ns = next;
+	return any;
+}
+
+static bool visit_some(struct disp *d)
+{
+	struct kvs_store_sh *sh;
+	bool progress = expire_tasks(d);
+
+	progress |= expire_deferred(d);
+	while ((sh = d->revisits) && room(d)) {
+		d->revisits = sh->next;
+		visit(d, sh);
+		progress = true;
+	}
+	/* Deferred misses first, in order, while the backend takes reads. */
+	while ((sh = d->def_head) && !d->rq_head && room(d)) {
+		d->def_head = sh->next;
+		if (!d->def_head) {
+			d->def_tail = NULL;
+			d->def_next_ns = 0;
+		}
+		visit(d, sh);
+		progress = true;
+	}
+	while (d->vis_head) {
+		struct kvs_store_task *t = d->vis_head;
+
+		/* off the list before its last visit: the task may then end */
+		d->vis_head = t->next;
+		if (!d->vis_head)
+			d->vis_tail = NULL;
+		for (uint32_t k = 0; k < VISIT_BURST && t->visited < t->n - 1 && room(d); k++) {
+			visit(d, &t->sh[t->order[t->visited++]]);
+			progress = true;
+		}
+		if (t->visited == t->n - 1 && room(d)) {
+			visit(d, &t->sh[t->order[t->visited++]]);
+			progress = true;
+			continue;
+		}
+		/* back in line, at the end (round-robin) */
+		t->next = NULL;
+		if (d->vis_tail)
+			d->vis_tail->next = t;
+		else
+			d->vis_head = t;
+		d->vis_tail = t;
+		if (d->blocked)
+			break;
+	}
+	return progress;
 }
 
 /* ---- transfers ---- */
 
-static void sq_push(struct kvs_store *s, struct kvs_store_sh *sh)
+/* The owner's read of xf's shard ended with err: publish, then the copier. */
+static void read_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 {
-	sh->io_next = NULL;
-	if (s->sq_tail)
-		s->sq_tail->io_next = sh;
-	else
-		s->sq_head = sh;
-	s->sq_tail = sh;
-}
-
-/* The owner's read of sh ended with err: publish, then let the copier know. */
-static void read_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
-{
+	struct kvs_store *s = d->s;
+	struct kvs_store_sh *sh = xf->owner;
 	int rc;
 
-	/* release: the copier acquires it after seeing the slot word change */
-	atomic_store_explicit(&sh->io_result, err, memory_order_release);
+	/* relaxed: ordered by the reference drop below (the copier reads it after
+	 * it saw our reference gone) */
+	atomic_store_explicit(&xf->result, err, memory_order_relaxed);
 	if (err) {
 		KVS_STORE_COUNT(s, read_errors, 1);
 		rc = kvs_slot_publish_failed(s->cache, &sh->slot, err);
@@ -143,265 +387,402 @@ static void read_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
 	if (rc)
 		kvs_log_error(&s->log, "store: publishing slot %u: %s", sh->slot.index,
 			      kvs_strerror(rc));
-	kvs_store_sh_put(s, sh);
+	/* Our reference, last: after it, sh may be gone.  acq_rel: the result and
+	 * the publish happen before the copier sees the reference dropped (its
+	 * acquire), so it releases the pin before it finishes the shard; if we are
+	 * the last (the copier gave up on the shard at its deadline), the release
+	 * takes a bucket lock, which this thread never waits for: the copier's. */
+	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1) {
+		atomic_store_explicit(&sh->refs, 1, memory_order_relaxed); /* the copier's now */
+		kvs_store_handoff_release(s, sh);
+	} else {
+		kvs_store_wake_copier(s);
+	}
 }
 
-static void write_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
+static void wq_pop(struct disp *d)
 {
+	d->wq_head = d->wq_head->next;
+	if (!d->wq_head)
+		d->wq_tail = NULL;
+}
+
+/* A block write has every write back (or gave up): clean its slots (durable),
+ * then the copier ends its claim. */
+static void job_end(struct disp *d, struct kvs_store_job *job)
+{
+	struct kvs_store *s = d->s;
+
+	for (uint32_t i = 0; job->err == 0 && i < job->n; i++) {
+		int rc = kvs_core_slot_clean(s->cache, &job->slots[i]);
+
+		if (rc)
+			job->err = rc;
+	}
+	d->jobs--;
+	kvs_store_handoff_job_done(s, job);
+}
+
+static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)
+{
+	struct kvs_store *s = d->s;
+	struct kvs_store_job *job = xf->owner;
+
 	if (err) {
 		KVS_STORE_COUNT(s, write_errors, 1);
-		kvs_log_error(&s->log, "store: backend write of shard %u: %s", sh->shard,
+		kvs_log_error(&s->log, "store: backend write of shard %u: %s", xf->shard,
 			      kvs_strerror(err));
+		if (!job->err)
+			job->err = err;
 	} else {
 		KVS_STORE_COUNT(s, backend_writes, 1);
 	}
-	kvs_store_sh_error(sh, err);
-	kvs_store_sh_put(s, sh);
+	job->inflight--;
+	if (job->inflight == 0 && (job->next_submit == job->n || job->err))
+		job_end(d, job);
 }
 
-static void transfer_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
+static bool submit_reads(struct disp *d)
 {
-	if (sh->io_op == KVS_SH_IO_READ)
-		read_done(s, sh, err);
-	else
-		write_done(s, sh, err);
-}
-
-/* Submit queued transfers in order until the backend is full.  Returns whether
- * anything left the queue. */
-static bool submit_queued(struct kvs_store *s)
-{
+	struct kvs_store *s = d->s;
+	struct kvs_store_xfer *xf;
 	bool progress = false;
-	struct kvs_store_sh *sh;
 
-	while ((sh = s->sq_head)) {
+	while ((xf = d->rq_head)) {
 		struct kvs_backend_io io = {
-			.block = sh->block,
-			.shard = sh->shard,
-			.buf = sh->data,
-			.len = s->slot_bytes,
-			.token = (uint64_t)(uintptr_t)sh,
+			.block = xf->block, .shard = xf->shard, .buf = xf->buf,
+			.len = s->slot_bytes, .token = (uint64_t)(uintptr_t)xf,
 		};
-		int rc;
+		int rc = kvs_backend_submit_read(s->backend, &io);
 
-		if (sh->io_op == KVS_SH_IO_READ && kvs_now_ns() >= sh->task->deadline_ns)
-			rc = -ETIMEDOUT; /* never started: fail it for every waiter */
-		else if (sh->io_op == KVS_SH_IO_READ)
-			rc = kvs_backend_submit_read(s->backend, &io);
-		else
-			rc = kvs_backend_submit_write(s->backend, &io);
 		if (rc == -EAGAIN)
 			break;
-		s->sq_head = sh->io_next;
-		if (!s->sq_head)
-			s->sq_tail = NULL;
+		d->rq_head = xf->next;
+		if (!d->rq_head)
+			d->rq_tail = NULL;
 		progress = true;
 		if (rc) {
-			transfer_done(s, sh, rc);
+			read_done(d, xf, rc);
 			continue;
 		}
-		s->inflight++;
-		if (sh->io_op == KVS_SH_IO_READ) {
-			KVS_STORE_COUNT(s, owner_reads, 1);
-		} else {
-			claim_written(s, &sh->block);
-		}
+		d->reads_inflight++;
+		KVS_STORE_COUNT(s, owner_reads, 1);
 	}
 	return progress;
 }
 
-/* Reap completions, waiting up to timeout_ns for the first.  Returns the count. */
-static int reap(struct kvs_store *s, uint64_t timeout_ns)
+static bool submit_writes(struct disp *d)
 {
-	struct kvs_backend_completion comp[KVS_DISPATCH_REAP];
-	int n = kvs_backend_poll(s->backend, comp, KVS_DISPATCH_REAP, timeout_ns);
+	struct kvs_store *s = d->s;
+	struct kvs_store_job *job;
+	bool progress = false;
 
-	if (n < 0) {
-		kvs_log_error(&s->log, "store: backend poll: %s", kvs_strerror(n));
-		return 0;
-	}
-	for (int i = 0; i < n; i++) {
-		struct kvs_store_sh *sh = (struct kvs_store_sh *)(uintptr_t)comp[i].token;
-		int err = comp[i].result == (int64_t)s->slot_bytes ? 0
-			  : comp[i].result < 0			 ? (int)comp[i].result
-								 : -EIO;
+	while ((job = d->wq_head) && d->writes_inflight < d->write_cap) {
+		struct kvs_store_xfer *xf = &job->xf[job->next_submit];
+		struct kvs_backend_io io = {
+			.block = xf->block, .shard = xf->shard, .buf = xf->buf,
+			.len = s->slot_bytes, .token = (uint64_t)(uintptr_t)xf,
+		};
+		int rc;
 
-		s->inflight--;
-		transfer_done(s, sh, err);
-	}
-	return n;
-}
-
-/* ---- visiting a shard ---- */
-
-/* Hand sh to the copier (the caller checked there is room). */
-static void ring_push(struct kvs_store *s, struct kvs_store_sh *sh)
-{
-	pthread_mutex_lock(&s->mu);
-	s->ring[(s->ring_head + s->ring_count) % s->ring_cap] = sh;
-	s->ring_count++;
-	pthread_cond_signal(&s->copier_cv);
-	pthread_mutex_unlock(&s->mu);
-	/* wakes a copier asleep on slot words (kvs_wait_any includes the bell) */
-	kvs_wait_publish(&s->ring_bell,
-			 (atomic_load_explicit(&s->ring_bell, memory_order_relaxed) + 1) &
-				 KVS_WAIT_VALUE_MASK);
-}
-
-static void visit_load(struct kvs_store *s, struct kvs_store_sh *sh)
-{
-	if (!(sh->slot.flags & KVS_SLOT_OWNER)) {
-		if (sh->slot.state == KVS_SLOT_READY)
-			KVS_STORE_COUNT(s, load_hits, 1);
-		return;
-	}
-	if (prealloc_recent(s, &sh->block, sh->shard))
-		KVS_STORE_COUNT(s, prealloc_hits, 1);
-	sh->flags |= KVS_SH_OWNED;
-	atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed); /* ours: the read */
-	sh->io_op = KVS_SH_IO_READ;
-	sq_push(s, sh);
-	if (s->cfg.prealloc && sh->shard + 1 < s->spb) {
-		s->prealloc_due = true;
-		s->prealloc_block = sh->block;
-		s->prealloc_shard = sh->shard + 1;
-	}
-}
-
-static void visit_dump(struct kvs_store *s, struct kvs_store_sh *sh)
-{
-	bool owned = sh->slot.flags & KVS_SLOT_OWNER;
-
-	if (owned) {
-		sh->flags |= KVS_SH_OWNED;
-		if (s->spb == 1) {
-			sh->flags |= KVS_SH_WRITE;
-		} else if (sh->shard == 0) {
-			claim_add(s, &sh->block);
-			sh->flags |= KVS_SH_WRITE;
+		if (job->next_submit == 0 && kvs_now_ns() >= job->deadline_ns) {
+			job->err = -ETIMEDOUT; /* never started: nothing to drain */
+			wq_pop(d);
+			job_end(d, job);
+			progress = true;
+			continue;
 		}
+		rc = kvs_backend_submit_write(s->backend, &io);
+		if (rc == -EAGAIN)
+			break;
+		progress = true;
+		if (rc) {
+			if (!job->err)
+				job->err = rc;
+			wq_pop(d);
+			if (job->inflight == 0)
+				job_end(d, job);
+			continue;
+		}
+		job->next_submit++;
+		job->inflight++;
+		d->writes_inflight++;
+		if (job->next_submit == job->n)
+			wq_pop(d); /* its completions end it */
 	}
-	if (sh->shard > 0 && claim_find(s, &sh->block))
-		sh->flags |= KVS_SH_WRITE;
-	if (sh->slot.state == KVS_SLOT_FAILED)
-		sh->err = -EAGAIN; /* a peer's fill failed and is still pinned: retry later */
-	else if (!(sh->flags & (KVS_SH_OWNED | KVS_SH_WRITE)))
-		KVS_STORE_COUNT(s, dump_dedup, 1);
+	return progress;
 }
 
-static void visit(struct kvs_store *s, struct kvs_store_sh *sh)
+/* Reap what is ready (never waits: the sleep is epoll's).  A failing poll is
+ * logged once per run of failures and retried with a doubling backoff. */
+/* Reap what has completed; timeout_ns > 0: sleep in the backend's poll up to
+ * that long for the first completion (a backend with no wait descriptor). */
+static bool reap(struct disp *d, uint64_t timeout_ns)
 {
-	struct kvs_store_task *t = sh->task;
+	struct kvs_store *s = d->s;
+	struct kvs_backend_completion comp[DISPATCH_REAP];
+	bool progress = false;
+	int n;
+
+	if (d->reads_inflight + d->writes_inflight == 0)
+		return false;
+	if (d->poll_err && kvs_now_ns() < d->poll_retry_ns)
+		return false;
+	do {
+		n = kvs_backend_poll(s->backend, comp, DISPATCH_REAP, timeout_ns);
+		timeout_ns = 0;
+		if (n < 0) {
+			if (n != d->poll_err)
+				kvs_log_error(&s->log, "store: backend poll: %s (retrying with a "
+						       "backoff; transfers in flight wait)",
+					      kvs_strerror(n));
+			d->poll_err = n;
+			d->poll_backoff_ns = d->poll_backoff_ns ? d->poll_backoff_ns * 2
+								: POLL_BACKOFF_MIN_NS;
+			if (d->poll_backoff_ns > POLL_BACKOFF_MAX_NS)
+				d->poll_backoff_ns = POLL_BACKOFF_MAX_NS;
+			d->poll_retry_ns = kvs_now_ns() + d->poll_backoff_ns;
+			return progress;
+		}
+		if (d->poll_err && n > 0)
+			kvs_log_info(&s->log, "store: backend poll works again");
+		if (n > 0) {
+			d->poll_err = 0;
+			d->poll_backoff_ns = 0;
+		}
+		for (int i = 0; i < n; i++) {
+			struct kvs_store_xfer *xf = (struct kvs_store_xfer *)(uintptr_t)comp[i].token;
+			int err = comp[i].result == (int64_t)s->slot_bytes ? 0
+				  : comp[i].result < 0			 ? (int)comp[i].result
+									 : -EIO;
+
+			progress = true;
+			if (xf->op == KVS_XFER_READ) {
+				d->reads_inflight--;
+				read_done(d, xf, err);
+			} else {
+				d->writes_inflight--;
+				write_done(d, xf, err);
+			}
+		}
+	} while (n == (int)DISPATCH_REAP);
+	return progress;
+}
+
+/* In the idle window: key the next shard of the block last read, from the
+ * reserved pool, so its get owns it at once. */
+static void prealloc_next(struct disp *d)
+{
+	struct kvs_store *s = d->s;
 	int rc;
 
-	if (kvs_now_ns() >= t->deadline_ns) {
-		sh->err = -ETIMEDOUT;
-	} else if ((rc = kvs_cache_get(s->cache, &sh->block, sh->shard, 0, &sh->slot))) {
-		sh->err = rc;
-	} else {
-		sh->flags |= KVS_SH_GOT;
-		rc = kvs_slot_data(s->cache, &sh->slot, &sh->data);
-		if (rc)
-			sh->err = rc;
-		else if (t->op == KVS_STORE_OP_DUMP)
-			visit_dump(s, sh);
-		else
-			visit_load(s, sh);
+	d->prealloc_due = false;
+	rc = kvs_core_prealloc(s->cache, &d->prealloc_block, d->prealloc_shard, KVS_CORE_GET_TRY);
+	if (rc == 1) {
+		KVS_STORE_COUNT(s, prealloc, 1);
+		d->recent_block[d->recent_next] = d->prealloc_block;
+		d->recent_shard[d->recent_next] = d->prealloc_shard + 1; /* 0 = unused */
+		d->recent_next = (d->recent_next + 1) % KVS_STORE_PREALLOC_RECENT;
+	} else if (rc < 0 && rc != -ENOSPC && rc != -EBUSY) {
+		kvs_log_debug(&s->log, "store: prealloc: %s", kvs_strerror(rc));
 	}
-	ring_push(s, sh);
 }
 
 /* ---- the thread ---- */
 
-/* Under mu: move the copier's hand-offs (pushed LIFO) onto the submit queue in
- * the order they were handed off. */
-static void take_handoffs(struct kvs_store *s)
+/* Reverse a LIFO hand-off list into submission order. */
+static struct kvs_store_sh *reverse_sh(struct kvs_store_sh *sh)
 {
-	struct kvs_store_sh *rev = NULL, *sh = s->handoff;
+	struct kvs_store_sh *rev = NULL;
 
-	s->handoff = NULL;
 	while (sh) {
-		struct kvs_store_sh *next = sh->io_next;
+		struct kvs_store_sh *next = sh->next;
 
-		sh->io_next = rev;
+		sh->next = rev;
 		rev = sh;
 		sh = next;
 	}
-	while (rev) {
-		struct kvs_store_sh *next = rev->io_next;
-
-		sq_push(s, rev);
-		rev = next;
-	}
+	return rev;
 }
 
-/* Under mu: is there anything for the dispatcher to do without waiting? */
-static bool disp_work(struct kvs_store *s)
+/* Take what was submitted or handed off.  Returns whether the thread may
+ * leave: stopping, no task active, nothing queued or in flight. */
+static bool take_inputs(struct disp *d)
 {
-	return s->handoff || s->sq_head || (!s->cur && s->q_head) ||
-	       (s->cur && s->ring_count < s->ring_cap);
+	struct kvs_store *s = d->s;
+	struct kvs_store_sh *reads, *revisits;
+	struct kvs_store_job *jobs, *rev = NULL;
+	bool leave;
+
+	pthread_mutex_lock(&s->mu);
+	while (s->q_head) {
+		struct kvs_store_task *t = s->q_head;
+
+		s->q_head = t->next;
+		t->next = NULL;
+		if (d->vis_tail)
+			d->vis_tail->next = t;
+		else
+			d->vis_head = t;
+		d->vis_tail = t;
+	}
+	s->q_tail = NULL;
+	reads = s->reads_in;
+	revisits = s->revisit_in;
+	jobs = s->jobs_in;
+	s->reads_in = s->revisit_in = NULL;
+	s->jobs_in = NULL;
+	leave = s->stop && s->active == 0 && !reads && !revisits && !jobs;
+	pthread_mutex_unlock(&s->mu);
+
+	for (struct kvs_store_sh *sh = reverse_sh(reads); sh;) {
+		struct kvs_store_sh *next = sh->next;
+
+		rq_push(d, &sh->rd);
+		sh = next;
+	}
+	if (revisits) {
+		struct kvs_store_sh *tail = reverse_sh(revisits), *last = tail;
+
+		while (last->next)
+			last = last->next;
+		last->next = d->revisits;
+		d->revisits = tail;
+	}
+	while (jobs) { /* LIFO -> FIFO */
+		struct kvs_store_job *next = jobs->next;
+
+		jobs->next = rev;
+		rev = jobs;
+		jobs = next;
+	}
+	while (rev) {
+		struct kvs_store_job *next = rev->next;
+
+		rev->next = NULL;
+		if (d->wq_tail)
+			d->wq_tail->next = rev;
+		else
+			d->wq_head = rev;
+		d->wq_tail = rev;
+		d->jobs++;
+		rev = next;
+	}
+	return leave && !d->vis_head && !d->revisits && !d->def_head && !d->rq_head && !d->wq_head &&
+	       d->jobs == 0 &&
+	       d->reads_inflight + d->writes_inflight == 0;
+}
+
+/* How long epoll may sleep (ms; -1 is never chosen: IDLE_MS bounds it). */
+static int sleep_ms(struct disp *d)
+{
+	uint64_t now = kvs_now_ns(), until = now + (uint64_t)IDLE_MS * KVS_NSEC_PER_MSEC;
+	bool inflight = d->reads_inflight + d->writes_inflight > 0;
+
+	for (struct kvs_store_task *t = d->vis_head; t; t = t->next)
+		if (t->deadline_ns < until)
+			until = t->deadline_ns;
+	for (struct kvs_store_job *j = d->wq_head; j; j = j->next)
+		if (j->next_submit == 0 && j->deadline_ns < until)
+			until = j->deadline_ns;
+	if (d->def_head && d->def_next_ns < until)
+		until = d->def_next_ns;
+	if (inflight && d->poll_err && d->poll_retry_ns < until)
+		until = d->poll_retry_ns;
+	if (until <= now)
+		return 0;
+	/* round up: waking a little late is fine, early is a wasted wake */
+	return (int)((until - now + KVS_NSEC_PER_MSEC - 1) / KVS_NSEC_PER_MSEC);
+}
+
+static void disp_sleep(struct disp *d)
+{
+	struct kvs_store *s = d->s;
+	struct epoll_event ev[2];
+	uint64_t v;
+	int n = epoll_wait(d->epfd, ev, 2, sleep_ms(d));
+
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.fd == s->wake_fd && read(s->wake_fd, &v, sizeof(v)) < 0 &&
+		    errno != EAGAIN)
+			kvs_log_debug(&s->log, "store: wake read: %s", kvs_strerror(-errno));
+}
+
+static int disp_init(struct disp *d, struct kvs_store *s)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	uint32_t depth;
+	int bfd;
+
+	memset(d, 0, sizeof(*d));
+	d->s = s;
+	/* Writes take at most three quarters of the backend's queue (all of a
+	 * queue of one): reads always find room. */
+	depth = s->cfg.backend.kind == KVS_BACKEND_LATENCY && s->cfg.backend.latency_queue_depth
+			? s->cfg.backend.latency_queue_depth
+			: s->cfg.backend.queue_depth;
+	d->write_cap = depth > 1 ? depth - (depth / 4 ? depth / 4 : 1) : 1;
+	d->epfd = kvs_fd_above_stdio(epoll_create1(EPOLL_CLOEXEC));
+	if (d->epfd < 0)
+		return -errno;
+	ev.data.fd = s->wake_fd;
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, s->wake_fd, &ev) < 0)
+		return -errno;
+	bfd = kvs_backend_wait_fd(s->backend);
+	if (bfd >= 0) {
+		ev.data.fd = bfd;
+		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, bfd, &ev) == 0)
+			d->backend_fd = true;
+	}
+	if (!d->backend_fd)
+		kvs_log_info(&s->log, "store: the backend has no wait descriptor (%s): transfers in "
+				      "flight are waited for in its poll, %d ms at a time",
+			     kvs_strerror(bfd < 0 ? bfd : -errno), NOFD_SLICE_MS);
+	return 0;
 }
 
 void *kvs_store_dispatcher(void *arg)
 {
 	struct kvs_store *s = arg;
+	struct disp d;
+	int rc = disp_init(&d, s);
 
+	if (rc)
+		kvs_log_error(&s->log, "store: dispatcher: epoll: %s (tasks will time out)",
+			      kvs_strerror(rc));
 	for (;;) {
 		bool progress;
-		uint32_t room;
 
-		pthread_mutex_lock(&s->mu);
-		take_handoffs(s);
-		if (!s->cur && s->q_head) {
-			s->cur = s->q_head;
-			s->q_head = s->cur->next;
-			if (!s->q_head)
-				s->q_tail = NULL;
-		}
-		if (s->copier_done && s->inflight == 0 && !s->sq_head) {
-			pthread_mutex_unlock(&s->mu);
+		if (take_inputs(&d))
 			break;
-		}
-		room = s->ring_cap - s->ring_count;
-		pthread_mutex_unlock(&s->mu);
-
-		progress = submit_queued(s);
-		if (s->inflight && reap(s, 0) > 0)
-			progress = true;
-		/* Get further shards only while the backend takes transfers. */
-		while (s->cur && !s->sq_head && room > 0) {
-			struct kvs_store_task *t = s->cur;
-			struct kvs_store_sh *sh = &t->sh[t->order[t->visited++]];
-
-			/* Decided before the visit: once its last shard is in the ring
-			 * the task may finish and be freed. */
-			if (t->visited == t->n)
-				s->cur = NULL;
-			visit(s, sh);
-			room--;
-			progress = true;
-			submit_queued(s);
-		}
+		progress = submit_reads(&d);
+		progress |= submit_writes(&d);
+		progress |= reap(&d, 0);
+		progress |= visit_some(&d);
 		if (progress)
 			continue;
-		if (s->inflight) {
-			reap(s, KVS_DISPATCH_SLICE_NS);
+		if (d.prealloc_due && !d.rq_head) {
+			prealloc_next(&d);
 			continue;
 		}
-		if (s->prealloc_due) {
-			prealloc_next(s);
-			continue;
-		}
-		pthread_mutex_lock(&s->mu);
-		if (!disp_work(s) && !s->copier_done) {
-			struct timespec ts = kvs_ns_to_timespec(kvs_deadline_after(KVS_DISPATCH_IDLE_NS));
-
-			pthread_cond_timedwait(&s->disp_cv, &s->mu, &ts);
-		}
-		pthread_mutex_unlock(&s->mu);
+		if (!d.backend_fd && !d.poll_err && d.reads_inflight + d.writes_inflight)
+			/* nothing to sleep on but the backend's own poll: completions
+			 * reaped as they come, a submit waits a slice at most */
+			reap(&d, NOFD_SLICE_MS * KVS_NSEC_PER_MSEC);
+		else if (d.epfd >= 0)
+			disp_sleep(&d);
+		else
+			usleep(NOFD_SLICE_MS * 1000); /* no epoll: a failed open, bounded */
 	}
+	if (d.epfd >= 0)
+		close(d.epfd);
 	/* The issuing thread closes the backend (io_uring reaps here). */
 	kvs_backend_close(s->backend);
 	s->backend = NULL;
+	pthread_mutex_lock(&s->mu);
+	s->disp_exited = true;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_copier(s);
+	kvs_store_thread_exit(s);
 	return NULL;
 }

@@ -169,14 +169,19 @@ int kvs_store_register_start(struct kvs_store *s)
 	return 0;
 }
 
-void kvs_store_register_stop(struct kvs_store *s)
+void kvs_store_register_join(struct kvs_store *s)
 {
-	struct kvs_cache *c = s->cache;
-
 	if (s->reg_started) {
 		pthread_join(s->reg_thr, NULL);
 		s->reg_started = false;
 	}
+}
+
+void kvs_store_register_stop(struct kvs_store *s)
+{
+	struct kvs_cache *c = s->cache;
+
+	kvs_store_register_join(s);
 	for (uint32_t i = 0; s->copy && i < c->seg_count; i++) {
 		unsigned char *base = c->segs[i].base;
 		/* acquire: pairs with the registrar's release (it has exited anyway) */

@@ -75,7 +75,12 @@ enum kvs_error {
 	KVS_ELAYOUT = KVS_E_BASE + 1,
 	/* The segment exists with another configuration (slot size, slot count, shards,
 	 * tensor sizes, local_rank_size, segments); the log names the field and both
-	 * values.  Give every rank the same configuration, or another unique_id. */
+	 * values.  Give every rank the same configuration, or another unique_id.
+	 * Also a backend block stored with another geometry (shard size, shards per
+	 * block, tensor sizes, layout_tag) than the reader's: the read fails instead of
+	 * returning bytes laid out for another geometry, and the log names the block,
+	 * where it is and both geometries.  Load it with the geometry it was dumped
+	 * with, or point this geometry at another store (posix root, Redis prefix). */
 	KVS_ECONFIG = KVS_E_BASE + 2,
 	/* The rank that was filling a slot died; the slot was failed (or taken over).
 	 * Retry the get: a later owner re-reads from the backend. */
@@ -87,6 +92,13 @@ enum kvs_error {
 	/* Shared state failed validation (bad magic, truncated segment, broken
 	 * invariant).  Stop the ranks and remove the segment with `kvshare clean`. */
 	KVS_ECORRUPT = KVS_E_BASE + 5,
+	/* A durable dump (dump_wait=durable) of some shards of a block whose other
+	 * shards were not dumped, by any rank of the node, before the task's
+	 * deadline: a block is written to the backend only whole, so this one is
+	 * not there (its dumped shards stay in the cache).  Dump every shard of a
+	 * block (every layer, every rank's slice) within timeout_ms, or use
+	 * dump_wait=cached for partial dumps. */
+	KVS_EINCOMPLETE = KVS_E_BASE + 6,
 };
 
 /*
@@ -235,8 +247,12 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 
 /*
  * Detach: releases every slot this handle still pins (an unpublished owned slot
- * is published FAILED(-ECANCELED)), frees the rank entry and, if it was the last
- * attached process and the cache is not persistent, removes the segments.
+ * is published FAILED(-ECANCELED)), frees the rank entry and, if the cache is not
+ * persistent, removes the segments when this was the last live GPU rank
+ * (device_id >= 0), whatever watchers are attached: watchers never keep a cache
+ * (kvs_cache_removed tells them).  A watcher's close removes them only as the
+ * last process of a cache that ended cleanly (none attached, no dead rank's
+ * entry left): after ranks killed -9 the cache is kept stale for adoption.
  * NULL is a no-op.  In a fork()ed child that inherited the handle, only the
  * child's copy is freed (the parent stays attached).  Blocks: up to
  * attach_timeout_ns for the lifecycle lock.
@@ -245,12 +261,22 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 KVS_API void kvs_cache_close(struct kvs_cache *cache);
 
 /*
- * Remove the segments of a cache nobody is attached to (`kvshare clean`).
+ * Remove the segments of a cache no rank is attached to (`kvshare clean`):
+ * watchers attached do not keep it (they see kvs_cache_removed).
  * Only cfg->unique_id, attach_timeout_ns and log are used.
- * Returns 0; -ENOENT (no such cache); -EBUSY (a live process is attached: never
- * removed); -EACCES; -EINVAL (bad unique_id).  Blocks: up to attach_timeout_ns.
+ * Returns 0; -ENOENT (no such cache); -EBUSY (a live GPU rank, or a process the
+ * file does not describe as a watcher, is attached: never removed); -EACCES;
+ * -EINVAL (bad unique_id).  Blocks: up to attach_timeout_ns.
  */
 KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg);
+
+/*
+ * Whether the cache this handle is attached to was removed since (its last GPU
+ * rank closed, or `kvshare clean`): 1, 0, or -errno.  A watcher that sees 1
+ * closes the handle and opens again to find the next cache of that unique_id.
+ * Never blocks (one fstat).
+ */
+KVS_API int kvs_cache_removed(struct kvs_cache *cache);
 
 /*
  * Inspection without attaching (`kvshare ls`, `kvshare clean`, and `kvshare stat`
@@ -488,7 +514,8 @@ struct kvs_cache_stats {
 	uint64_t enospc;         /* gets refused: every slot pinned */
 	uint64_t lrs_mismatch;   /* attaches beyond local_rank_size (node) */
 	uint32_t fallbacks;      /* KVS_FALLBACK_* */
-	uint32_t ranks_attached; /* live entries now (ranks and watchers) */
+	uint32_t ranks_attached; /* live entries now (ranks and watchers whose liveness
+				    lock is held: one killed and not reaped yet is not) */
 	uint32_t gpu_ranks_attached;
 	uint32_t adoptions;      /* times this segment was adopted after its users died */
 	uint64_t slot_count, slot_bytes;
@@ -499,7 +526,14 @@ struct kvs_cache_stats {
 	double prefault_ms_per_gib;  /* prefault_ns per GiB of data_bytes, in ms */
 	uint32_t prefault_threads;   /* most threads one segment's pre-fault used */
 	uint32_t pad;
-	uint64_t reserved[4];
+	uint64_t slots_dirty;        /* slots a dump filled whose block is not yet in the
+				        backend (readers see them READY; not in slots_ready) */
+	/* Gets that found the slot being filled by a read in flight (another
+	 * rank's, or an earlier get's) and joined it: served without a backend read
+	 * of their own.  Every get is one of hits, joins, misses (a get refused,
+	 * -ENOSPC or -ENOENT, is none): queries = hits + joins + misses. */
+	uint64_t joins;
+	uint64_t reserved[2];
 };
 
 /*
@@ -598,8 +632,15 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *
  * Built-in kinds:
  *   posix    one file per block under one or more root directories
- *            (<root>/<hex[0:2]>/<hex[2:4]>/<hex>, root chosen by the block id),
- *            shard i at offset i * shard_bytes.  A dumped block is written under
+ *            (<root>/<hex[0:2]>/<hex[2:4]>/<hex>, root chosen by the block id):
+ *            a header (4096 bytes, or the O_DIRECT alignment if larger) saying
+ *            what the file holds (block id, shard_bytes, shards_per_block, the
+ *            tensor table, layout_tag; checksummed), then shard i at offset
+ *            header + i * shard_bytes (docs/io.md, "Block file format").  A read
+ *            of a file stored with another geometry is refused at submit with
+ *            -KVS_ECONFIG, one that is not a kvshare block file of this block
+ *            (no or a corrupt header, another block's) with -EIO; lookup calls
+ *            both absent.  A dumped block is written under
  *            <hex>.tmp.<pid>.<host tag><random> and renamed once every shard of
  *            it has been written (fsync first unless KVS_BACKEND_F_NO_FSYNC):
  *            readers never see a partial block.  Stale temp files (this host's
@@ -625,9 +666,12 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *   user     any struct kvs_backend_ops (user_ops, user_arg).
  *   redis    a Redis-protocol server (Redis, Valkey, managed services) through
  *            hiredis: the store several nodes share.  One key per (block, shard),
- *            <key_prefix><32 hex of the block id>:<shard>, holding the shard's
- *            bytes (binary-safe); a value of another length is a read error
- *            (-EIO), never a partial slot.  A block is present when all its
+ *            <key_prefix><32 hex of the block id>:<shard>, holding a 64-byte
+ *            header (the same facts as a block file's, the tensor table as a
+ *            hash) and the shard's bytes (binary-safe).  A value stored with
+ *            another geometry fails its read with -KVS_ECONFIG; one without a
+ *            valid header, of another key, or of another length with -EIO:
+ *            never a partial slot.  A block is present when all its
  *            shards' keys exist (pipelined EXISTS; kvs_backend_lookup_batch asks
  *            for many blocks in one round trip).  Blocks are spread over the
  *            endpoints by id; transfers are pipelined on `connections` sockets per
@@ -637,7 +681,7 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *            silent connection fails the transfers on it (-ECONNRESET,
  *            -ETIMEDOUT) and is reconnected with a bounded backoff.
  *
- * Threads.  A backend handle is single-issuer: submit_*, poll and
+ * Threads.  A backend handle is single-issuer: submit_*, poll, wait_fd and
  * register_buffers must come from one thread at a time, and with the io_uring
  * engine from one thread for the handle's life (the first that submits; the
  * ring is set up IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN).  A
@@ -648,6 +692,21 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  * negative errno: a transfer the store cannot finish (a truncated block file,
  * end of file, a short read injected by the fault backend) is -EIO, never a
  * partial count.  After a failed read the buffer's contents are unspecified.
+ *
+ * Waiting.  An issuer may sleep in poll(timeout), or on the backend's wait
+ * descriptor (kvs_backend_wait_fd: poll(2)/epoll(7) for POLLIN, with its own
+ * descriptors beside it) and then reap with poll(.., 0).  The descriptor is
+ * level-triggered on "a completion is ready or due": it is readable no later
+ * than poll(.., 0) would return >= 1, and once a poll has returned fewer
+ * completions than asked for it stays unreadable until a new completion may be
+ * ready, so a loop "wait; poll(0)" sleeps between completions and never spins
+ * (a wake that reaps nothing is rare and does not repeat).  Every built-in
+ * backend has one: posix an eventfd (registered with the io_uring ring, or
+ * signalled by the pool's workers), none an eventfd, latency a timerfd for the
+ * next due completion, fault an epoll descriptor over its own timerfd and the
+ * inner backend's descriptor (none when the inner has none), redis an epoll
+ * descriptor over the sockets with replies outstanding and a timerfd for the
+ * nearest command or connect deadline (docs/io.md, "Waiting").
  */
 
 /* struct kvs_backend_ops.abi of this header. */
@@ -732,7 +791,8 @@ struct kvs_backend_config {
 	uint64_t fault_delay_ns;   /* fault: added to every completion, <= 1 h */
 	uint64_t fault_seed;       /* fault: generator seed (default 1) */
 	const struct kvs_backend_config *fault_inner; /* fault: the wrapped backend's config
-							 (same shard_bytes, shards_per_block) */
+							 (same shard_bytes, shards_per_block,
+							 tensor table, layout_tag) */
 	const struct kvs_backend_ops *user_ops;       /* user: the ops table (must outlive the handle) */
 	void *user_arg;            /* user: passed to user_ops->open */
 	kvs_log_fn log;            /* optional log callback */
@@ -740,7 +800,20 @@ struct kvs_backend_config {
 	struct kvs_backend_redis_config redis; /* redis: endpoints, credentials, timeouts; the
 						  posix fields queue_depth (transfers in flight
 						  per handle) applies too */
-	uint64_t reserved[8];      /* must be zero */
+	/* What a stored block holds, besides shard_bytes and shards_per_block: posix
+	 * and redis store these with every block and refuse to read one stored with
+	 * other values (-KVS_ECONFIG).  The store sets the tensor table from its
+	 * cache's; layout_tag is the caller's. */
+	uint32_t tensor_count;     /* entries of tensor_bytes, 0..KVS_MAX_TENSORS; 0 = one
+				      tensor of shard_bytes (default) */
+	uint32_t reserved32;       /* must be zero */
+	const uint64_t *tensor_bytes; /* how one shard splits into tensors: tensor_count
+					 sizes, each > 0, summing to shard_bytes
+					 (copied at open) */
+	uint64_t layout_tag;       /* opaque: how the bytes are arranged inside a shard
+				      (e.g. an engine's KV-layout version); blocks
+				      stored with another tag are refused (default 0) */
+	uint64_t reserved[5];      /* must be zero */
 };
 
 /* One transfer: bytes [offset, offset + len) of shard `shard` of `block`. */
@@ -777,7 +850,9 @@ struct kvs_backend_info {
 	int32_t fallback_err;   /* why io_uring was refused (-EPERM, -ENOSYS, -EACCES, -ENOMEM), else 0 */
 	uint32_t dio_mem_align; /* O_DIRECT: buffer address alignment, else 0 */
 	uint32_t dio_offset_align; /* O_DIRECT: offset/length alignment, else 0 */
-	uint64_t reserved[4];
+	uint64_t fixed_bytes;   /* io_uring: bytes of the registered regions pinned as
+				   fixed buffers so far (they are pinned on first use) */
+	uint64_t reserved[3];
 };
 
 /*
@@ -818,6 +893,18 @@ struct kvs_backend_ops {
 	 * true on return, or a negative errno (hits[] then unspecified).  Without it
 	 * the library calls lookup block by block. */
 	int (*lookup_batch)(void *state, const struct kvs_block_id *blocks, size_t n, bool *hits);
+	/* Optional: a descriptor the issuer may sleep on (poll(2)/epoll(7), POLLIN) instead of
+	 * in poll(timeout): readable whenever poll(.., 0) may reap a completion (one was
+	 * posted, or a timed one is due), and, once poll has returned fewer completions
+	 * than asked for, not readable again until a new completion may be ready (a wake
+	 * that reaps nothing must be rare and never repeat: a caller looping on
+	 * "wait; poll(.., 0) -> 0" must not spin).  poll resets the provider's
+	 * notification itself.  The same descriptor for the handle's life, owned by the
+	 * provider (closed by close; the caller only waits on it).  Called from the
+	 * issuing thread, after open.  Returns the descriptor or a negative errno
+	 * (-EOPNOTSUPP: none; the caller then sleeps in poll(timeout)).  Without it,
+	 * kvs_backend_wait_fd says -EOPNOTSUPP. */
+	int (*wait_fd)(void *state);
 };
 
 struct kvs_backend;
@@ -830,7 +917,8 @@ KVS_API void kvs_backend_config_init(struct kvs_backend_config *cfg);
 
 /*
  * Open a backend.  Every field is validated; a bad one gives -EINVAL and a log line
- * naming it.  posix: each root must be an existing directory (-ENOENT/-ENOTDIR);
+ * naming it (tensor_count, tensor_bytes: each > 0, summing to shard_bytes).
+ * posix: each root must be an existing directory (-ENOENT/-ENOTDIR);
  * stale temp files are removed; with KVS_BACKEND_F_IO_DIRECT, shard_bytes must be a
  * multiple of the filesystem's O_DIRECT offset alignment (-EINVAL) and the
  * filesystem must support O_DIRECT (-EOPNOTSUPP).  io_engine=uring where io_uring
@@ -851,9 +939,12 @@ KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_ba
 KVS_API void kvs_backend_close(struct kvs_backend *b);
 
 /*
- * Whether the backend holds block (posix: its block file exists).
- * Returns 1 present, 0 absent, or a negative errno.  Blocks: a stat at most.
- * Ownership: none.
+ * Whether the backend holds block (posix: its block file exists, holds all its
+ * shards and has a valid header of this block and geometry: a file a read would
+ * refuse is absent, with a rate-limited warning; redis: every shard's key
+ * exists, values are not read: a mismatched one fails its read instead).
+ * Returns 1 present, 0 absent, or a negative errno.  Blocks: an open and a read
+ * of the file's header (posix) or a round trip (redis).  Ownership: none.
  */
 KVS_API int kvs_backend_lookup(struct kvs_backend *b, const struct kvs_block_id *block);
 
@@ -879,9 +970,14 @@ KVS_API int kvs_backend_lookup_batch(struct kvs_backend *b, const struct kvs_blo
  * Queue a read of io->len bytes at io->offset of shard io->shard into io->buf.
  * Returns 0 (one completion with io->token follows), -EINVAL (bad shard, range,
  * flags or O_DIRECT alignment), -EAGAIN (queue_depth transfers in flight: poll
- * first), -ENOENT (block absent: no completion follows), or another negative errno.
- * Blocks: may open the block file.  Ownership: buf stays the caller's and must stay
- * valid until the completion is reaped; io itself may be reused at once.
+ * first), -ENOENT (block absent: no completion follows), posix: -KVS_ECONFIG
+ * (the block file was stored with another geometry or layout_tag: logged with
+ * both) or -EIO (the file at the block's path has no valid header for this block:
+ * logged with its path), or another negative errno.  (redis finds those out
+ * from the value: its read completes with -KVS_ECONFIG or -EIO.)
+ * Blocks: may open the block file and read its header.  Ownership: buf stays
+ * the caller's and must stay valid until the completion is reaped; io itself
+ * may be reused at once.
  */
 KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_backend_io *io);
 
@@ -890,8 +986,9 @@ KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_back
  * being dumped.  The block becomes visible to lookup and reads when every shard of
  * it has been written: the completion of the write that finishes the block arrives
  * after the rename (and fsync).  A failed write discards the block's partial dump.
- * Returns as kvs_backend_submit_read.  Blocks: may create the temp file.
- * Ownership: as kvs_backend_submit_read.
+ * Returns as kvs_backend_submit_read.  Blocks: may create the temp file and
+ * write its header (posix: synchronously, once per block).  Ownership: as
+ * kvs_backend_submit_read.
  */
 KVS_API int kvs_backend_submit_write(struct kvs_backend *b, const struct kvs_backend_io *io);
 
@@ -905,13 +1002,35 @@ KVS_API int kvs_backend_poll(struct kvs_backend *b, struct kvs_backend_completio
 			     uint32_t max, uint64_t timeout_ns);
 
 /*
+ * The backend's wait descriptor (see "Waiting" above): sleep until it is readable
+ * (poll(2) for POLLIN, or in an epoll(7) set beside other descriptors), then reap
+ * with kvs_backend_poll(b, out, max, 0).  Readable no later than that poll would
+ * return >= 1; once a poll has returned fewer completions than asked for, not
+ * readable again until a new completion may be ready.  The first call may set the
+ * descriptor up (a timerfd, an epoll set); later calls return the same one.
+ * Call it from the issuing thread.
+ * Returns the descriptor (>= 0), -EOPNOTSUPP (this backend has none: a user table
+ * without wait_fd, io_uring refused the eventfd registration (logged at open), a
+ * fault backend whose inner one has none; sleep in kvs_backend_poll(timeout)
+ * instead), -EINVAL (b is NULL), or another negative errno (-EMFILE, -ENOMEM:
+ * setting it up failed; nothing changed, a later call may try again).
+ * Blocks: no.  Ownership: the backend's: never read, write or close it; it is
+ * closed by kvs_backend_close (remove it from an epoll set before).
+ */
+KVS_API int kvs_backend_wait_fd(struct kvs_backend *b);
+
+/*
  * Register memory regions (e.g. the data segments) for zero-copy transfers: with
- * io_uring, registered as fixed buffers (regions over 1 GiB are split) and reads
- * into them use READ_FIXED.  Call before the first submit (from any thread) or
- * from the issuing thread.
+ * io_uring, as fixed buffers, pinned chunk by chunk (4 MiB or more) on the first
+ * transfer into each chunk, which goes out plain; later ones use READ_FIXED /
+ * WRITE_FIXED.  Only the first chunk is pinned here, so a RLIMIT_MEMLOCK too
+ * low for any shows now; one that runs out later is logged once (a WARNING) and
+ * the rest is served plain.  kvs_backend_info says how much is pinned.  Call
+ * before the first submit (from any thread) or from the issuing thread; a new
+ * call replaces the regions.
  * Transfers outside the regions still work.  A backend without the feature returns 0.
  * Returns 0 or a negative errno (-ENOMEM: RLIMIT_MEMLOCK too low).
- * Blocks: while the kernel pins the pages.  Ownership: the regions stay the
+ * Blocks: while the kernel pins the first chunk.  Ownership: the regions stay the
  * caller's and must outlive the handle (or the next registration).
  */
 KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,
@@ -933,23 +1052,32 @@ KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *inf
  * with the device addresses of its tensors) and returns at once with a task id;
  * two threads of the store then run it:
  *
- *   dispatcher  visits the task's shards in rotated order (rank r = device_id %
- *               local_rank_size starts at slice r and strides by local_rank_size,
- *               so the ranks of a node own different shards at the same moment),
- *               pins each slot and, as its owner, submits the backend read at
- *               once; it publishes READY/FAILED when the read completes (peers
- *               never wait for this rank's copier) and in idle time preallocates
- *               the next shard of the block.  It is the backend's only issuer.
- *   copier      takes the shards in order, waits for any of them to be READY
- *               (futex; wait-for-any), copies each into its tensors, syncs the
- *               copy engine once per task, then releases the task's slots.
+ *   dispatcher  visits the tasks round-robin, a few shards each (so a small task
+ *               is never stuck behind a big one), each task's shards in rotated
+ *               order (rank r = device_id % local_rank_size starts at slice r and
+ *               strides by local_rank_size, so the ranks of a node own different
+ *               shards at the same moment); pins each slot and, as its owner,
+ *               queues the backend read at once (reads before block writes);
+ *               publishes READY/FAILED when the read completes (peers never wait
+ *               for this rank's copier) and in idle time preallocates the next
+ *               shard of the block.  It is the backend's only issuer, and keeps at
+ *               most a pin budget pinned: slot_count / (2 * local_rank_size), at
+ *               most 2048, so a task of any size completes on any cache.
+ *   copier      waits for any of the visited shards to be READY (futex;
+ *               wait-for-any), copies each into its tensors, syncs the copy
+ *               engine once per pass of copies, then finishes each shard and
+ *               releases its slot.
  *
- * Dumps go the other way: a shard already READY is skipped (dumps are
- * deduplicated across ranks); an owned one is gathered from the device, published
- * READY and written to the backend.  For a block of several shards the backend
- * write is done by the rank whose dump owned its shard 0 (the block's writer:
- * the posix backend renames a block once one handle has written all of it); a
- * rank that is not the writer gathers the shards it owns into the cache only.
+ * Dumps go the other way (docs/store.md, "Dumps"): a shard READY in the cache is
+ * in the backend already and is skipped; one being filled by another rank is
+ * waited for (and refilled by this dump if that fill fails: the dump holds the
+ * bytes); an owned one is gathered from the device and published DIRTY (valid,
+ * not yet durable).  Each block being dumped has a claim in shared memory that
+ * counts its distinct dumped shards, from any rank and any number of tasks; when
+ * the block is complete one rank of those that dumped it writes it whole to the
+ * backend, from the cache, and ends the claim; a writer that dies is replaced by
+ * a survivor.  With dump_wait=durable (the default) a dump reports 0 only once
+ * its blocks are in the backend.
  *
  * A watcher store (cache.device_id = -1) has no threads: lookups and stats only.
  *
@@ -959,7 +1087,7 @@ KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *inf
 
 /* kvs_store_config.copy_engine */
 enum kvs_copy_engine_kind {
-	KVS_COPY_ENGINE_AUTO = 0, /* cuda (an error without a CUDA device: set host) */
+	KVS_COPY_ENGINE_AUTO = 0, /* cuda when a device is usable, else host (logged) */
 	KVS_COPY_ENGINE_HOST = 1, /* device addresses are host pointers (memcpy) */
 	KVS_COPY_ENGINE_CUDA = 2, /* cuda or an error */
 };
@@ -972,8 +1100,8 @@ enum kvs_dispatch_order {
 
 /* kvs_store_config.dump_wait: when a dump task completes. */
 enum kvs_dump_wait {
-	KVS_DUMP_WAIT_DURABLE = 0, /* the backend write completed (default) */
-	KVS_DUMP_WAIT_CACHED = 1,  /* the shards are READY in the shared cache */
+	KVS_DUMP_WAIT_DURABLE = 0, /* every block of the task is in the backend (default) */
+	KVS_DUMP_WAIT_CACHED = 1,  /* the shards are in the shared cache (DIRTY or READY) */
 };
 
 /* Longest backend_roots string (without NUL). */
@@ -983,8 +1111,10 @@ enum kvs_dump_wait {
 
 struct kvs_store_config {
 	struct kvs_cache_config cache;     /* unique_id, device_id, geometry, placement, waiting */
-	struct kvs_backend_config backend; /* kind and its options; shard_bytes and
-					      shards_per_block are the cache's (set at open) */
+	struct kvs_backend_config backend; /* kind and its options; shard_bytes,
+					      shards_per_block and the tensor table are
+					      the cache's (set at open); layout_tag is
+					      passed on as given */
 	uint64_t capacity_bytes;   /* > 0: cache.slot_count = capacity_bytes / slot_bytes */
 	uint64_t block_bytes;      /* > 0: cache.shards_per_block = block_bytes / slot_bytes */
 	uint64_t tensor_bytes;     /* > 0: the shard is slot_bytes / tensor_bytes equal tensors */
@@ -1011,7 +1141,11 @@ struct kvs_store_config {
 					  segment's page size) */
 	uint64_t register_delay_ns; /* host engine test mode: added to every chunk's
 				       registration (default 0, <= 1 s; copy_engine=host only) */
-	uint64_t reserved[6];      /* must be zero */
+	uint64_t copy_land_delay_ns; /* host engine test mode: copies land this long after
+				       they are queued, as a busy or stuck GPU's do, so a
+				       copy engine sync can time out (default 0, <= 10 s;
+				       copy_engine=host only) */
+	uint64_t reserved[5];      /* must be zero */
 };
 
 /* Fill cfg with defaults (cache and backend defaults included; backend kind
@@ -1033,10 +1167,12 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
  *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
  *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us
  *   cpu_affinity_cores(2:4-7) prefault_threads register_chunk_size
- *   register_delay_us
+ *   register_delay_us copy_land_delay_us
  * Booleans: 1/0, true/false, on/off, yes/no.  Sizes: bytes, with an optional
- * k/m/g suffix (KiB, MiB, GiB).  Any fault_* value > 0 wraps the backend in the
- * fault backend.  Each key at most once per string.
+ * k/m/g suffix (KiB, MiB, GiB).  Any fault_* value wraps the backend in the
+ * fault backend (a rate or delay > 0, or a fault_seed other than its default 1:
+ * a seed alone gives a wrapper that injects nothing).  Each key at most once per
+ * string.
  * Returns 0; -EINVAL for the first bad item (unknown key, with a "did you mean"
  * where one is close; duplicate key; empty or malformed value; a number out of
  * range or overflowing): logged through cfg->log naming the key, and described
@@ -1049,24 +1185,45 @@ KVS_API int kvs_store_config_parse(struct kvs_store_config *cfg, const char *kv,
 struct kvs_store;
 
 /*
- * Open a store: resolve the derived sizes, open the cache (create or attach),
- * the backend and the copy engine, register the data segments with the backend,
- * start the dispatcher, the copier and the copy engine's background registration
+ * Open a store: resolve the derived sizes; open the copy engine (ranks) and the
+ * backend first, so that a missing device, a missing or unwritable root or an
+ * unreachable Redis is an error before any memory is allocated; then open the
+ * cache (create or attach; a creation the node cannot hold is refused before
+ * anything is allocated), register the data segments with the backend, start
+ * the dispatcher, the copier and the copy engine's background registration
  * (ranks; a watcher starts nothing; kvs_store_ready says when it is done: the
  * store serves before).  cfg is copied.
  * Returns 0 and *store; -EINVAL (a bad field, logged by name); -ENODEV (no CUDA
- * device for copy_engine auto/cuda: set copy_engine=host); kvs_cache_open's and
+ * device for copy_engine=cuda: set auto or host); -ENOMEM / -ENOSPC (the cache
+ * does not fit the node now: the log names the limit); kvs_cache_open's and
  * kvs_backend_open's errors.  Blocks: as kvs_cache_open and kvs_backend_open.
  * Ownership: *store until kvs_store_close(); NULL on failure.
  */
 KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store **store);
 
 /*
- * Close: tasks still running are drained (each bounded by its timeout), the
- * threads stopped (a registration in progress finishes its current chunk, then
- * everything registered is unregistered: process-local, no other rank waits),
- * the backend, copy engine and cache closed.  Task ids not yet reaped become
- * invalid.  NULL is a no-op.  Blocks: until the drain ends.
+ * The ERROR lines the calling thread's last kvs_store_open logged, in order,
+ * joined by '\n' (at most 4 KiB), whether or not a log callback was set; "" when
+ * that open succeeded or none ran.  What a C caller without a log callback
+ * reads after a failed open (like dlerror); valid until the thread's next
+ * kvs_store_open.  Never NULL; never blocks.
+ */
+KVS_API const char *kvs_store_last_error(void);
+
+/*
+ * Close: new tasks are refused; tasks still running end by their deadlines
+ * (each reports then); backend transfers still in flight get timeout_ms more to
+ * drain; the threads stop (a registration in progress finishes its current
+ * chunk, then everything registered is unregistered: process-local, no other
+ * rank waits); the backend, copy engine and cache are closed.  A transfer that
+ * outlives that bound (a hung mount) is left to drain in the background: close
+ * logs so and returns, the slots of that transfer stay pinned until it ends, and
+ * the store's last thread closes the rest then.  No log callback (the store's,
+ * the cache's, the backend's) is called once close has returned.  Task ids not
+ * yet reaped become invalid.  In a fork()ed child, close frees the child's copy
+ * of the store and closes its copy of the cache only (the threads, the backend
+ * and the copy engine are the parent's).  NULL is a no-op.
+ * Blocks: until the tasks' latest deadline plus timeout_ms, at most.
  */
 KVS_API void kvs_store_close(struct kvs_store *store);
 
@@ -1087,11 +1244,13 @@ struct kvs_store_shard {
 };
 
 /*
- * Load n shards into their tensors.  Returns 0 and *task; -EINVAL (n == 0, a
- * shard or tensor range out of bounds, tensor_count not the cache's);
- * -EOPNOTSUPP (watcher); -EAGAIN (waiting_queue_depth tasks outstanding: check
- * or wait first; nothing queued); -ENOMEM.  Blocks: no (one allocation per
- * task, none per shard).  Ownership: shards and their tensors are copied.
+ * Load n shards into their tensors.  Any n: the pipeline keeps only its pin
+ * budget of the task's slots pinned at once (each is released once its copy is
+ * synced).  Returns 0 and *task; -EINVAL (n == 0, a shard or tensor range out of
+ * bounds, tensor_count not the cache's); -EOPNOTSUPP (watcher); -EAGAIN
+ * (waiting_queue_depth tasks outstanding: check or wait first; nothing queued);
+ * -ENOMEM.  Blocks: no (one allocation per task, none per shard).
+ * Ownership: shards and their tensors are copied.
  */
 KVS_API int kvs_store_load(struct kvs_store *store, const struct kvs_store_shard *shards,
 			   uint32_t n, uint64_t *task);
@@ -1099,24 +1258,44 @@ KVS_API int kvs_store_load(struct kvs_store *store, const struct kvs_store_shard
 /*
  * Dump n shards from their tensors into the cache and the backend; cuda_event,
  * when not NULL, is a cudaEvent_t the gathers wait for (the caller's compute);
- * NULL with the host engine.  Completes per cfg->dump_wait.  Returns as
- * kvs_store_load.  Head slices are not dumped: every tensor must be whole
- * (offset 0, len 0 or the tensor's size), else -EINVAL.
+ * NULL with the host engine.  The shards of a block may come from any ranks and
+ * any number of tasks (layer by layer, each rank its slice, duplicates): the
+ * block is written once all its shards were dumped.  Completes per
+ * cfg->dump_wait: durable (default) once every block of the task is in the
+ * backend, whoever wrote it (a writer that died is replaced); cached once its
+ * shards are in the cache.  The tensors are read until the task completes (a
+ * shard whose claim restarts is gathered again).  Returns as kvs_store_load.
+ * Head slices are not dumped: every tensor must be whole (offset 0, len 0 or the
+ * tensor's size), else -EINVAL.  The task's outcome (kvs_store_check) may also
+ * be -KVS_EINCOMPLETE (durable: a block of it was not completed, by any rank,
+ * before the deadline; its dumped shards stay in the cache), -ETIMEDOUT (the
+ * block's write did not finish by the deadline) or the backend write's error.
  */
 KVS_API int kvs_store_dump(struct kvs_store *store, const struct kvs_store_shard *shards,
 			   uint32_t n, void *cuda_event, uint64_t *task);
 
 /* Bring every shard of n blocks into the shared cache (owner reads only, no
- * copy).  Returns as kvs_store_load. */
+ * copy; a slot's pin is dropped at READY).  Its gets may take the reserved pool
+ * (reserved_slots).  Returns as kvs_store_load. */
 KVS_API int kvs_store_prefetch(struct kvs_store *store, const struct kvs_block_id *blocks,
 			       uint32_t n, uint64_t *task);
 
 /*
- * Where task is.  Returns 1 (running, or draining after its timeout), 0 (done,
- * every shard succeeded), or the task's first error (< 0: the backend's,
- * -KVS_EOWNERDEAD, -ETIMEDOUT for a task past its deadline, ...); a finished
- * task is reaped by the call that reports it (its id is then unknown).
- * -ENOENT: no such task.  Blocks: never.
+ * Where task is.  Returns 1 (running), 0 (done, every shard succeeded), or the
+ * task's first error (< 0: the backend's; -KVS_EOWNERDEAD; -ETIMEDOUT for a task
+ * past its deadline, reported at the deadline whether or not a transfer of it is
+ * still in flight (that transfer drains into the cache, its slot pinned until
+ * then); -KVS_EINCOMPLETE for a durable dump, see kvs_store_dump; -ENOSPC when
+ * no slot could be taken for a shard (every slot of its pool pinned by the
+ * node's tasks or held by dumps whose blocks are not durable yet) or the claim
+ * table stayed full until the deadline).  A finished task is reaped by the call
+ * that reports it (its id is then unknown).  -ENOENT: no such task.
+ * Blocks: never.
+ *
+ * The copy engine: a sync that times out (a stuck GPU) fails the shards of that
+ * pass -ETIMEDOUT while their copies may still land, so the tensors of a load
+ * that failed that way may still be written until the engine drains (logged;
+ * their slots stay pinned until then, so no other rank's data is touched).
  */
 KVS_API int kvs_store_check(struct kvs_store *store, uint64_t task);
 
@@ -1136,7 +1315,8 @@ KVS_API int kvs_store_lookup(struct kvs_store *store, const struct kvs_block_id 
 			     size_t n, bool *hits);
 
 /* Length of the longest prefix of blocks that kvs_store_lookup would hit
- * (stops at the first miss).  Returns 0..n or as kvs_store_lookup. */
+ * (each block in the cache or else in the backend; stops at the first miss).
+ * Returns 0..n or as kvs_store_lookup. */
 KVS_API int kvs_store_lookup_prefix(struct kvs_store *store, const struct kvs_block_id *blocks,
 				    size_t n);
 
@@ -1151,7 +1331,8 @@ struct kvs_store_stats {
 	uint64_t tasks_timedout;  /* finished past their deadline */
 	uint64_t shards_loaded;   /* copied into tensors (or prefetched) */
 	uint64_t shards_dumped;   /* gathered into the cache by this rank */
-	uint64_t dump_dedup;      /* dump shards skipped: already READY (or being filled) */
+	uint64_t dump_dedup;      /* dump shards not gathered: READY (in the backend) or
+				     DIRTY (a peer's dump, counted with ours) */
 	uint64_t load_hits;       /* load shards READY at get */
 	uint64_t owner_reads;     /* backend reads submitted as owner */
 	uint64_t read_errors;     /* owner reads that failed (slot published FAILED) */
@@ -1169,11 +1350,12 @@ struct kvs_store_stats {
 	uint64_t register_ns;          /* time the registration calls took */
 	uint64_t staged_shards;        /* shard copies made through the staging buffer
 					  (their slot not registered yet) */
+	uint64_t task_lat_ns_sum;      /* the time of the tasks task_lat_us counts, summed */
 	double register_ms_per_gib;    /* register_ns per GiB registered, in ms */
 	uint32_t ready;                /* 1: everything registered (a rank: its segments;
-					  the node: every live rank's) */
+					  the node: every live GPU rank's; 1 with none) */
 	uint32_t pad;
-	uint64_t reserved[2];
+	uint64_t reserved[1];
 };
 
 /*
@@ -1199,6 +1381,11 @@ KVS_API int kvs_store_stats(struct kvs_store *store, int rank, struct kvs_store_
  * Blocks: up to timeout_ns (condition variable, no polling).
  */
 KVS_API int kvs_store_ready(struct kvs_store *store, uint64_t timeout_ns);
+
+/* The copy engine the store copies with: KVS_COPY_ENGINE_HOST or
+ * KVS_COPY_ENGINE_CUDA (copy_engine=auto resolved at open); -EOPNOTSUPP for a
+ * watcher (it copies nothing); -EINVAL for NULL.  Never blocks. */
+KVS_API int kvs_store_copy_engine(struct kvs_store *store);
 
 /* The store's cache (for kvs_cache_stats, kvs_cache_rank, kvs_cache_check).
  * Owned by the store: never close it.  Returns NULL for NULL. */

@@ -99,6 +99,12 @@ void kvs_wait_spin_init(struct kvs_wait_spin *spin, uint32_t budget_ns);
  * Blocks: never (one FUTEX_WAKE syscall when a sleeper had announced itself). */
 uint32_t kvs_wait_publish(_Atomic uint32_t *word, uint32_t value);
 
+/* Publish (*word + 1) & KVS_WAIT_VALUE_MASK into a counter word (a bell: a
+ * waiter sleeps while it holds the count it last saw): every bump changes the
+ * word, whoever bumps at the same time, and wakes the sleepers.  Returns the
+ * previous word.  Release semantics as kvs_wait_publish.  Blocks: never. */
+uint32_t kvs_wait_bump(_Atomic uint32_t *word);
+
 /* Wait while (*word & KVS_WAIT_VALUE_MASK) == busy.  Returns the new value (>= 0,
  * WAITERS stripped; acquire: pairs with kvs_wait_publish), -ETIMEDOUT at the
  * deadline, -EOPNOTSUPP for KVS_WAIT_FUTEX in the plain build, or the check
