@@ -4,7 +4,8 @@
  *
  * Built-in backends (posix, none, latency, fault, redis) are ops tables like a user's,
  * so one code path drives them all.  This file validates everything once —
- * every config field with a log line naming it, every transfer's shard, range
+ * every config field with a log line naming it (the tensor table against
+ * shard_bytes too), every transfer's shard, range
  * and flags — so the backends themselves only see well-formed requests.  A
  * user's table is checked for its ABI and size; optional members beyond `close`
  * are read only when the provider's `size` covers them.
@@ -26,6 +27,7 @@ struct kvs_backend {
 	bool has_register; /* ops->register_buffers is present and covered by ops->size */
 	bool has_info;
 	bool has_lookup_batch;
+	bool has_wait_fd;
 	struct kvs_log log;
 };
 
@@ -40,7 +42,9 @@ _Static_assert(CFG_SIZE(kind) + CFG_SIZE(flags) + CFG_SIZE(io_engine) +
 		       CFG_SIZE(fault_error_ppm) + CFG_SIZE(fault_short_ppm) +
 		       CFG_SIZE(fault_delay_ns) + CFG_SIZE(fault_seed) + CFG_SIZE(fault_inner) +
 		       CFG_SIZE(user_ops) + CFG_SIZE(user_arg) + CFG_SIZE(log) +
-		       CFG_SIZE(log_arg) + CFG_SIZE(redis) + CFG_SIZE(reserved) ==
+		       CFG_SIZE(log_arg) + CFG_SIZE(redis) + CFG_SIZE(tensor_count) +
+		       CFG_SIZE(reserved32) + CFG_SIZE(tensor_bytes) + CFG_SIZE(layout_tag) +
+		       CFG_SIZE(reserved) ==
 	       sizeof(struct kvs_backend_config),
 	       "struct kvs_backend_config has implicit padding");
 #define RCFG_SIZE(member) sizeof(((struct kvs_backend_redis_config *)0)->member)
@@ -162,10 +166,51 @@ static int validate_redis(const struct kvs_backend_config *cfg, const struct kvs
 		    (unsigned long long)r->command_timeout_ns);
 	if (r->ttl_ms > (UINT64_C(1) << 53))
 		BAD(log, "backend: redis.ttl_ms %llu exceeds 2^53", (unsigned long long)r->ttl_ms);
-	if (cfg->shard_bytes > KVS_IO_REDIS_VALUE_MAX)
-		BAD(log, "backend: shard_bytes %llu exceeds 512 MiB, the largest Redis string",
-		    (unsigned long long)cfg->shard_bytes);
+	if (cfg->shard_bytes > KVS_IO_REDIS_VALUE_MAX - KVS_IO_VALUE_HDR)
+		BAD(log, "backend: shard_bytes %llu exceeds 512 MiB less the %d-byte value header "
+			 "(the largest Redis string)", (unsigned long long)cfg->shard_bytes,
+		    KVS_IO_VALUE_HDR);
 	return 0;
+}
+
+/* The tensor table: at most KVS_MAX_TENSORS sizes, each > 0, summing to
+ * shard_bytes (none: one tensor of shard_bytes). */
+static int validate_tensors(const struct kvs_backend_config *cfg, const struct kvs_log *log)
+{
+	uint64_t sum = 0;
+
+	if (cfg->tensor_count > KVS_MAX_TENSORS)
+		BAD(log, "backend: tensor_count %u exceeds KVS_MAX_TENSORS (%d)", cfg->tensor_count,
+		    KVS_MAX_TENSORS);
+	if (cfg->tensor_count && !cfg->tensor_bytes)
+		BAD(log, "backend: tensor_bytes is NULL with tensor_count %u", cfg->tensor_count);
+	for (uint32_t i = 0; i < cfg->tensor_count; i++) {
+		if (cfg->tensor_bytes[i] == 0)
+			BAD(log, "backend: tensor_bytes[%u] is 0 (want > 0)", i);
+		if (__builtin_add_overflow(sum, cfg->tensor_bytes[i], &sum))
+			BAD(log, "backend: tensor_bytes[0..%u] overflow 64 bits", i);
+	}
+	if (cfg->tensor_count && sum != cfg->shard_bytes)
+		BAD(log, "backend: tensor_bytes sum to %llu over tensor_count %u, shard_bytes is %llu",
+		    (unsigned long long)sum, cfg->tensor_count, (unsigned long long)cfg->shard_bytes);
+	return 0;
+}
+
+/* A fault backend's inner config stores what the wrapper's callers read: the same
+ * geometry (shard size, shards, tensor table, layout_tag), both validated. */
+static int validate_fault_inner(const struct kvs_backend_config *cfg, const struct kvs_log *log)
+{
+	struct kvs_io_geom outer, inner;
+	char o[KVS_IO_GEOM_DESCRIBE_MAX], i[KVS_IO_GEOM_DESCRIBE_MAX];
+
+	kvs_io_geom_init(&outer, cfg);
+	kvs_io_geom_init(&inner, cfg->fault_inner);
+	if (kvs_io_geom_same(&outer, &inner))
+		return 0;
+	kvs_io_geom_describe(&outer, false, o, sizeof(o));
+	kvs_io_geom_describe(&inner, false, i, sizeof(i));
+	BAD(log, "backend: fault_inner has %s; the fault backend has %s (shard_bytes, "
+		 "shards_per_block, tensor_count/tensor_bytes and layout_tag must be the same)", i, o);
 }
 
 /* Checks every field of cfg; depth bounds fault-over-fault nesting. */
@@ -173,6 +218,7 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 			   int depth)
 {
 	const uint32_t known_flags = KVS_BACKEND_F_IO_DIRECT | KVS_BACKEND_F_NO_FSYNC;
+	int rc;
 
 	if (cfg->kind > KVS_BACKEND_REDIS)
 		BAD(log, "backend: kind %u is not a backend kind", cfg->kind);
@@ -184,9 +230,14 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
 		if (cfg->reserved[i])
 			BAD(log, "backend: invalid reserved = non-zero (must be zero)");
+	if (cfg->reserved32)
+		BAD(log, "backend: invalid reserved32 = %u (must be zero)", cfg->reserved32);
 	if (cfg->shard_bytes == 0 || cfg->shard_bytes > (UINT64_C(1) << 40))
 		BAD(log, "backend: shard_bytes %llu out of range 1..2^40",
 		    (unsigned long long)cfg->shard_bytes);
+	rc = validate_tensors(cfg, log);
+	if (rc < 0)
+		return rc;
 	if (cfg->shards_per_block == 0 || cfg->shards_per_block > 65536)
 		BAD(log, "backend: shards_per_block %u out of range 1..65536",
 		    cfg->shards_per_block);
@@ -224,11 +275,8 @@ static int validate_config(const struct kvs_backend_config *cfg, const struct kv
 			BAD(log, "backend: fault_inner is NULL for kind=fault");
 		if (depth > 4)
 			BAD(log, "backend: fault_inner nests more than 4 fault backends");
-		if (cfg->fault_inner->shard_bytes != cfg->shard_bytes ||
-		    cfg->fault_inner->shards_per_block != cfg->shards_per_block)
-			BAD(log, "backend: fault_inner.shard_bytes/shards_per_block differ "
-				 "from the fault backend's");
-		return validate_config(cfg->fault_inner, log, depth + 1);
+		rc = validate_config(cfg->fault_inner, log, depth + 1);
+		return rc < 0 ? rc : validate_fault_inner(cfg, log);
 	case KVS_BACKEND_USER:
 		return validate_ops(cfg->user_ops, log);
 	case KVS_BACKEND_REDIS:
@@ -283,6 +331,7 @@ KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_ba
 	b->has_register = OPS_HAS(b->ops, register_buffers);
 	b->has_info = OPS_HAS(b->ops, info);
 	b->has_lookup_batch = OPS_HAS(b->ops, lookup_batch);
+	b->has_wait_fd = OPS_HAS(b->ops, wait_fd);
 	b->log = log;
 	rc = b->ops->open(cfg, &b->state);
 	if (rc < 0) {
@@ -397,6 +446,13 @@ KVS_API int kvs_backend_poll(struct kvs_backend *b, struct kvs_backend_completio
 	if (!b || !out || max == 0)
 		return -EINVAL;
 	return b->ops->poll(b->state, out, max, timeout_ns);
+}
+
+KVS_API int kvs_backend_wait_fd(struct kvs_backend *b)
+{
+	if (!b)
+		return -EINVAL;
+	return b->has_wait_fd ? b->ops->wait_fd(b->state) : -EOPNOTSUPP;
 }
 
 KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,

@@ -14,11 +14,22 @@
  * registration sleeps that long, so the store's background registration, its
  * staging of unregistered slots and a close in mid-registration are exercised
  * without a GPU.  It is the engine of CPU-only runs and CI, and the reference
- * the cuda engine's tests compare against.  The cuda engine lives in copy_cuda.c (+ the copy kernel
+ * the cuda engine's tests compare against.
+ *
+ * Its other test mode, land_delay_ns, stands in for a busy or stuck GPU: each
+ * h2d/d2h is copied (segments and all) into a job queued for a thread of the
+ * engine, which does the memcpys land_delay_ns after the call, in order; sync
+ * sleeps on a condition until every job queued before it has landed, or its
+ * deadline (-ETIMEDOUT, the jobs still queued).  So the store's handling of a
+ * sync that times out -- slots kept pinned, nothing copied until the engine
+ * drains -- is exercised in CI.  Close waits for the queue (bounded, 10 s).
+ *
+ * The cuda engine lives in copy_cuda.c (+ the copy kernel
  * in copy_kernel.cu) and exists only in a kernel-variant build with the CUDA
  * toolkit (KVS_HAVE_CUDA).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -58,25 +69,172 @@ static void host_free(struct kvs_copy_engine *eng, void *ptr)
 	free(ptr);
 }
 
+static void host_copy(bool h2d, unsigned char *host, const struct kvs_copy_seg segs[], uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		void *dev = (void *)(uintptr_t)segs[i].dev;
+
+		if (h2d)
+			memcpy(dev, host + segs[i].host_off, segs[i].len);
+		else
+			memcpy(host + segs[i].host_off, dev, segs[i].len);
+	}
+}
+
+/* ---- the delayed test mode ---- */
+
+struct landing {
+	struct landing *next;
+	uint64_t due_ns;
+	bool h2d;
+	unsigned char *host;
+	uint32_t n;
+	struct kvs_copy_seg segs[];
+};
+
+struct delayed {
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv;        /* the lander: a job, stop */
+	pthread_cond_t done_cv;        /* sync: a job landed */
+	struct landing *head, *tail;
+	uint64_t queued, landed;       /* jobs so far */
+	bool stop;
+	pthread_t thr;
+};
+
+static void *lander(void *arg)
+{
+	struct delayed *q = arg;
+
+	pthread_mutex_lock(&q->mu);
+	for (;;) {
+		struct landing *j = q->head;
+		struct timespec ts;
+
+		if (!j) {
+			if (q->stop)
+				break;
+			pthread_cond_wait(&q->work_cv, &q->mu);
+			continue;
+		}
+		if (kvs_now_ns() < j->due_ns && !q->stop) {
+			ts = kvs_ns_to_timespec(j->due_ns);
+			pthread_cond_timedwait(&q->work_cv, &q->mu, &ts);
+			continue;
+		}
+		q->head = j->next;
+		if (!q->head)
+			q->tail = NULL;
+		pthread_mutex_unlock(&q->mu);
+		host_copy(j->h2d, j->host, j->segs, j->n);
+		free(j);
+		pthread_mutex_lock(&q->mu);
+		q->landed++;
+		pthread_cond_broadcast(&q->done_cv);
+	}
+	pthread_mutex_unlock(&q->mu);
+	return NULL;
+}
+
+static int delayed_start(struct kvs_copy_engine *eng)
+{
+	struct delayed *q = calloc(1, sizeof(*q));
+	pthread_condattr_t ca;
+	int rc;
+
+	if (!q)
+		return -ENOMEM;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are monotonic */
+	pthread_cond_init(&q->work_cv, &ca);
+	pthread_cond_init(&q->done_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	rc = pthread_create(&q->thr, NULL, lander, q);
+	if (rc) {
+		pthread_cond_destroy(&q->done_cv);
+		pthread_cond_destroy(&q->work_cv);
+		pthread_mutex_destroy(&q->mu);
+		free(q);
+		return -rc;
+	}
+	pthread_setname_np(q->thr, "kvs-lander");
+	eng->impl = q;
+	return 0;
+}
+
+static int delayed_queue(struct kvs_copy_engine *eng, bool h2d, unsigned char *host,
+			 const struct kvs_copy_seg segs[], uint32_t n)
+{
+	struct delayed *q = eng->impl;
+	struct landing *j = malloc(sizeof(*j) + n * sizeof(j->segs[0]));
+
+	if (!j)
+		return -ENOMEM;
+	j->next = NULL;
+	j->due_ns = kvs_deadline_after(eng->land_delay_ns);
+	j->h2d = h2d;
+	j->host = host;
+	j->n = n;
+	memcpy(j->segs, segs, n * sizeof(segs[0]));
+	pthread_mutex_lock(&q->mu);
+	if (q->tail)
+		q->tail->next = j;
+	else
+		q->head = j;
+	q->tail = j;
+	q->queued++;
+	pthread_cond_signal(&q->work_cv);
+	pthread_mutex_unlock(&q->mu);
+	return 0;
+}
+
+static int delayed_sync(struct delayed *q, uint64_t deadline_ns)
+{
+	struct timespec ts = kvs_ns_to_timespec(deadline_ns);
+	int rc = 0;
+
+	pthread_mutex_lock(&q->mu);
+	while (q->landed < q->queued && rc == 0)
+		if (pthread_cond_timedwait(&q->done_cv, &q->mu, &ts) == ETIMEDOUT &&
+		    q->landed < q->queued)
+			rc = -ETIMEDOUT;
+	pthread_mutex_unlock(&q->mu);
+	return rc;
+}
+
+static void delayed_stop(struct delayed *q)
+{
+	if (!q)
+		return;
+	/* Up to 10 s for the queue to land, then whatever is left lands at once. */
+	(void)delayed_sync(q, kvs_deadline_after(10 * KVS_NSEC_PER_SEC));
+	pthread_mutex_lock(&q->mu);
+	q->stop = true;
+	pthread_cond_signal(&q->work_cv);
+	pthread_mutex_unlock(&q->mu);
+	pthread_join(q->thr, NULL);
+	pthread_cond_destroy(&q->done_cv);
+	pthread_cond_destroy(&q->work_cv);
+	pthread_mutex_destroy(&q->mu);
+	free(q);
+}
+
 static int host_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
 		    uint32_t n)
 {
-	const unsigned char *p = host;
-
-	(void)eng;
-	for (uint32_t i = 0; i < n; i++)
-		memcpy((void *)(uintptr_t)segs[i].dev, p + segs[i].host_off, segs[i].len);
+	if (eng->impl)
+		return delayed_queue(eng, true, (unsigned char *)(uintptr_t)host, segs, n);
+	host_copy(true, (unsigned char *)(uintptr_t)host, segs, n);
 	return 0;
 }
 
 static int host_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
 		    uint32_t n)
 {
-	unsigned char *p = host;
-
-	(void)eng;
-	for (uint32_t i = 0; i < n; i++)
-		memcpy(p + segs[i].host_off, (const void *)(uintptr_t)segs[i].dev, segs[i].len);
+	if (eng->impl)
+		return delayed_queue(eng, false, host, segs, n);
+	host_copy(false, host, segs, n);
 	return 0;
 }
 
@@ -91,13 +249,12 @@ static int host_wait_event(struct kvs_copy_engine *eng, void *event)
 
 static int host_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns)
 {
-	(void)eng, (void)deadline_ns;
-	return 0;
+	return eng->impl ? delayed_sync(eng->impl, deadline_ns) : 0;
 }
 
 static void host_fini(struct kvs_copy_engine *eng)
 {
-	(void)eng;
+	delayed_stop(eng->impl);
 }
 
 static const struct kvs_copy_ops host_ops = {
@@ -124,13 +281,15 @@ int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out
 	if (!opts || (opts->kind != KVS_COPY_HOST && opts->kind != KVS_COPY_CUDA) ||
 	    opts->streams > KVS_COPY_MAX_STREAMS || opts->strategy > KVS_COPY_STRATEGY_KERNEL ||
 	    opts->register_delay_ns > KVS_COPY_REGISTER_DELAY_MAX_NS ||
-	    (opts->kind == KVS_COPY_CUDA && opts->register_delay_ns)) {
+	    opts->land_delay_ns > KVS_COPY_LAND_DELAY_MAX_NS ||
+	    (opts->kind == KVS_COPY_CUDA && (opts->register_delay_ns || opts->land_delay_ns))) {
 		if (opts && opts->log)
 			kvs_log_error(opts->log, "copy engine: invalid options (kind %u, streams %u "
 				      "(1..%u), strategy %u, register_delay_ns %llu (host engine "
-				      "only, <= 1 s))", opts->kind, opts->streams,
-				      KVS_COPY_MAX_STREAMS, opts->strategy,
-				      (unsigned long long)opts->register_delay_ns);
+				      "only, <= 1 s), land_delay_ns %llu (host engine only, <= 10 s))",
+				      opts->kind, opts->streams, KVS_COPY_MAX_STREAMS, opts->strategy,
+				      (unsigned long long)opts->register_delay_ns,
+				      (unsigned long long)opts->land_delay_ns);
 		return -EINVAL;
 	}
 	eng = calloc(1, sizeof(*eng));
@@ -142,8 +301,11 @@ int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out
 	eng->streams = opts->streams ? opts->streams : 1;
 	eng->strategy = opts->strategy;
 	eng->register_delay_ns = opts->register_delay_ns;
+	eng->land_delay_ns = opts->land_delay_ns;
 	if (opts->kind == KVS_COPY_HOST) {
 		eng->ops = &host_ops;
+		if (eng->land_delay_ns)
+			rc = delayed_start(eng);
 	} else {
 #if defined(KVS_HAVE_CUDA)
 		rc = kvs_copy_cuda_init(eng);

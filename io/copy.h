@@ -17,6 +17,9 @@
  * Engines:
  *   host  device addresses are plain host pointers; memcpy per segment; complete
  *         when the call returns.  Used by CI and CPU-only runs (copy_engine=host).
+ *         Its test mode land_delay_ns queues the copies instead and makes them
+ *         land later on a thread of its own (sync waits for them, up to its
+ *         deadline), so a timed-out sync is testable without a GPU.
  *   cuda  kernel variant only, built when the CUDA toolkit is found, over the
  *         static runtime: without a driver or GPU, open fails with -ENODEV and
  *         nothing else changes.  `streams` non-blocking CUDA streams; per call one
@@ -92,10 +95,16 @@ struct kvs_copy_opts {
 				       takes this long (a stand-in for cudaHostRegister's
 				       cost, so tests see registration in progress);
 				       <= 1 s; the cuda engine refuses non-zero */
+	uint64_t land_delay_ns;     /* host engine test mode: copies are queued and land
+				       this long after the call, on a thread of the
+				       engine, as a busy or stuck GPU's do: a sync can
+				       time out with copies still to land; <= 10 s; the
+				       cuda engine refuses non-zero */
 };
 
-/* Longest kvs_copy_opts.register_delay_ns. */
+/* Longest kvs_copy_opts.register_delay_ns and land_delay_ns. */
 #define KVS_COPY_REGISTER_DELAY_MAX_NS 1000000000ull
+#define KVS_COPY_LAND_DELAY_MAX_NS 10000000000ull
 
 struct kvs_copy_engine;
 

@@ -33,7 +33,8 @@ struct kvs_copy_engine {
 	uint32_t streams;  /* 1..KVS_COPY_MAX_STREAMS */
 	uint32_t strategy; /* enum kvs_copy_strategy */
 	uint64_t register_delay_ns; /* host engine test mode */
-	void *impl;        /* engine-private state */
+	uint64_t land_delay_ns;     /* host engine test mode */
+	void *impl;        /* engine-private state (host: the delayed copies, or NULL) */
 };
 
 #if defined(KVS_HAVE_CUDA)

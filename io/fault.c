@@ -14,10 +14,19 @@
  * Every completion (injected or inner) is held fault_delay_ns more.  Inner
  * completions are mapped back to the caller's token through a record table
  * (the inner token is the record index).
+ *
+ * Wait descriptor (made at the first wait_fd): an epoll set over a timerfd
+ * armed for the delay FIFO's head and the inner backend's own descriptor (no
+ * inner descriptor, no fault descriptor: -EOPNOTSUPP).  Readable when an inner
+ * completion is ready (poll pulls it into the FIFO, and with no delay reaps it
+ * in the same call) or the head is due; poll re-arms the timer for the head it
+ * leaves, so after a poll that returned fewer than asked for nothing stays
+ * readable.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/pattern.h"
@@ -41,6 +50,8 @@ struct fault {
 	uint32_t free_hint;
 	uint32_t inner_inflight; /* transfers submitted to inner, not yet reaped */
 	struct kvs_io_fifo q; /* completions waiting out the delay */
+	struct kvs_io_timer timer; /* the head's due time, once a wait descriptor was asked */
+	int epfd;             /* wait descriptor: timer + inner's, -1 until asked for */
 };
 
 static uint32_t draw_ppm(struct fault *f)
@@ -60,6 +71,8 @@ static int fault_open(const struct kvs_backend_config *cfg, void **state)
 	f->error_ppm = cfg->fault_error_ppm;
 	f->short_ppm = cfg->fault_short_ppm;
 	f->delay_ns = cfg->fault_delay_ns;
+	f->timer.fd = -1;
+	f->epfd = -1;
 	rc = kvs_backend_open(cfg->fault_inner, &f->inner);
 	if (rc < 0) {
 		free(f);
@@ -113,7 +126,10 @@ static int fault_submit(struct fault *f, const struct kvs_backend_io *io, bool r
 			.token = io->token,
 			.result = -EIO,
 		};
-		return kvs_io_fifo_push(&f->q, &e);
+
+		rc = kvs_io_fifo_push(&f->q, &e);
+		kvs_io_timer_arm(&f->timer, kvs_io_fifo_due(&f->q)); /* changes only from empty */
+		return rc;
 	}
 	if (read && draw_ppm(f) < f->short_ppm && io->len > 1) {
 		short_read = true;
@@ -166,11 +182,10 @@ static int pull_inner(struct fault *f, uint64_t timeout_ns)
 	return got;
 }
 
-static int fault_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
-		      uint64_t timeout_ns)
+/* Reap due completions (fault_poll); waits up to deadline for the first. */
+static int poll_due(struct fault *f, struct kvs_backend_completion *out, uint32_t max,
+		    uint64_t deadline)
 {
-	struct fault *f = state;
-	uint64_t deadline = kvs_deadline_after(timeout_ns);
 	uint32_t k = 0;
 
 	for (;;) {
@@ -206,6 +221,42 @@ static int fault_poll(void *state, struct kvs_backend_completion *out, uint32_t 
 	}
 }
 
+static int fault_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+		      uint64_t timeout_ns)
+{
+	struct fault *f = state;
+	int rc = poll_due(f, out, max, kvs_deadline_after(timeout_ns));
+
+	/* The head it leaves: due already when max was reached (readable at once),
+	 * else later, or none. */
+	kvs_io_timer_arm(&f->timer, kvs_io_fifo_due(&f->q));
+	return rc;
+}
+
+static int fault_wait_fd(void *state)
+{
+	struct fault *f = state;
+	int fds[2], rc;
+
+	if (f->epfd >= 0)
+		return f->epfd;
+	fds[1] = kvs_backend_wait_fd(f->inner);
+	if (fds[1] < 0)
+		return fds[1]; /* -EOPNOTSUPP: nothing to sleep on below */
+	rc = kvs_io_timer_open(&f->timer);
+	if (rc < 0)
+		return rc;
+	fds[0] = f->timer.fd;
+	rc = kvs_io_epoll_open(fds, 2);
+	if (rc < 0) {
+		kvs_io_timer_close(&f->timer);
+		return rc;
+	}
+	f->epfd = rc;
+	kvs_io_timer_arm(&f->timer, kvs_io_fifo_due(&f->q));
+	return f->epfd;
+}
+
 static void fault_close(void *state)
 {
 	struct fault *f = state;
@@ -214,6 +265,9 @@ static void fault_close(void *state)
 		return;
 	kvs_backend_close(f->inner);
 	kvs_io_fifo_fini(&f->q);
+	if (f->epfd >= 0)
+		close(f->epfd);
+	kvs_io_timer_close(&f->timer);
 	free(f->recs);
 	free(f);
 }
@@ -245,4 +299,5 @@ const struct kvs_backend_ops kvs_io_fault_ops = {
 	.close = fault_close,
 	.register_buffers = fault_register_buffers,
 	.info = fault_info,
+	.wait_fd = fault_wait_fd,
 };

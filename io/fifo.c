@@ -5,7 +5,8 @@
  * Every entry of one queue gets its due time as "now + a fixed delay" when it is
  * pushed, so arrival order is due order and a FIFO is the sorted queue: poll
  * pops from the head while the head is due, and sleeps until the head's due
- * time (or the caller's deadline) otherwise.  No thread per transfer, no timer.
+ * time (or the caller's deadline) otherwise.  No thread per transfer; a wait
+ * descriptor's timer, where one is asked for, is armed for the head's due time.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,6 +37,11 @@ int kvs_io_fifo_push(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e)
 const struct kvs_io_fifo_entry *kvs_io_fifo_head(const struct kvs_io_fifo *q)
 {
 	return q->count ? &q->v[q->head] : NULL;
+}
+
+uint64_t kvs_io_fifo_due(const struct kvs_io_fifo *q)
+{
+	return q->count ? q->v[q->head].due_ns : 0;
 }
 
 void kvs_io_fifo_pop(struct kvs_io_fifo *q)

@@ -31,6 +31,9 @@ struct kvs_io_fifo {
 int kvs_io_fifo_push(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e);
 /* The oldest entry, or NULL. */
 const struct kvs_io_fifo_entry *kvs_io_fifo_head(const struct kvs_io_fifo *q);
+/* The oldest entry's due time, or 0 when the queue is empty (a wait
+ * descriptor's timer: kvs_io_timer_arm). */
+uint64_t kvs_io_fifo_due(const struct kvs_io_fifo *q);
 /* Drop the oldest entry (the queue must not be empty). */
 void kvs_io_fifo_pop(struct kvs_io_fifo *q);
 void kvs_io_fifo_fini(struct kvs_io_fifo *q);

@@ -9,7 +9,11 @@
  * (block, shard, byte offset) — so a reader can verify every byte it got.
  * Writes are accepted and dropped; lookup says present (the store "has" every
  * block).  Completions wait in a due-ordered FIFO (fifo.c) that poll reaps,
- * sleeping until the head is due: no thread per transfer.
+ * sleeping until the head is due: no thread per transfer.  The wait descriptor
+ * (made at the first wait_fd) is a timerfd armed for the head's due time,
+ * re-armed whenever the head changes (submit into an empty FIFO, poll popping
+ * it) and disarmed when the FIFO is empty, so it is readable exactly while a
+ * completion is due.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@ struct latency {
 	uint64_t latency_ns;
 	uint32_t qd; /* 0 = unbounded */
 	struct kvs_io_fifo q;
+	struct kvs_io_timer timer; /* wait descriptor: fd -1 until asked for */
 };
 
 static int latency_open(const struct kvs_backend_config *cfg, void **state)
@@ -34,6 +39,7 @@ static int latency_open(const struct kvs_backend_config *cfg, void **state)
 		return -ENOMEM;
 	l->latency_ns = cfg->latency_ns;
 	l->qd = cfg->latency_queue_depth;
+	l->timer.fd = -1;
 	*state = l;
 	return 0;
 }
@@ -58,9 +64,13 @@ static int latency_submit(struct latency *l, const struct kvs_backend_io *io, bo
 		.len = io->len,
 	};
 
+	int rc;
+
 	if (l->qd && l->q.count >= l->qd)
 		return -EAGAIN;
-	return kvs_io_fifo_push(&l->q, &e);
+	rc = kvs_io_fifo_push(&l->q, &e);
+	kvs_io_timer_arm(&l->timer, kvs_io_fifo_due(&l->q)); /* changes only from empty */
+	return rc;
 }
 
 static int latency_submit_read(void *state, const struct kvs_backend_io *io)
@@ -93,11 +103,27 @@ static int latency_poll(void *state, struct kvs_backend_completion *out, uint32_
 			kvs_io_fifo_pop(&l->q);
 		}
 		e = kvs_io_fifo_head(&l->q);
-		if (k > 0 || !e || now >= deadline)
+		if (k > 0 || !e || now >= deadline) {
+			kvs_io_timer_arm(&l->timer, kvs_io_fifo_due(&l->q));
 			return (int)k;
+		}
 		struct timespec ts = kvs_ns_to_timespec(e->due_ns < deadline ? e->due_ns : deadline);
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 	}
+}
+
+static int latency_wait_fd(void *state)
+{
+	struct latency *l = state;
+
+	if (l->timer.fd < 0) {
+		int rc = kvs_io_timer_open(&l->timer);
+
+		if (rc < 0)
+			return rc;
+		kvs_io_timer_arm(&l->timer, kvs_io_fifo_due(&l->q));
+	}
+	return l->timer.fd;
 }
 
 static void latency_close(void *state)
@@ -107,6 +133,7 @@ static void latency_close(void *state)
 	if (!l)
 		return;
 	kvs_io_fifo_fini(&l->q);
+	kvs_io_timer_close(&l->timer);
 	free(l);
 }
 
@@ -119,4 +146,5 @@ const struct kvs_backend_ops kvs_io_latency_ops = {
 	.submit_write = latency_submit_write,
 	.poll = latency_poll,
 	.close = latency_close,
+	.wait_fd = latency_wait_fd,
 };

@@ -5,22 +5,32 @@
  * backend refuses a missing block); a write is accepted and completes with its
  * full length at the next poll, storing nothing (a cache without a backing store
  * still runs its dump path).  Completions queue in a FIFO; nothing waits.
+ * The wait descriptor (made at the first wait_fd) is an eventfd, readable
+ * exactly while the FIFO holds completions: signalled by the write that finds
+ * it empty, drained by the poll that empties it.
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "io/fifo.h"
 #include "io/internal.h"
 
 struct none {
 	struct kvs_io_fifo done;
+	int efd; /* wait descriptor, -1 until asked for */
 };
 
 static int none_open(const struct kvs_backend_config *cfg, void **state)
 {
+	struct none *n = calloc(1, sizeof(*n));
+
 	(void)cfg;
-	*state = calloc(1, sizeof(struct none));
-	return *state ? 0 : -ENOMEM;
+	if (!n)
+		return -ENOMEM;
+	n->efd = -1;
+	*state = n;
+	return 0;
 }
 
 static int none_lookup(void *state, const struct kvs_block_id *block)
@@ -41,8 +51,12 @@ static int none_submit_write(void *state, const struct kvs_backend_io *io)
 {
 	struct none *n = state;
 	struct kvs_io_fifo_entry e = { .token = io->token, .result = (int64_t)io->len };
+	bool was_empty = !kvs_io_fifo_head(&n->done);
+	int rc = kvs_io_fifo_push(&n->done, &e);
 
-	return kvs_io_fifo_push(&n->done, &e);
+	if (rc == 0 && was_empty && n->efd >= 0)
+		kvs_io_event_signal(n->efd);
+	return rc;
 }
 
 static int none_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
@@ -59,7 +73,25 @@ static int none_poll(void *state, struct kvs_backend_completion *out, uint32_t m
 		k++;
 		kvs_io_fifo_pop(&n->done);
 	}
+	if (k > 0 && !kvs_io_fifo_head(&n->done) && n->efd >= 0)
+		kvs_io_event_drain(n->efd);
 	return (int)k;
+}
+
+static int none_wait_fd(void *state)
+{
+	struct none *n = state;
+
+	if (n->efd < 0) {
+		int fd = kvs_io_event_open();
+
+		if (fd < 0)
+			return fd;
+		n->efd = fd;
+		if (kvs_io_fifo_head(&n->done)) /* writes made before it was asked for */
+			kvs_io_event_signal(n->efd);
+	}
+	return n->efd;
 }
 
 static void none_close(void *state)
@@ -69,6 +101,8 @@ static void none_close(void *state)
 	if (!n)
 		return;
 	kvs_io_fifo_fini(&n->done);
+	if (n->efd >= 0)
+		close(n->efd);
 	free(n);
 }
 
@@ -81,4 +115,5 @@ const struct kvs_backend_ops kvs_io_none_ops = {
 	.submit_write = none_submit_write,
 	.poll = none_poll,
 	.close = none_close,
+	.wait_fd = none_wait_fd,
 };

@@ -10,6 +10,11 @@
  * condition variable against an absolute CLOCK_MONOTONIC deadline.  One mutex
  * guards both lists: a transfer costs microseconds to milliseconds, so the lock
  * is never the bottleneck, and it keeps the engine obviously correct under TSan.
+ *
+ * The wait descriptor (made at the first wait_fd) is an eventfd readable exactly
+ * while the completion list is not empty: the worker that appends to an empty
+ * list signals it, the reap that empties the list drains it, both under the
+ * mutex, so the two cannot disagree.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -28,6 +33,7 @@ struct pool {
 	struct kvs_io_req *done_head, *done_tail;
 	uint32_t qd;
 	uint32_t inflight; /* submitted and not yet reaped */
+	int efd;           /* wait descriptor (under mu), -1 until asked for */
 	bool stop;
 	uint32_t nthreads; /* started workers */
 	pthread_t threads[];
@@ -83,10 +89,13 @@ static void *worker(void *arg)
 		req->next = NULL;
 
 		pthread_mutex_lock(&p->mu);
-		if (p->done_tail)
+		if (p->done_tail) {
 			p->done_tail->next = req;
-		else
+		} else {
 			p->done_head = req;
+			if (p->efd >= 0)
+				kvs_io_event_signal(p->efd);
+		}
 		p->done_tail = req;
 		pthread_cond_signal(&p->done_cv);
 	}
@@ -136,10 +145,32 @@ static int pool_reap(struct kvs_io_eng *e, struct kvs_io_req **out, uint32_t max
 		p->done_head = p->done_head->next;
 		p->inflight--;
 	}
-	if (!p->done_head)
+	if (!p->done_head) {
 		p->done_tail = NULL;
+		if (n > 0 && p->efd >= 0)
+			kvs_io_event_drain(p->efd);
+	}
 	pthread_mutex_unlock(&p->mu);
 	return (int)n;
+}
+
+static int pool_wait_fd(struct kvs_io_eng *e)
+{
+	struct pool *p = (struct pool *)e;
+	int fd;
+
+	pthread_mutex_lock(&p->mu);
+	fd = p->efd;
+	if (fd < 0) {
+		fd = kvs_io_event_open(); /* or -errno: efd stays -1, a later call retries */
+		if (fd >= 0) {
+			p->efd = fd;
+			if (p->done_head) /* finished before it was asked for */
+				kvs_io_event_signal(fd);
+		}
+	}
+	pthread_mutex_unlock(&p->mu);
+	return fd;
 }
 
 static void pool_close(struct kvs_io_eng *e)
@@ -155,12 +186,15 @@ static void pool_close(struct kvs_io_eng *e)
 	pthread_cond_destroy(&p->done_cv);
 	pthread_cond_destroy(&p->work_cv);
 	pthread_mutex_destroy(&p->mu);
+	if (p->efd >= 0)
+		close(p->efd);
 	free(p);
 }
 
 static const struct kvs_io_eng_ops pool_ops = {
 	.submit = pool_submit,
 	.reap = pool_reap,
+	.wait_fd = pool_wait_fd,
 	.close = pool_close,
 };
 
@@ -177,6 +211,7 @@ int kvs_io_pool_open(uint32_t qd, uint32_t nthreads, const struct kvs_log *log,
 	p->base.ops = &pool_ops;
 	p->base.kind = KVS_IO_ENGINE_POOL;
 	p->qd = qd;
+	p->efd = -1;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work_cv, NULL);
 	pthread_condattr_init(&ca);
@@ -190,6 +225,7 @@ int kvs_io_pool_open(uint32_t qd, uint32_t nthreads, const struct kvs_log *log,
 			pool_close(&p->base);
 			return -rc;
 		}
+		pthread_setname_np(p->threads[i], "kvs-pool");
 		p->nthreads++;
 	}
 	*out = &p->base;

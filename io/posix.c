@@ -4,8 +4,24 @@
  * Naming.  Block id (16 bytes) -> 32 hex characters; the file is
  * <root>/<hex[0:2]>/<hex[2:4]>/<hex> (fan-out keeps directories small on any
  * filesystem), the root chosen by the id's first 8 bytes modulo nroots (ids are
- * content hashes, so that spreads evenly).  Shard i lives at i * shard_bytes.
- * The layout works unchanged on a shared mount (NFS, CephFS, Lustre, 3FS).
+ * content hashes, so that spreads evenly).  The layout works unchanged on a
+ * shared mount (NFS, CephFS, Lustre, 3FS).
+ *
+ * What a file holds.  A block file starts with a header (io/format.c; docs/io.md,
+ * "Block file format") naming its block and geometry: shard_bytes,
+ * shards_per_block, the tensor table, layout_tag; checksummed.  Shard i lives
+ * at header_bytes + i * shard_bytes, header_bytes being 4096, or the O_DIRECT
+ * offset alignment when larger, so that O_DIRECT reads of shards stay aligned (a
+ * reader takes the size from the file's header).  The dump writes the header
+ * synchronously when it creates the temp file, so it is in place before the
+ * rename.  A reader reads and checks it when it opens the file (once per fd
+ * cache entry, not per shard): a file of another geometry is refused at submit
+ * with -KVS_ECONFIG, logging the block, its root and both geometries; one that is
+ * not a kvshare block file of this block (cut short, no or a bad magic, a bad
+ * checksum, another block's id) with -EIO, logging the path.  Lookup reads the
+ * same header and calls absent whatever a read would refuse (and a file too
+ * short for every shard).  Such warnings are limited to one per block per
+ * minute (a table of the last WARN_SLOTS blocks warned about).
  *
  * Reads.  The block file is opened (O_RDONLY, O_DIRECT if configured) through a
  * bounded fd cache (CLOCK over qd + 16 entries, at most RLIMIT_NOFILE / 4; an
@@ -31,18 +47,24 @@
  * files of live writers are kept: kill(pid, 0) is not used because zombies look
  * alive to it.
  *
- * O_DIRECT.  At open, a probe file in each root is opened O_DIRECT (refused:
+ * Open.  A probe file is created in each root and removed: a missing root or
+ * one this user cannot write is an error at open, not at the first dump; a
+ * read-only mount is a WARNING (loads from it work; dumps fail -EROFS).
+ *
+ * O_DIRECT.  At open, the probe file is opened O_DIRECT (refused:
  * -EOPNOTSUPP) and asked for its alignment with statx(STATX_DIOALIGN) (4096
  * when the kernel does not say); shard_bytes must be a multiple of the offset
  * alignment (-EINVAL at open, with a log line); buffers and read ranges are
  * checked at submit.
  *
  * Single issuer: submit/poll/register_buffers from one thread (the engine's
- * ring); lookup from any thread (it only reads immutable state).
+ * ring); lookup from any thread (it only reads immutable state).  The wait
+ * descriptor is the engine's (an eventfd either way).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +83,12 @@
 #define CLOSE_DRAIN_NS (30 * KVS_NSEC_PER_SEC)
 #define DIO_DEFAULT_ALIGN 4096
 #define REAP_BATCH 64
+#define WARN_SLOTS 16
+#define WARN_INTERVAL_NS (60 * KVS_NSEC_PER_SEC)
 
 struct fd_entry {
 	struct kvs_block_id id;
+	uint64_t data_off; /* the file's header size: shard i at data_off + i * shard_bytes */
 	int fd;          /* -1: empty */
 	uint32_t refs;   /* transfers in flight on fd */
 	bool ref_bit;    /* CLOCK: used since the hand last passed */
@@ -93,10 +118,19 @@ struct preq {
 	struct preq *next_free;
 };
 
+/* A block warned about (bad header, other geometry), and when. */
+struct warned {
+	struct kvs_block_id id;
+	uint64_t at_ns; /* 0: free */
+};
+
 struct posix {
 	struct kvs_log log;
 	uint64_t shard_bytes;
 	uint32_t spb;
+	struct kvs_io_block_hdr hdr; /* the header of the files this handle writes (block
+					set per dump); its geometry is this handle's */
+	unsigned char *hdr_buf; /* hdr.header_bytes, aligned for O_DIRECT: issuer only */
 	uint32_t qd;
 	uint32_t flags;
 	uint32_t nroots;
@@ -114,6 +148,10 @@ struct posix {
 	struct pending *pending;
 	uint64_t rand_state;
 	char host_tag[9]; /* 8 hex of a hash of this host's name: our temp files */
+	char *root_name[KVS_BACKEND_MAX_ROOTS]; /* as configured, for logs */
+	pthread_mutex_t warn_mu; /* lookups warn from any thread */
+	struct warned warned[WARN_SLOTS];
+	uint32_t warn_next;
 };
 
 /* ---------------------------------------------------------------- naming */
@@ -258,28 +296,51 @@ static uint64_t next_rand(struct posix *p)
 	return p->rand_state;
 }
 
-/* Probe root i for O_DIRECT and its alignment. */
-static int probe_dio(struct posix *p, uint32_t i, const char *root)
+/*
+ * Root i can hold block files: a probe file is created in it and removed, at
+ * open, so that an unwritable root is an error before the store builds its data
+ * plane, not at the first dump.  With io_direct the probe is opened O_DIRECT and
+ * gives the root's alignment.
+ */
+static int probe_root(struct posix *p, uint32_t i, const char *root)
 {
+	const bool dio = p->flags & KVS_BACKEND_F_IO_DIRECT;
 	char name[64];
 	uint32_t mem = DIO_DEFAULT_ALIGN, off = DIO_DEFAULT_ALIGN;
 	int fd;
 
-	snprintf(name, sizeof(name), ".kvs-dio-probe.%d.%016llx", (int)getpid(),
+	snprintf(name, sizeof(name), ".kvs-probe.%d.%016llx", (int)getpid(),
 		 (unsigned long long)next_rand(p));
-	fd = openat(p->root_fd[i], name, O_CREAT | O_EXCL | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-	if (fd < 0 && errno == EINVAL) {
+	fd = openat(p->root_fd[i], name,
+		    O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | (dio ? O_DIRECT : 0), 0600);
+	if (fd < 0 && dio && errno == EINVAL) {
 		kvs_log_error(&p->log, "backend: io_direct: the filesystem of root %s does not "
 				       "support O_DIRECT (tmpfs before Linux 6.6, some FUSE/overlay)",
 			      root);
 		return -EOPNOTSUPP;
 	}
+	if (fd < 0 && errno == EROFS && !dio) {
+		/* A read-only mount is a deliberate setup (KV shared read-only):
+		 * loads work, dumps fail -EROFS each. */
+		kvs_log_warn(&p->log, "backend: root %s is on a read-only mount: blocks are "
+				      "loaded from it, dumps to it fail", root);
+		return 0;
+	}
 	if (fd < 0) {
 		int rc = -errno;
 
-		kvs_log_error(&p->log, "backend: io_direct: probe file in %s: %s", root,
-			      strerror(-rc));
+		kvs_log_error(&p->log, "backend: root %s cannot hold block files (creating a probe "
+				       "file in it: %s)%s",
+			      root, strerror(-rc),
+			      rc == -EACCES || rc == -EPERM
+				      ? ": give this user write access to it, or pick another root"
+				      : "");
 		return rc;
+	}
+	if (!dio) {
+		close(fd);
+		unlinkat(p->root_fd[i], name, 0);
+		return 0;
 	}
 #ifdef STATX_DIOALIGN
 	struct statx stx;
@@ -326,6 +387,116 @@ static int check_dio(const struct posix *p, const struct kvs_backend_io *io)
 	return 0;
 }
 
+/* ------------------------------------------------------------ headers */
+
+/* Whether a warning about block id is due (none in the last WARN_INTERVAL_NS);
+ * if so it is recorded.  Any thread. */
+static bool warn_due(struct posix *p, const struct kvs_block_id *id)
+{
+	uint64_t now = kvs_now_ns();
+	struct warned *w = NULL;
+	bool due = true;
+
+	pthread_mutex_lock(&p->warn_mu);
+	for (uint32_t i = 0; i < WARN_SLOTS && !w; i++)
+		if (p->warned[i].at_ns && !memcmp(&p->warned[i].id, id, sizeof(*id)))
+			w = &p->warned[i];
+	if (w && now - w->at_ns < WARN_INTERVAL_NS) {
+		due = false;
+	} else {
+		if (!w) {
+			w = &p->warned[p->warn_next];
+			p->warn_next = (p->warn_next + 1) % WARN_SLOTS;
+			w->id = *id;
+		}
+		w->at_ns = now;
+	}
+	pthread_mutex_unlock(&p->warn_mu);
+	return due;
+}
+
+/* pread of up to len bytes at offset 0 (fewer at end of file).  Count or -errno. */
+static ssize_t read_head(int fd, void *buf, size_t len)
+{
+	ssize_t n;
+
+	while ((n = pread(fd, buf, len, 0)) < 0 && errno == EINTR)
+		;
+	return n < 0 ? -errno : n;
+}
+
+/*
+ * Check the header of block id's file (path: its name under the root), given
+ * the n bytes at its offset 0 in buf.  Returns the file's data offset (its
+ * header's size); -EIO when it is not a kvshare block file of this block;
+ * -KVS_ECONFIG when it was stored with another geometry (or a header size that
+ * O_DIRECT cannot read here).  Failures are logged, once a minute per block.
+ * Any thread.
+ */
+static int64_t check_header(struct posix *p, const struct kvs_block_id *id, const char *path,
+			    const void *buf, size_t n)
+{
+	const char *root = p->root_name[root_of(p, id)];
+	struct kvs_io_block_hdr h;
+	char why[160];
+	int rc = kvs_io_block_hdr_decode(buf, n, &h, why, sizeof(why));
+
+	if (rc == 0 && memcmp(&h.block, id, sizeof(*id))) {
+		char other[33];
+
+		kvs_io_block_hex(&h.block, other);
+		snprintf(why, sizeof(why), "holds block %s (renamed or copied from another block's "
+			 "name)", other);
+		rc = -EIO;
+	}
+	if (rc < 0) {
+		if (warn_due(p, id))
+			kvs_log_warn(&p->log, "backend: block file %s/%s: %s: not read (-EIO), "
+					      "absent to lookup", root, path, why);
+		return rc;
+	}
+	if (!kvs_io_geom_same(&h.geom, &p->hdr.geom)) {
+		if (warn_due(p, id)) {
+			char hex[33], stored[KVS_IO_GEOM_DESCRIBE_MAX], ours[KVS_IO_GEOM_DESCRIBE_MAX];
+
+			kvs_io_block_hex(id, hex);
+			kvs_io_geom_describe(&h.geom, false, stored, sizeof(stored));
+			kvs_io_geom_describe(&p->hdr.geom, false, ours, sizeof(ours));
+			kvs_log_warn(&p->log, "backend: block %s in %s: stored with %s; this store "
+					      "has %s", hex, root, stored, ours);
+		}
+		return -KVS_ECONFIG;
+	}
+	if ((p->flags & KVS_BACKEND_F_IO_DIRECT) && h.header_bytes % p->dio_off) {
+		if (warn_due(p, id))
+			kvs_log_warn(&p->log, "backend: block file %s/%s: its header of %u bytes is "
+					      "not a multiple of the O_DIRECT alignment %u here: "
+					      "read it without io_direct", root, path,
+				     h.header_bytes, p->dio_off);
+		return -KVS_ECONFIG;
+	}
+	return h.header_bytes;
+}
+
+/* Write the header of block id at offset 0 of its temp file fd (tmp: its name,
+ * for the log), synchronously: the issuer creates the file here anyway, and
+ * the header is in place before any shard's write.  0 or -errno (logged). */
+static int write_header(struct posix *p, int fd, const struct kvs_block_id *id, const char *tmp)
+{
+	struct kvs_io_req req = { .op = KVS_IO_OP_WRITE, .fd = fd, .file_idx = -1,
+				  .buf = (char *)p->hdr_buf, .len = p->hdr.header_bytes };
+	int64_t rc;
+
+	p->hdr.block = *id;
+	memset(p->hdr_buf, 0, p->hdr.header_bytes);
+	kvs_io_block_hdr_encode(&p->hdr, p->hdr_buf);
+	rc = kvs_io_transfer_sync(&req);
+	if (rc < 0)
+		kvs_log_error(&p->log, "backend: writing the header of temp file %s: %s", tmp,
+			      strerror((int)-rc));
+	return rc < 0 ? (int)rc : 0;
+}
+
 /* --------------------------------------------------------------- fd cache */
 
 static void fd_drop(struct posix *p, struct fd_entry *fe)
@@ -361,15 +532,18 @@ static void fd_invalidate(struct posix *p, const struct kvs_block_id *id)
 }
 
 /*
- * Open block id's file (path: its name under the root) for reading.  Whatever
- * else sits at a block's path (a directory, a FIFO, a device node, a fan-out
- * directory that is a file) is an absent block, as for lookup: -ENOENT, with a
- * warning for what is not merely missing.  The open is O_NONBLOCK, so that a
- * FIFO nobody writes to cannot hang the issuer; the flag is cleared before any
- * read (io_uring would turn it into -EAGAIN on a cold page).  Other open errors
- * (-EACCES, -ELOOP, -ENXIO, ...) pass through.  Returns the descriptor or -errno.
+ * Open block id's file (path: its name under the root) for reading and check
+ * its header (*data_off: where its shard 0 starts).  Whatever else sits at a
+ * block's path (a directory, a FIFO, a device node, a fan-out directory that is
+ * a file) is an absent block, as for lookup: -ENOENT, with a warning for what is
+ * not merely missing.  The open is O_NONBLOCK, so that a FIFO nobody writes to
+ * cannot hang the issuer; the flag is cleared before any read (io_uring would
+ * turn it into -EAGAIN on a cold page).  Other open errors (-EACCES, -ELOOP,
+ * -ENXIO, ...) pass through; a bad header is check_header's -EIO or
+ * -KVS_ECONFIG.  Returns the descriptor or -errno.
  */
-static int open_block_file(struct posix *p, const struct kvs_block_id *id, const char *path)
+static int open_block_file(struct posix *p, const struct kvs_block_id *id, const char *path,
+			   uint64_t *data_off)
 {
 	int flags = O_RDONLY | O_CLOEXEC | ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0);
 	int fd = openat(p->root_fd[root_of(p, id)], path, flags | O_NONBLOCK);
@@ -389,6 +563,15 @@ static int open_block_file(struct posix *p, const struct kvs_block_id *id, const
 		rc = -ENOENT;
 	} else if (fcntl(fd, F_SETFL, flags) < 0) {
 		rc = -errno;
+	} else {
+		/* One read per open, into the aligned buffer (O_DIRECT). */
+		ssize_t n = read_head(fd, p->hdr_buf, p->hdr.header_bytes);
+		int64_t off = n < 0 ? n : check_header(p, id, path, p->hdr_buf, (size_t)n);
+
+		if (off < 0)
+			rc = (int)off;
+		else
+			*data_off = (uint64_t)off;
 	}
 	if (rc < 0) {
 		close(fd);
@@ -402,6 +585,7 @@ static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entr
 {
 	char path[48];
 	struct fd_entry *victim = NULL;
+	uint64_t data_off = 0;
 	int fd, rc;
 
 	for (uint32_t i = 0; i < p->nfds; i++) {
@@ -427,7 +611,7 @@ static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entr
 	if (!victim)
 		return -EAGAIN;
 	rel_path(id, path, sizeof(path));
-	fd = open_block_file(p, id, path);
+	fd = open_block_file(p, id, path, &data_off);
 	if (fd < 0)
 		return fd;
 	fd_drop(p, victim);
@@ -440,6 +624,7 @@ static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entr
 		}
 	}
 	victim->id = *id;
+	victim->data_off = data_off;
 	victim->fd = fd;
 	victim->refs = 1;
 	victim->ref_bit = true;
@@ -534,9 +719,14 @@ static int pending_get(struct posix *p, const struct kvs_block_id *id, struct pe
 			rc = -errno;
 	}
 	if (rc < 0) {
-		kvs_log_error(&p->log, "backend: creating temp file %s: %s", pb->tmp,
-			      strerror(-rc));
+		kvs_log_error(&p->log, "backend: creating temp file %s in root %s: %s", pb->tmp,
+			      p->root_name[pb->root], strerror(-rc));
 		free(pb);
+		return rc;
+	}
+	rc = write_header(p, pb->fd, id, pb->tmp);
+	if (rc < 0) {
+		pending_discard(p, pb); /* not listed yet: closes, removes, frees */
 		return rc;
 	}
 	pb->next = p->pending;
@@ -606,7 +796,7 @@ static int posix_submit_read(void *state, const struct kvs_backend_io *io)
 		return rc;
 	}
 	preq_fill(r, io, KVS_IO_OP_READ, r->fe->fd, p->eng->nfiles ? (int)(r->fe - p->fds) : -1,
-		  io->shard * p->shard_bytes + io->offset);
+		  r->fe->data_off + io->shard * p->shard_bytes + io->offset);
 	rc = engine_submit(p, r);
 	if (rc < 0) {
 		fd_put(p, r->fe);
@@ -631,7 +821,8 @@ static int posix_submit_write(void *state, const struct kvs_backend_io *io)
 		preq_put(p, r);
 		return rc;
 	}
-	preq_fill(r, io, KVS_IO_OP_WRITE, r->pb->fd, -1, io->shard * p->shard_bytes);
+	preq_fill(r, io, KVS_IO_OP_WRITE, r->pb->fd, -1,
+		  p->hdr.header_bytes + io->shard * p->shard_bytes);
 	rc = engine_submit(p, r);
 	if (rc < 0) {
 		if (r->pb->inflight == 0 && r->pb->written == 0)
@@ -650,7 +841,6 @@ static int posix_submit_write(void *state, const struct kvs_backend_io *io)
 static bool write_done(struct posix *p, struct preq *r, int64_t *res)
 {
 	struct pending *pb = r->pb;
-	uint32_t shard = (uint32_t)(r->req.off / p->shard_bytes);
 
 	pb->inflight--;
 	*res = r->req.res;
@@ -663,6 +853,8 @@ static bool write_done(struct posix *p, struct preq *r, int64_t *res)
 		*res = rc < 0 ? rc : (int64_t)r->len;
 		return true;
 	} else {
+		uint32_t shard = (uint32_t)((r->req.off - p->hdr.header_bytes) / p->shard_bytes);
+
 		if (!(pb->bits[shard / 64] & (UINT64_C(1) << (shard % 64)))) {
 			pb->bits[shard / 64] |= UINT64_C(1) << (shard % 64);
 			pb->written++;
@@ -738,16 +930,46 @@ static int posix_poll(void *state, struct kvs_backend_completion *out, uint32_t 
 	return (int)n;
 }
 
+static int posix_wait_fd(void *state)
+{
+	struct posix *p = state;
+
+	return p->eng->ops->wait_fd(p->eng);
+}
+
+/* Present: a regular file at the block's path (stat first: nothing else is
+ * opened), with a header a read would accept, long enough for every shard. */
 static int posix_lookup(void *state, const struct kvs_block_id *id)
 {
 	struct posix *p = state;
+	unsigned char buf[KVS_IO_BLOCK_HDR_MAX];
+	int dirfd = p->root_fd[root_of(p, id)];
 	char path[48];
 	struct stat st;
+	ssize_t n;
+	int64_t off;
+	int fd, rc;
 
 	rel_path(id, path, sizeof(path));
-	if (fstatat(p->root_fd[root_of(p, id)], path, &st, 0) == 0)
-		return S_ISREG(st.st_mode) ? 1 : 0;
-	return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	if (fstatat(dirfd, path, &st, 0) < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	if (!S_ISREG(st.st_mode))
+		return 0;
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ENOENT || errno == ENOTDIR || errno == ENXIO ? 0 : -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+	} else if (!S_ISREG(st.st_mode)) {
+		rc = 0; /* replaced since the stat */
+	} else if ((n = read_head(fd, buf, sizeof(buf))) < 0) {
+		rc = (int)n;
+	} else {
+		off = check_header(p, id, path, buf, (size_t)n);
+		rc = off >= 0 && (uint64_t)st.st_size >= (uint64_t)off + p->spb * p->shard_bytes;
+	}
+	close(fd);
+	return rc;
 }
 
 static int posix_register_buffers(void *state, const struct kvs_backend_buffer *bufs, uint32_t n)
@@ -767,6 +989,7 @@ static void posix_info(void *state, struct kvs_backend_info *info)
 	info->fallback_err = p->fallback_err;
 	info->dio_mem_align = p->dio_mem;
 	info->dio_offset_align = p->dio_off;
+	info->fixed_bytes = __atomic_load_n(&p->eng->fixed_bytes, __ATOMIC_RELAXED);
 }
 
 static void posix_close(void *state)
@@ -795,9 +1018,13 @@ static void posix_close(void *state)
 			close(p->fds[i].fd);
 	if (p->eng)
 		p->eng->ops->close(p->eng);
-	for (uint32_t i = 0; i < p->nroots; i++)
+	for (uint32_t i = 0; i < p->nroots; i++) {
 		if (p->root_fd[i] >= 0)
 			close(p->root_fd[i]);
+		free(p->root_name[i]);
+	}
+	pthread_mutex_destroy(&p->warn_mu);
+	free(p->hdr_buf);
 	free(p->fds);
 	free(p->reqs);
 	free(p);
@@ -859,6 +1086,29 @@ static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
 	return kvs_io_pool_open(p->qd, cfg->pool_threads, &p->log, &p->eng);
 }
 
+/* The header of the files this handle writes, and the buffer headers are read
+ * and written through: 4096 bytes, or the O_DIRECT offset alignment when larger
+ * (a multiple of it), the buffer aligned for O_DIRECT. */
+static int header_init(struct posix *p, const struct kvs_backend_config *cfg)
+{
+	uint64_t align = p->dio_off ? p->dio_off : 1;
+	uint64_t bytes = (KVS_IO_BLOCK_HDR_MIN_BYTES + align - 1) / align * align;
+	void *buf = NULL;
+
+	if (bytes > KVS_IO_BLOCK_HDR_MAX_BYTES) {
+		kvs_log_error(&p->log, "backend: io_direct: an O_DIRECT alignment of %u bytes would "
+				       "make block headers larger than %d bytes", p->dio_off,
+			      KVS_IO_BLOCK_HDR_MAX_BYTES);
+		return -EINVAL;
+	}
+	if (posix_memalign(&buf, p->dio_mem > 4096 ? p->dio_mem : 4096, bytes))
+		return -ENOMEM;
+	p->hdr_buf = buf;
+	p->hdr.header_bytes = (uint32_t)bytes;
+	kvs_io_geom_init(&p->hdr.geom, cfg);
+	return 0;
+}
+
 /* FNV-1a of the host name, so temp files say which host's pid they carry. */
 static void set_host_tag(struct posix *p)
 {
@@ -878,6 +1128,7 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 
 	if (!p)
 		return -ENOMEM;
+	pthread_mutex_init(&p->warn_mu, NULL);
 	p->log.fn = cfg->log;
 	p->log.arg = cfg->log_arg;
 	p->shard_bytes = cfg->shard_bytes;
@@ -891,15 +1142,20 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 		p->root_fd[i] = -1;
 	for (uint32_t i = 0; i < cfg->nroots && rc == 0; i++) {
 		p->root_fd[i] = open(cfg->roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		p->root_name[i] = strdup(cfg->roots[i]);
 		p->nroots = i + 1;
-		if (p->root_fd[i] < 0) {
+		if (!p->root_name[i]) {
+			rc = -ENOMEM;
+		} else if (p->root_fd[i] < 0) {
 			rc = -errno;
-			kvs_log_error(&p->log, "backend: roots[%u] '%s': %s", i, cfg->roots[i],
-				      strerror(-rc));
-		} else if (p->flags & KVS_BACKEND_F_IO_DIRECT) {
-			rc = probe_dio(p, i, cfg->roots[i]);
+			kvs_log_error(&p->log, "backend: root %s: %s%s", cfg->roots[i], strerror(-rc),
+				      rc == -ENOENT ? " (create it, or fix the roots)" : "");
+		} else {
+			rc = probe_root(p, i, cfg->roots[i]);
 		}
 	}
+	if (rc == 0)
+		rc = header_init(p, cfg);
 	p->reqs = calloc(p->qd, sizeof(*p->reqs));
 	p->fds = calloc(p->nfds, sizeof(*p->fds));
 	if (rc == 0 && (!p->reqs || !p->fds))
@@ -935,4 +1191,5 @@ const struct kvs_backend_ops kvs_io_posix_ops = {
 	.close = posix_close,
 	.register_buffers = posix_register_buffers,
 	.info = posix_info,
+	.wait_fd = posix_wait_fd,
 };

@@ -2,13 +2,20 @@
  * io/redis.c — the `redis` backend: blocks in a Redis-protocol server (Redis,
  * Valkey, a managed service) that several nodes share, through hiredis.
  *
- * Keys.  Shard s of block b is the key <key_prefix><32 hex of b>:<s>, holding the
- * shard's shard_bytes bytes (binary-safe: sent with their length).  A GET reply
- * of any other length is -EIO for that shard (logged with the key and both
- * lengths): a value written with another geometry, or planted by hand, never
- * becomes a partial slot.  A block is present when every one of its shards' keys
+ * Keys.  Shard s of block b is the key <key_prefix><32 hex of b>:<s>, holding a
+ * 64-byte header (io/format.c; docs/io.md, "redis": magic and version, the
+ * shard index, shard_bytes, shards_per_block, a hash of the tensor table,
+ * layout_tag, the block id, a checksum) and then the shard's shard_bytes bytes
+ * (binary-safe: sent with their length).  A GET checks the header when its reply
+ * is whole: a value stored with another geometry or layout_tag fails the shard
+ * with -KVS_ECONFIG (WARN naming the key and both geometries); one without a
+ * valid header (written before headers, planted by hand, torn), of another key
+ * (block or shard), or of another length with -EIO (logged with the key): never
+ * a partial slot.  A block is present when every one of its shards' keys
  * exists: one EXISTS naming them all per block, pipelined over the whole lookup
  * (lookup_batch), so a lookup of many blocks is one round trip per endpoint.
+ * EXISTS does not read values: a block stored with another geometry is
+ * present to lookup, and its read is what fails (-KVS_ECONFIG).
  * With several endpoints a block lives on endpoint (first 8 bytes of its id) %
  * count, all its shards together (client-side partitioning, as posix roots).
  *
@@ -21,7 +28,8 @@
  * error, never SIGPIPE): commands queue on a socket while earlier replies are
  * outstanding, so many shards in flight cost no round trip each.  A SET's value
  * goes to the kernel straight from the caller's buffer (the slot) through the
- * iovec: no copy into an output buffer.
+ * iovec, after the value header, which is formatted into the command's header:
+ * no copy into an output buffer.
  *
  * Polling.  poll() sleeps in ppoll(2) on the sockets that have commands
  * outstanding (POLLIN, plus POLLOUT while output is pending or a connect is in
@@ -30,14 +38,25 @@
  * dispatcher's 100 us slices sleep too).  Replies are parsed by a hiredis
  * reader (redisReader) with our own reply-object functions: replies arrive in
  * command order, so the reply being parsed belongs to the socket's oldest
- * command, and a GET's bulk string is copied by createString straight from the
- * reader's buffer into the destination (the slot) — no reply object, no
+ * command, and a GET's bulk string is checked (its value header, in place in
+ * the reader's buffer) and its shard bytes copied by createString straight from
+ * the reader's buffer into the destination (the slot) — no reply object, no
  * allocation.  Bytes are received directly into the reader's buffer (its sds,
  * grown with sdsMakeRoomFor, in chunks of READ_CHUNK), so the one copy that
  * remains is reader buffer -> slot: hiredis parses only a bulk string that is
  * whole in its buffer (docs/io.md, "redis").  The reader compacts its buffer
  * after each reply (moving what follows it to the front), so a receive stops at
  * the end of a GET's reply, whose length is known: nothing is left to move.
+ *
+ * Wait descriptor (made at the first wait_fd): an epoll set that says when
+ * poll's ppoll would return -- the same sockets with the same events, kept in
+ * step at the end of every submit and poll as sockets connect, go idle, fail
+ * and reconnect (an idle or down socket is not in it, so a server closing an
+ * idle connection wakes nobody) -- and a timerfd armed for the nearest command
+ * or connect deadline, or at once while completions wait to be reaped.  A
+ * socket is read until it has nothing more, so a reply half received leaves
+ * nothing readable until the rest arrives.  A reconnect's backoff is not in it:
+ * reconnects wait for the next submit, the issuer's own doing.
  *
  * Failures.  An error reply fails its own shard only: OOM -ENOSPC, READONLY
  * -EROFS, NOAUTH/WRONGPASS/NOPERM -EACCES, LOADING/BUSY/MASTERDOWN/TRYAGAIN
@@ -69,6 +88,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -85,7 +105,8 @@
 #define IOV_BATCH 192 /* iovecs per sendmsg: 64 commands of three parts */
 /* <prefix><32 hex>:<shard up to 65535> */
 #define KEY_MAX (KVS_REDIS_PREFIX_LEN + 32 + 1 + 5)
-#define HDR_MAX (KEY_MAX + 64)
+/* The command's framing and key, then (SET) the value header. */
+#define HDR_MAX (KEY_MAX + 64 + KVS_IO_VALUE_HDR)
 #define TAIL_MAX 64
 #define BACKOFF_MIN_NS (10 * UINT64_C(1000000))
 #define BACKOFF_MAX_NS KVS_NSEC_PER_SEC
@@ -109,6 +130,8 @@ struct cmd {
 	uint32_t kind;     /* enum cmd_kind */
 	uint32_t hdr_len, tail_len;
 	uint32_t key_off, key_len; /* the key within hdr (GET, SET): for logs */
+	struct kvs_block_id block; /* GET, SET: whose shard */
+	uint32_t shard;
 	const char *val;   /* SET: the value; AUTH, SELECT, EXISTS: the whole command */
 	uint64_t val_len;
 	char *dst;         /* GET: where bytes [offset, offset + len) of the value go */
@@ -144,6 +167,7 @@ struct conn {
 	bool was_down;          /* a failure was logged: log the recovery */
 	uint64_t log_ns;        /* rate limit of error lines */
 	uint32_t log_dropped;
+	uint32_t watched;       /* data socket: its events in redis.epfd, 0: not in it */
 	struct cmd hs[2];       /* AUTH, SELECT */
 };
 
@@ -159,6 +183,7 @@ struct redis {
 	struct kvs_log log;
 	uint64_t shard_bytes;
 	uint32_t spb;
+	struct kvs_io_geom geom; /* stored in every value's header, checked at every GET */
 	uint32_t qd;            /* data commands in flight per handle */
 	uint32_t nconn;         /* data sockets per endpoint */
 	uint32_t nep;
@@ -173,6 +198,8 @@ struct redis {
 	struct cmd *free_cmds;
 	uint32_t inflight;
 	struct kvs_io_fifo done; /* completions for poll */
+	int epfd;               /* wait descriptor: busy data sockets + timer, -1 until asked */
+	struct kvs_io_timer timer; /* nearest deadline, or at once while done holds any */
 	pthread_mutex_t lookup_mu;
 };
 
@@ -222,7 +249,8 @@ static struct endpoint *endpoint_of(const struct redis *r, const struct kvs_bloc
 	return &r->eps[h % r->nep];
 }
 
-/* GET <key>, or SET <key> <value> [PX <ttl>]: header (and tail) into cmd. */
+/* GET <key>, or SET <key> <value header + shard> [PX <ttl>]: header (with the
+ * value header) and tail into cmd; the shard's bytes stay in the caller's buffer. */
 static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_backend_io *io,
 		       bool write)
 {
@@ -237,11 +265,14 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
 	cmd->key_len = (uint32_t)klen;
 	memcpy(cmd->hdr + n, key, klen);
 	n += (int)klen;
-	if (write)
+	if (write) {
 		n += snprintf(cmd->hdr + n, sizeof(cmd->hdr) - (size_t)n, "\r\n$%llu\r\n",
-			      (unsigned long long)io->len);
-	else
+			      (unsigned long long)(KVS_IO_VALUE_HDR + io->len));
+		kvs_io_value_hdr_encode(&r->geom, &io->block, io->shard, cmd->hdr + n);
+		n += KVS_IO_VALUE_HDR;
+	} else {
 		n += snprintf(cmd->hdr + n, sizeof(cmd->hdr) - (size_t)n, "\r\n");
+	}
 	cmd->hdr_len = (uint32_t)n;
 	cmd->tail_len = 0;
 	if (write) {
@@ -260,6 +291,8 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
 		cmd->offset = io->offset;
 		cmd->len = io->len;
 	}
+	cmd->block = io->block;
+	cmd->shard = io->shard;
 	cmd->token = io->token;
 	cmd->result = -EPROTO; /* until a reply says otherwise */
 	cmd->done = false;
@@ -315,6 +348,51 @@ static int reply_errno(const char *s, size_t n)
 	return -EIO;
 }
 
+/*
+ * A GET's value, n bytes at s (in the reader's buffer): its header checked
+ * against the command's block and shard and this handle's geometry, then bytes
+ * [offset, offset + len) of the shard after it copied to the destination.
+ */
+static void get_value(struct conn *c, struct cmd *cmd, const char *s, size_t n)
+{
+	const struct redis *r = c->r;
+	struct kvs_io_value_hdr h;
+	char why[160];
+	int rc = kvs_io_value_hdr_decode(s, n, &h, why, sizeof(why));
+
+	if (rc == 0 && (memcmp(&h.block, &cmd->block, sizeof(h.block)) || h.shard != cmd->shard)) {
+		char hex[33];
+
+		kvs_io_block_hex(&h.block, hex);
+		snprintf(why, sizeof(why), "holds shard %u of block %s (copied from another key)",
+			 h.shard, hex);
+		rc = -EIO;
+	}
+	if (rc == 0 && !kvs_io_geom_same(&h.geom, &r->geom)) {
+		char stored[KVS_IO_GEOM_DESCRIBE_MAX], ours[KVS_IO_GEOM_DESCRIBE_MAX];
+
+		kvs_io_geom_describe(&h.geom, false, stored, sizeof(stored));
+		kvs_io_geom_describe(&r->geom, true, ours, sizeof(ours));
+		conn_log(c, KVS_LOG_WARN, "redis %s: GET %.*s: stored with %s; this store has %s",
+			 c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off, stored, ours);
+		cmd->result = -KVS_ECONFIG;
+		return;
+	}
+	if (rc == 0 && n != KVS_IO_VALUE_HDR + r->shard_bytes) {
+		snprintf(why, sizeof(why), "a shard is %llu bytes after a %d-byte header (cut short, "
+			 "or extended)", (unsigned long long)r->shard_bytes, KVS_IO_VALUE_HDR);
+		rc = -EIO;
+	}
+	if (rc < 0) {
+		conn_log(c, KVS_LOG_ERROR, "redis %s: GET %.*s: value of %zu bytes: %s: read failed",
+			 c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off, n, why);
+		cmd->result = -EIO;
+		return;
+	}
+	memcpy(cmd->dst, s + KVS_IO_VALUE_HDR + cmd->offset, cmd->len);
+	cmd->result = (int64_t)cmd->len;
+}
+
 /* The command whose reply is being parsed: the socket's oldest. */
 static struct cmd *parsing(const redisReadTask *t)
 {
@@ -345,16 +423,7 @@ static void *on_string(const redisReadTask *t, char *s, size_t n)
 		cmd->result = cmd->kind == CMD_GET || cmd->kind == CMD_EXISTS ? -EPROTO
 										 : (int64_t)cmd->val_len;
 	} else if (cmd->kind == CMD_GET && t->type == REDIS_REPLY_STRING) {
-		if (n != c->r->shard_bytes) {
-			cmd->result = -EIO;
-			conn_log(c, KVS_LOG_ERROR, "redis %s: GET %.*s: value of %zu bytes, a shard "
-				 "is %llu (written with another shard size, or not by kvshare): "
-				 "read failed", c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off,
-				 n, (unsigned long long)c->r->shard_bytes);
-		} else {
-			memcpy(cmd->dst, s + cmd->offset, cmd->len);
-			cmd->result = (int64_t)cmd->len;
-		}
+		get_value(c, cmd, s, n);
 	}
 	return c;
 }
@@ -443,6 +512,10 @@ static void conn_fail(struct conn *c, int err, const char *why)
 		conn_pop(c);
 	}
 	c->unsent = NULL;
+	if (c->watched) {
+		epoll_ctl(c->r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		c->watched = 0;
+	}
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -565,7 +638,7 @@ static int conn_replies(struct conn *c)
 }
 
 /* How much to receive next: up to the end of the oldest reply when it is a GET's
- * (its length is known: "$<shard_bytes>\r\n<value>\r\n"), so the reader's buffer
+ * (its length is known: "$<header + shard_bytes>\r\n<value>\r\n"), so the reader's buffer
  * is empty after parsing it and its compaction moves nothing; else READ_CHUNK.
  * Only a hint: a reply of another length is parsed all the same. */
 static size_t read_size(const struct conn *c)
@@ -577,7 +650,8 @@ static size_t read_size(const struct conn *c)
 	if (!c->head || c->head->kind != CMD_GET)
 		return READ_CHUNK;
 	total = (uint64_t)snprintf(hdr, sizeof(hdr), "$%llu\r\n",
-				   (unsigned long long)c->r->shard_bytes) + c->r->shard_bytes + 2;
+				   (unsigned long long)(KVS_IO_VALUE_HDR + c->r->shard_bytes)) +
+		KVS_IO_VALUE_HDR + c->r->shard_bytes + 2;
 	return have < total && total - have < READ_CHUNK ? (size_t)(total - have) : READ_CHUNK;
 }
 
@@ -711,6 +785,27 @@ static struct conn *conn_pick(struct redis *r, const struct endpoint *ep, int *e
 
 /* ------------------------------------------------------------- waiting */
 
+/* What the issuer waits for on socket c (POLLIN/POLLOUT, for ppoll and the wait
+ * descriptor's epoll set alike): the connect while it is in progress, replies
+ * while commands are outstanding (and room to write while some are unsent);
+ * nothing while it is down or idle. */
+_Static_assert(POLLIN == EPOLLIN && POLLOUT == EPOLLOUT, "poll and epoll event bits differ");
+static uint32_t conn_events(const struct conn *c)
+{
+	if (c->state == CONN_CONNECTING)
+		return POLLOUT;
+	if (c->state == CONN_UP && c->head)
+		return c->unsent ? POLLIN | POLLOUT : POLLIN;
+	return 0;
+}
+
+/* The deadline of a socket with conn_events(): its connect's, or its oldest
+ * command's (later commands were submitted later, with the same timeout). */
+static uint64_t conn_due(const struct conn *c)
+{
+	return c->state == CONN_CONNECTING ? c->connect_deadline_ns : c->head->deadline_ns;
+}
+
 /*
  * One wait over the sockets v[0..n): fail the ones past a deadline, sleep in
  * ppoll until an event or `deadline` (or the next command or connect deadline),
@@ -727,11 +822,12 @@ static void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct conn *c = v[i];
+		uint32_t events = conn_events(c);
 		uint64_t due;
 
-		if (c->state == CONN_DOWN || (c->state == CONN_UP && !c->head))
+		if (!events)
 			continue;
-		due = c->state == CONN_CONNECTING ? c->connect_deadline_ns : c->head->deadline_ns;
+		due = conn_due(c);
 		if (now >= due) {
 			conn_fail(c, -ETIMEDOUT, c->state == CONN_CONNECTING
 							 ? "connect timed out"
@@ -741,8 +837,7 @@ static void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 		if (due < wake)
 			wake = due;
 		pfd[np].fd = c->fd;
-		pfd[np].events = (short)(c->state == CONN_CONNECTING ? POLLOUT
-				 : c->unsent ? POLLIN | POLLOUT : POLLIN);
+		pfd[np].events = (short)events;
 		who[np++] = c;
 	}
 	if (np == 0)
@@ -783,7 +878,7 @@ static void conns_drain(struct conn *const *v, uint32_t n, uint64_t deadline, co
 		bool busy = false;
 
 		for (uint32_t i = 0; i < n; i++)
-			busy |= v[i]->head || v[i]->state == CONN_CONNECTING;
+			busy |= conn_events(v[i]) != 0;
 		if (!busy)
 			return;
 		if (kvs_now_ns() >= deadline)
@@ -791,8 +886,44 @@ static void conns_drain(struct conn *const *v, uint32_t n, uint64_t deadline, co
 		conns_step(v, n, deadline);
 	}
 	for (uint32_t i = 0; i < n; i++)
-		if (v[i]->head || v[i]->state == CONN_CONNECTING)
+		if (conn_events(v[i]))
 			conn_fail(v[i], -ETIMEDOUT, why);
+}
+
+/*
+ * Bring the wait descriptor in step with what poll would wait for (the issuer,
+ * at the end of submit and poll): every data socket with conn_events() in the
+ * epoll set with those events, no other; the timer at the nearest of their
+ * deadlines, or at once (1 ns, long past) while completions wait in r->done.
+ * A socket that cannot be added (-ENOMEM) is logged and retried at the next
+ * call; its deadline still wakes the issuer.
+ */
+static void wait_sync(struct redis *r)
+{
+	uint64_t due = kvs_io_fifo_head(&r->done) ? 1 : 0;
+
+	for (uint32_t e = 0; e < r->nep; e++) {
+		for (uint32_t i = 0; i < r->nconn; i++) {
+			struct conn *c = &r->eps[e].data[i];
+			uint32_t events = conn_events(c);
+
+			if (events != c->watched) {
+				struct epoll_event ev = { .events = events, .data.fd = c->fd };
+				int op = !c->watched ? EPOLL_CTL_ADD
+					 : !events   ? EPOLL_CTL_DEL
+						     : EPOLL_CTL_MOD;
+
+				if (epoll_ctl(r->epfd, op, c->fd, &ev) == 0)
+					c->watched = events;
+				else
+					conn_log(c, KVS_LOG_ERROR, "redis %s: epoll_ctl of the wait "
+						 "descriptor: %s", c->ep->name, strerror(errno));
+			}
+			if (events && (due == 0 || conn_due(c) < due))
+				due = conn_due(c);
+		}
+	}
+	kvs_io_timer_arm(&r->timer, due);
 }
 
 /* ------------------------------------------------------------- the ops */
@@ -819,6 +950,8 @@ static int redis_submit(struct redis *r, const struct kvs_backend_io *io, bool w
 	rc = conn_flush(c);
 	if (rc)
 		conn_fail(c, rc, "sending"); /* completes cmd with rc too */
+	if (r->epfd >= 0)
+		wait_sync(r);
 	return 0;
 }
 
@@ -842,19 +975,18 @@ static uint32_t busy_conns(struct redis *r, struct conn **v)
 		for (uint32_t i = 0; i < r->nconn; i++) {
 			struct conn *c = &r->eps[e].data[i];
 
-			if (c->head || c->state == CONN_CONNECTING)
+			if (conn_events(c))
 				v[n++] = c;
 		}
 	}
 	return n;
 }
 
-static int redis_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
-		      uint64_t timeout_ns)
+/* Completions into out (up to max), waiting until deadline for the first. */
+static uint32_t poll_done(struct redis *r, struct kvs_backend_completion *out, uint32_t max,
+			  uint64_t deadline)
 {
-	struct redis *r = state;
 	struct conn *v[KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS];
-	uint64_t deadline = kvs_deadline_after(timeout_ns);
 
 	for (;;) {
 		const struct kvs_io_fifo_entry *e;
@@ -867,7 +999,7 @@ static int redis_poll(void *state, struct kvs_backend_completion *out, uint32_t 
 			kvs_io_fifo_pop(&r->done);
 		}
 		if (k > 0)
-			return (int)k;
+			return k;
 		n = busy_conns(r, v);
 		if (n == 0)
 			return 0; /* nothing in flight: nothing to wait for */
@@ -875,6 +1007,37 @@ static int redis_poll(void *state, struct kvs_backend_completion *out, uint32_t 
 		if (kvs_now_ns() >= deadline && !kvs_io_fifo_head(&r->done))
 			return 0;
 	}
+}
+
+static int redis_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+		      uint64_t timeout_ns)
+{
+	struct redis *r = state;
+	uint32_t k = poll_done(r, out, max, kvs_deadline_after(timeout_ns));
+
+	if (r->epfd >= 0)
+		wait_sync(r);
+	return (int)k;
+}
+
+static int redis_wait_fd(void *state)
+{
+	struct redis *r = state;
+	int rc;
+
+	if (r->epfd >= 0)
+		return r->epfd;
+	rc = kvs_io_timer_open(&r->timer);
+	if (rc < 0)
+		return rc;
+	rc = kvs_io_epoll_open(&r->timer.fd, 1);
+	if (rc < 0) {
+		kvs_io_timer_close(&r->timer);
+		return rc;
+	}
+	r->epfd = rc;
+	wait_sync(r);
+	return r->epfd;
 }
 
 /* ---------------------------------------------------------------- lookup */
@@ -1192,12 +1355,15 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	r->log.arg = cfg->log_arg;
 	r->shard_bytes = cfg->shard_bytes;
 	r->spb = cfg->shards_per_block;
+	kvs_io_geom_init(&r->geom, cfg);
 	r->qd = cfg->queue_depth;
 	r->nconn = rcfg->connections;
 	r->connect_timeout_ns = rcfg->connect_timeout_ns;
 	r->command_timeout_ns = rcfg->command_timeout_ns;
 	r->ttl_ms = rcfg->ttl_ms;
 	memcpy(r->prefix, rcfg->key_prefix, sizeof(r->prefix));
+	r->epfd = -1;
+	r->timer.fd = -1;
 	pthread_mutex_init(&r->lookup_mu, NULL);
 	*state = r;
 
@@ -1291,6 +1457,9 @@ static void redis_close(void *state)
 	free(r->eps);
 	free(r->cmds);
 	kvs_io_fifo_fini(&r->done);
+	if (r->epfd >= 0)
+		close(r->epfd);
+	kvs_io_timer_close(&r->timer);
 	if (r->auth_cmd) {
 		explicit_bzero(r->auth_cmd, r->auth_len);
 		redisFreeCommand(r->auth_cmd);
@@ -1310,4 +1479,5 @@ const struct kvs_backend_ops kvs_io_redis_ops = {
 	.poll = redis_poll,
 	.close = redis_close,
 	.lookup_batch = redis_lookup_batch,
+	.wait_fd = redis_wait_fd,
 };

@@ -4,7 +4,10 @@
  * One ring per backend handle, and a handle has one issuing thread (the store's
  * dispatcher), so the ring is created IORING_SETUP_SINGLE_ISSUER |
  * IORING_SETUP_DEFER_TASKRUN: no io-wq wakeups of other threads, completions run
- * as task work when the issuer waits.  The ring is created disabled
+ * as task work when the issuer waits.  IORING_SETUP_TASKRUN_FLAG makes the
+ * kernel say so (IORING_SQ_TASKRUN) when such work is pending, and liburing's
+ * peek then enters the kernel to run it: a reap that finds nothing costs no
+ * system call.  The ring is created disabled
  * (IORING_SETUP_R_DISABLED) and enabled on first use, so the issuing thread —
  * not the one that opened the handle — becomes the ring's single issuer and
  * files/buffers can be registered before that.  Kernels without these flags get
@@ -13,11 +16,32 @@
  * Requests go to the kernel at once (io_uring_submit after every submit: a read
  * starts the moment its slot is located; batching only what is already queued).
  * Reads and writes inside a registered region use READ_FIXED/WRITE_FIXED (no
- * per-IO page pinning); regions over 1 GiB are registered as several buffers
- * (the kernel's per-buffer limit).  Files come from the posix backend's fd cache
+ * per-IO page pinning) once their chunk of it is pinned: registration only
+ * plans, and chunks are pinned on first use, one per submit (uring_bufs.c).  Files come from the posix backend's fd cache
  * through a sparse registered-file table (IOSQE_FIXED_FILE).  A short transfer is
  * resubmitted for its remainder; a zero-byte read before len (end of file) is
  * -EIO; any other cqe->res error passes through unchanged.
+ *
+ * Wait descriptor: an eventfd registered with the ring at open (before the ring
+ * is enabled, so no completion can predate it).  The kernel signals it when a
+ * completion is queued as deferred task work onto an empty list (the issuer
+ * asleep in epoll wakes although no CQE is posted yet) and whenever CQEs are
+ * posted, our own reap's included.  Measured on Linux 6.18 (docs/io.md): a
+ * reap that drains the eventfd first and then runs the task work leaves it
+ * readable after every completion, from the CQE its own flush posts — one
+ * spurious wake per real one; IORING_CQ_EVENTFD_DISABLED around the reap avoids
+ * that but also swallows the signal of task work queued meanwhile, and nothing
+ * repeats it.  So a reap drains last: it peeks (running the task work), and
+ * only when it returns fewer than asked for drains the eventfd and looks once
+ * more (CQ ready, IORING_SQ_TASKRUN), reaping on if something slipped in
+ * between the peek and the drain.  Before the first wait_fd the eventfd is
+ * signalled but never drained: nobody sleeps on it, and a reap costs nothing
+ * more.  One late wake stays possible and is harmless: the kernel raises the
+ * task-work signal after it sets IORING_SQ_TASKRUN, and may defer a signal to an
+ * RCU callback, so a reap can take a completion before its signal lands; the
+ * next reap finds nothing and drains it (seen under TSan's slower timing, once
+ * after 64 transfers).  A kernel that refuses the registration leaves the engine without a
+ * descriptor (-EOPNOTSUPP, logged at open).
  */
 #include <errno.h>
 #include <liburing.h>
@@ -28,24 +52,20 @@
 
 #include "common/clock.h"
 #include "io/internal.h"
+#include "io/uring_bufs.h"
 
-#define REGION_MAX_BYTES (UINT64_C(1) << 30) /* kernel limit per fixed buffer */
 #define SQE_MAX_BYTES (UINT64_C(1) << 30)    /* sqe->len is 32-bit; chunk big transfers */
 #define MAX_RETRIES 16                       /* -EAGAIN/-EINTR resubmissions per request */
-
-struct region {
-	char *base;
-	uint64_t len;
-};
 
 struct uring {
 	struct kvs_io_eng base;
 	struct io_uring ring;
 	bool disabled; /* created R_DISABLED, not yet enabled by the issuer */
+	bool watched;  /* wait_fd was asked for: reap keeps efd exact */
+	int efd;       /* eventfd registered with the ring, -1: none */
 	uint32_t qd;
 	uint32_t inflight;
-	struct region *regions; /* fixed buffer i = regions[i] */
-	uint32_t nregions;
+	struct kvs_uring_bufs bufs; /* fixed buffers, pinned on first use */
 	struct kvs_log log;
 };
 
@@ -65,15 +85,6 @@ static int enable(struct uring *u)
 	return 0;
 }
 
-static int region_of(const struct uring *u, const char *p, uint64_t len)
-{
-	for (uint32_t i = 0; i < u->nregions; i++)
-		if (p >= u->regions[i].base && len <= u->regions[i].len &&
-		    (uint64_t)(p - u->regions[i].base) <= u->regions[i].len - len)
-			return (int)i;
-	return -1;
-}
-
 /* Queue (the remainder of) req; the caller submits. */
 static int prep(struct uring *u, struct kvs_io_req *req)
 {
@@ -87,7 +98,7 @@ static int prep(struct uring *u, struct kvs_io_req *req)
 		return -EAGAIN;
 	if (n > SQE_MAX_BYTES)
 		n = SQE_MAX_BYTES;
-	idx = region_of(u, p, n);
+	idx = kvs_uring_bufs_index(&u->bufs, p, n);
 	switch (req->op) {
 	case KVS_IO_OP_READ:
 		if (idx >= 0)
@@ -130,6 +141,7 @@ static int uring_submit(struct kvs_io_eng *e, struct kvs_io_req *req)
 	u->inflight++;
 	/* A failed enter leaves the sqe queued: the next submit or reap sends it. */
 	io_uring_submit(&u->ring);
+	kvs_uring_bufs_pin_next(&u->bufs); /* the transfer is on its way first */
 	return 0;
 }
 
@@ -155,21 +167,44 @@ static bool complete(struct uring *u, struct kvs_io_req *req, int res)
 	return true;
 }
 
+/*
+ * Reap is about to return fewer requests than asked for: with the eventfd
+ * watched, drain it, then look again -- a completion posted, or queued as task
+ * work, between the last peek and the drain signalled the eventfd just emptied.
+ * Returns true when there is something to reap after all.
+ */
+static bool settle(struct uring *u)
+{
+	unsigned sq_flags;
+
+	if (!u->watched)
+		return false;
+	kvs_io_event_drain(u->efd);
+	/* acquire: the kernel sets IORING_SQ_TASKRUN before it signals the eventfd,
+	 * and a signal the drain consumed was taken under the eventfd's lock after
+	 * that store, so the flag is visible here; acquire keeps the load after the
+	 * read.  io_uring_cq_ready loads the CQ tail with acquire likewise. */
+	sq_flags = __atomic_load_n(u->ring.sq.kflags, __ATOMIC_ACQUIRE);
+	return io_uring_cq_ready(&u->ring) > 0 || (sq_flags & IORING_SQ_TASKRUN);
+}
+
 static int uring_reap(struct kvs_io_eng *e, struct kvs_io_req **out, uint32_t max,
 		      uint64_t deadline_ns)
 {
 	struct uring *u = (struct uring *)e;
 	uint32_t n = 0;
-	bool waited = false;
 
-	if (u->inflight == 0)
+	if (u->inflight == 0) {
+		settle(u); /* a signal left from a reap that returned max */
 		return 0;
+	}
 	if (enable(u) < 0)
 		return -EIO;
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		bool resubmitted = false;
 
+		/* Runs task work flagged IORING_SQ_TASKRUN (a system call) first. */
 		while (n < max && io_uring_peek_cqe(&u->ring, &cqe) == 0) {
 			struct kvs_io_req *req = io_uring_cqe_get_data(cqe);
 			int res = cqe->res;
@@ -184,16 +219,13 @@ static int uring_reap(struct kvs_io_eng *e, struct kvs_io_req **out, uint32_t ma
 		}
 		if (resubmitted)
 			io_uring_submit(&u->ring);
-		if (n > 0 || u->inflight == 0)
-			return (int)n;
+		if (n == max)
+			return (int)n; /* more may be ready: the eventfd stays readable */
 		uint64_t now = kvs_now_ns();
-		if (now >= deadline_ns) {
-			if (waited)
-				return 0;
-			/* Run deferred task work once so ready completions show up. */
-			io_uring_get_events(&u->ring);
-			waited = true;
-			continue;
+		if (n > 0 || u->inflight == 0 || now >= deadline_ns) {
+			if (settle(u))
+				continue;
+			return (int)n;
 		}
 		uint64_t left = deadline_ns - now;
 		struct __kernel_timespec ts = {
@@ -225,52 +257,22 @@ static int uring_set_file(struct kvs_io_eng *e, int idx, int fd)
 static int uring_register_buffers(struct kvs_io_eng *e, const struct kvs_backend_buffer *bufs,
 				  uint32_t n)
 {
+	return kvs_uring_bufs_plan(&((struct uring *)e)->bufs, bufs, n);
+}
+
+static int uring_wait_fd(struct kvs_io_eng *e)
+{
 	struct uring *u = (struct uring *)e;
-	uint32_t count = 0, k = 0;
-	struct iovec *iov;
-	struct region *regs;
-	int rc;
 
-	for (uint32_t i = 0; i < n; i++)
-		count += (uint32_t)((bufs[i].len + REGION_MAX_BYTES - 1) / REGION_MAX_BYTES);
-	if (u->nregions) {
-		io_uring_unregister_buffers(&u->ring);
-		free(u->regions);
-		u->regions = NULL;
-		u->nregions = 0;
-		u->base.info_flags &= ~KVS_BACKEND_INFO_FIXED_BUFFERS;
+	if (u->efd < 0)
+		return -EOPNOTSUPP; /* the registration was refused at open */
+	if (!u->watched) {
+		u->watched = true;
+		/* Start exact: signals so far were never drained. */
+		if (settle(u))
+			kvs_io_event_signal(u->efd);
 	}
-	if (count == 0)
-		return 0;
-	iov = calloc(count, sizeof(*iov));
-	regs = calloc(count, sizeof(*regs));
-	if (!iov || !regs) {
-		free(iov);
-		free(regs);
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		for (uint64_t off = 0; off < bufs[i].len; off += REGION_MAX_BYTES, k++) {
-			uint64_t len = bufs[i].len - off;
-
-			regs[k].base = (char *)bufs[i].base + off;
-			regs[k].len = len < REGION_MAX_BYTES ? len : REGION_MAX_BYTES;
-			iov[k].iov_base = regs[k].base;
-			iov[k].iov_len = regs[k].len;
-		}
-	rc = io_uring_register_buffers(&u->ring, iov, count);
-	free(iov);
-	if (rc < 0) {
-		kvs_log_error(&u->log, "backend: io_uring_register_buffers (%u buffers): %s%s",
-			      count, strerror(-rc),
-			      rc == -ENOMEM ? " (raise RLIMIT_MEMLOCK)" : "");
-		free(regs);
-		return rc;
-	}
-	u->regions = regs;
-	u->nregions = count;
-	u->base.info_flags |= KVS_BACKEND_INFO_FIXED_BUFFERS;
-	return 0;
+	return u->efd;
 }
 
 static void uring_close(struct kvs_io_eng *e)
@@ -278,7 +280,9 @@ static void uring_close(struct kvs_io_eng *e)
 	struct uring *u = (struct uring *)e;
 
 	io_uring_queue_exit(&u->ring);
-	free(u->regions);
+	if (u->efd >= 0)
+		close(u->efd);
+	kvs_uring_bufs_fini(&u->bufs);
 	free(u);
 }
 
@@ -287,6 +291,7 @@ static const struct kvs_io_eng_ops uring_ops = {
 	.reap = uring_reap,
 	.set_file = uring_set_file,
 	.register_buffers = uring_register_buffers,
+	.wait_fd = uring_wait_fd,
 	.close = uring_close,
 };
 
@@ -304,12 +309,14 @@ int kvs_io_uring_open(uint32_t qd, uint32_t nfiles, const struct kvs_log *log,
 	u->base.kind = KVS_IO_ENGINE_URING;
 	u->qd = qd;
 	u->log = *log;
+	kvs_uring_bufs_init(&u->bufs, &u->ring, &u->base, &u->log);
 	memset(&p, 0, sizeof(p));
-	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+		  IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_R_DISABLED;
 	rc = io_uring_queue_init_params(qd, &u->ring, &p);
 	if (rc == -EINVAL) {
-		kvs_log_info(log, "backend: io_uring without SINGLE_ISSUER|DEFER_TASKRUN "
-				  "(kernel refused them)");
+		kvs_log_info(log, "backend: io_uring without SINGLE_ISSUER|DEFER_TASKRUN|"
+				  "TASKRUN_FLAG (kernel refused them)");
 		memset(&p, 0, sizeof(p));
 		rc = io_uring_queue_init_params(qd, &u->ring, &p);
 	}
@@ -318,6 +325,15 @@ int kvs_io_uring_open(uint32_t qd, uint32_t nfiles, const struct kvs_log *log,
 		return rc;
 	}
 	u->disabled = (p.flags & IORING_SETUP_R_DISABLED) != 0;
+	u->efd = kvs_io_event_open();
+	rc = u->efd < 0 ? u->efd : io_uring_register_eventfd(&u->ring, u->efd);
+	if (rc < 0) {
+		kvs_log_info(log, "backend: io_uring eventfd: %s; no wait descriptor (the issuer "
+				  "sleeps in timed polls)", strerror(-rc));
+		if (u->efd >= 0)
+			close(u->efd);
+		u->efd = -1;
+	}
 	/* Registered files save an fget/fput per transfer; without them (the table
 	 * is bounded by RLIMIT_NOFILE) plain descriptors work the same. */
 	rc = io_uring_register_files_sparse(&u->ring, nfiles);
