@@ -24,6 +24,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <mntent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,20 +41,77 @@
 
 #if KVS_KERNEL
 
+/* A size as /proc/mounts writes a hugetlbfs pagesize= ("2M", "1G", "64K"). */
+static uint64_t size_of(const char *s)
+{
+	char *end;
+	uint64_t x = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'K': case 'k': return x << 10;
+	case 'M': case 'm': return x << 20;
+	case 'G': case 'g': return x << 30;
+	default: return x;
+	}
+}
+
+/* The default huge page size (Hugepagesize in /proc/meminfo), 0 if unknown. */
+static uint64_t default_page_bytes(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	char line[128];
+	uint64_t kb = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Hugepagesize: %" SCNu64 " kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb << 10;
+}
+
+/* Any hugetlbfs mount of page_bytes pages in /proc/mounts, usable or not. */
+static bool mounted_anywhere(uint64_t page_bytes, char *buf, size_t len)
+{
+	FILE *f = setmntent("/proc/mounts", "re");
+	struct mntent *m;
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && (m = getmntent(f))) {
+		const char *ps;
+
+		if (strcmp(m->mnt_type, "hugetlbfs") != 0)
+			continue;
+		ps = hasmntopt(m, "pagesize");
+		if ((ps ? size_of(ps + strlen("pagesize=")) : default_page_bytes()) != page_bytes ||
+		    strlen(m->mnt_dir) >= len)
+			continue;
+		strcpy(buf, m->mnt_dir);
+		found = true;
+	}
+	endmntent(f);
+	return found;
+}
+
 int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len)
 {
 	const char *mount;
 
 	if (page_bytes > (uint64_t)LONG_MAX)
 		return -ENOENT;
-	/* libhugetlbfs returns its own table entry (filled once at load): copy it. */
+	/* libhugetlbfs returns its own table entry (filled once at load, of the
+	 * mounts this process could use then): copy it, and check it still is. */
 	mount = hugetlbfs_find_path_for_size((long)page_bytes);
-	if (!mount || !mount[0])
-		return -ENOENT;
-	if (strlen(mount) >= len)
-		return -ENAMETOOLONG;
-	strcpy(buf, mount);
-	return 0;
+	if (mount && mount[0]) {
+		if (strlen(mount) >= len)
+			return -ENAMETOOLONG;
+		strcpy(buf, mount);
+		return access(buf, W_OK | X_OK) == 0 ? 0 : -EACCES;
+	}
+	return mounted_anywhere(page_bytes, buf, len) ? -EACCES : -ENOENT;
 }
 
 #else
@@ -65,6 +125,22 @@ int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len)
 }
 
 #endif
+
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len, const struct kvs_log *log)
+{
+	int rc = kvs_numa_hugetlb_dir(page_bytes, buf, len);
+
+	if (rc == -ENOENT)
+		kvs_log_warn(log, "numa: no hugetlbfs is mounted for %" PRIu64 " kB pages (as root: "
+				  "mount -t hugetlbfs -o pagesize=%" PRIu64 "k none /dev/hugepages)",
+			     page_bytes >> 10, page_bytes >> 10);
+	else if (rc == -EACCES)
+		kvs_log_warn(log, "numa: the hugetlbfs mount %s (%" PRIu64 " kB pages) is not "
+				  "writable by uid %u: mount it with uid=, gid= or mode= for the "
+				  "ranks' user (the pool is not the problem)",
+			     buf, page_bytes >> 10, (unsigned)geteuid());
+	return rc == -ENOENT || rc == -EACCES ? -KVS_ENOHUGE : rc;
+}
 
 static int read_u64(const char *dir, const char *name, uint64_t *out)
 {

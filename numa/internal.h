@@ -8,6 +8,7 @@
  *              /proc/mounts in the plain build; sysfs for the pool)
  *   place.c    nodes, binding (libnuma) and the parallel pre-fault
  *   pci.c      GPU (PCI bus id) -> NUMA node
+ *   fit.c      does a new cache fit (memory, /dev/shm, cgroup, hugetlb pool)?
  */
 #ifndef KVS_NUMA_INTERNAL_H
 #define KVS_NUMA_INTERNAL_H
@@ -17,6 +18,11 @@
 #include <stdint.h>
 
 #include "numa/numa.h"
+
+/* kvs_numa_hugetlb_dir, saying why not: a WARN line for no mount (with the
+ * mount command) or a mount this user cannot write (naming it), both then
+ * -KVS_ENOHUGE; log NULL: quiet.  0, -ENAMETOOLONG otherwise. */
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len, const struct kvs_log *log);
 
 /* Can the pool back need pages of page_bytes (on node, or anywhere when node < 0)
  * right now?  Returns 0, or -KVS_ENOHUGE after logging

@@ -140,7 +140,8 @@ int kvs_numa_seg_unlink_at(const char *dir, const char *unique_id, int32_t node,
 
 /* This build's hugetlbfs mount for page_bytes pages, copied into buf (kernel
  * build: libhugetlbfs).  Returns 0, -ENOENT (no such mount; always in the plain
- * build, which never creates hugetlb segments), -ENAMETOOLONG. */
+ * build, which never creates hugetlb segments), -EACCES (one is mounted, its
+ * path in buf, but this process cannot write it), -ENAMETOOLONG. */
 int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len);
 
 /* "hugetlb", "shm" or "none": for logs and stats. */
@@ -195,5 +196,27 @@ struct kvs_numa_pool {
 /* Read the pool for page_bytes (0 = 2 MiB), machine-wide (node < 0) or of one
  * node.  Returns 0; -ENOENT (no such page size / node); -errno. */
 int kvs_numa_hugetlb_pool(uint64_t page_bytes, int32_t node, struct kvs_numa_pool *pool);
+
+/* Memory a new /dev/shm segment can have now (numa/fit.c); UINT64_MAX where a
+ * limit is absent or cannot be read. */
+struct kvs_numa_room {
+	uint64_t mem_available; /* /proc/meminfo MemAvailable */
+	uint64_t shm_free;      /* statvfs(/dev/shm): bytes still free to an unprivileged user */
+	uint64_t cgroup_room;   /* this process's memory cgroup: limit - usage */
+};
+
+/* Fill r.  Returns 0, or -EINVAL (r NULL).  Blocks: no (a few small files). */
+int kvs_numa_room_read(struct kvs_numa_room *r);
+
+/* Would a new cache fit now: its control segment (ctl_bytes, always in /dev/shm)
+ * and n data segments of bytes[i] for nodes[i], placed as kvs_numa_seg_create
+ * would place them with opts (hugetlbfs where mounted and the pool has the
+ * pages, else /dev/shm; NULL = the defaults)?  Returns 0; -ENOMEM (beyond
+ * MemAvailable or the memory cgroup's room); -ENOSPC (beyond /dev/shm's free
+ * space); -KVS_ENOHUGE (hugetlb=required, a pool short or no mount).  Logs one
+ * ERROR line with the numbers.  Allocates nothing; the numbers are estimates of
+ * one instant, so the pre-fault of creation stays the authoritative test. */
+int kvs_numa_fit(uint64_t ctl_bytes, const uint64_t *bytes, const int32_t *nodes, uint32_t n,
+		 const struct kvs_numa_seg_opts *opts);
 
 #endif

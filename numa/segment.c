@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "numa/internal.h"
 
 #ifndef HUGETLBFS_MAGIC
@@ -181,7 +182,7 @@ static int32_t decide_node(int32_t node, const struct kvs_numa_seg_opts *o)
 /* The new file: exclusive, group and mode set (umask-independent), sized. */
 static int create_file(const char *path, uint64_t bytes, const struct kvs_numa_seg_opts *o, int *fdp)
 {
-	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), rc;
+	int fd = kvs_fd_above_stdio(open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)), rc;
 
 	if (fd < 0) {
 		rc = -errno;
@@ -282,12 +283,10 @@ static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t 
 	void *base = MAP_FAILED;
 	int fd = -1, rc;
 
-	rc = seg_path(path, sizeof(path), NULL, id, node, backing, o->page_bytes);
-	if (rc == -ENOENT && huge) {
-		kvs_log_warn(o->log, "numa: no hugetlbfs mount for %" PRIu64 " kB pages",
-			     o->page_bytes >> 10);
-		return -KVS_ENOHUGE;
-	}
+	/* No mount, or one this user cannot write: said here, not as a short pool. */
+	rc = huge ? kvs_numa_hugetlb_mount(o->page_bytes, path, sizeof(path), o->log) : 0;
+	if (rc == 0)
+		rc = seg_path(path, sizeof(path), NULL, id, node, backing, o->page_bytes);
 	if (rc == 0 && huge)
 		rc = kvs_numa_hugetlb_check(page, bind_node, bytes / page, o->log);
 	if (rc == 0)
@@ -368,7 +367,7 @@ static int open_checked(const char *path, uint64_t bytes, bool huge, uint64_t pa
 {
 	struct statfs sfs;
 	struct stat st;
-	int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+	int fd = kvs_fd_above_stdio(open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)), rc = 0;
 
 	if (fd < 0) {
 		rc = -errno;
