@@ -28,5 +28,6 @@ int kvs_cli_stat(int argc, char **argv);
 int kvs_cli_ls(int argc, char **argv);
 int kvs_cli_clean(int argc, char **argv);
 int kvs_cli_replay(int argc, char **argv);
+int kvs_cli_trace(int argc, char **argv);
 
 #endif

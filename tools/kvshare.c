@@ -7,6 +7,7 @@
  *   kvshare ls                       the node's segments (tools/ls.c)
  *   kvshare clean [--dry-run] [ID]   remove stale segments (tools/ls.c)
  *   kvshare replay TRACE [options]   trace replay, CLOCK vs FIFO/LRU/Belady (tools/replay.c)
+ *   kvshare trace gen [options]      a synthetic Mooncake-format trace (tools/trace_gen.c)
  *
  * `kvshare SUBCOMMAND --help` describes each.
  */
@@ -27,6 +28,7 @@ static const struct {
 	{ "ls", kvs_cli_ls, "list this node's kvshare segments and their state" },
 	{ "clean", kvs_cli_clean, "remove stale segments (no live rank); never live ones" },
 	{ "replay", kvs_cli_replay, "replay a Mooncake trace through the cache and FIFO/LRU/Belady" },
+	{ "trace", kvs_cli_trace, "trace gen: write a synthetic Mooncake-format trace (shared prefixes)" },
 };
 
 const char *kvs_cli_human_bytes(char *buf, size_t len, uint64_t n)

@@ -5,8 +5,10 @@
  * Both look without attaching: every control file /dev/shm/kvshare.<id>.ctl is
  * described by kvs_cache_inspect(), which opens it read-only, tests the rank
  * entries' liveness locks and validates a private copy of the header; it never
- * adopts, reaps or writes.  A cache is "live" while any rank entry's lock is held,
- * "stale" otherwise (DESIGN.md §3: liveness comes from those locks only).  Data
+ * adopts, reaps or writes.  A cache is "live" while a rank entry's lock is held
+ * by a process that is not a watcher (DESIGN.md §3: liveness comes from those
+ * locks; watchers — monitors, a scheduler's lookups — never keep a cache, so
+ * one held by watchers only is "stale", and clean removes it).  Data
  * files are found through the header's record (hugetlb_dir for hugetlbfs ones),
  * so a cache's size is its control file plus its recorded data segments.  Data
  * files with no control file (left by a removal that could not read another
@@ -14,7 +16,7 @@
  * control file there is no lock to exclude a new creator of the same name.
  *
  * clean removes through kvs_cache_remove(), which takes the lifecycle lock and
- * refuses (-EBUSY) a cache any process is attached to, whatever it was a moment
+ * refuses (-EBUSY) a cache any rank is attached to, whatever it was a moment
  * before: the inspection only explains a refusal ("live: 3 ranks attached (pids
  * ...)") and decides what --dry-run would do.
  */
@@ -189,6 +191,17 @@ static void note_of(const struct entry *e, char *buf, size_t len)
 	}
 }
 
+/* Live entries that keep the cache: every one but those recorded as watchers
+ * (one not readable counts: never call a cache stale under a process). */
+static uint32_t keepers(const struct kvs_cache_info *in)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < in->ranks_live; i++)
+		n += !in->live[i].recorded || in->live[i].device_id >= 0;
+	return n;
+}
+
 /* "live: 2 ranks + 1 watcher attached (pids 10, 11, 12)". */
 static void live_why(const struct kvs_cache_info *in, char *buf, size_t len)
 {
@@ -309,7 +322,7 @@ static json_t *entry_json(const struct entry *e)
 	char mode[8], note[256];
 
 	json_object_set_new(o, "unique_id", json_string(in->unique_id));
-	json_object_set_new(o, "state", json_string(e->rc ? "unknown" : in->ranks_live ? "live" : "stale"));
+	json_object_set_new(o, "state", json_string(e->rc ? "unknown" : keepers(in) ? "live" : "stale"));
 	if (e->rc) {
 		note_of(e, note, sizeof(note));
 		json_object_set_new(o, "error", json_string(note));
@@ -431,12 +444,12 @@ int kvs_cli_ls(int argc, char **argv)
 		if (e->rc == 0 && in->layout_version)
 			snprintf(layout, sizeof(layout), "%u", in->layout_version);
 		printf("%-40s %-6s %-9s %10s %10s %10s %-8s %6u %6s%s%s\n", in->unique_id,
-		       e->rc ? "?" : in->ranks_live ? "live" : "stale", ranks, slots, slot,
+		       e->rc ? "?" : keepers(in) ? "live" : "stale", ranks, slots, slot,
 		       kvs_cli_human_bytes(b1, sizeof(b1), entry_bytes(e)),
 		       !ready ? "-" : in->flags & KVS_CACHE_INFO_HUGETLB ? "hugetlb" : "shm",
 		       e->rc ? (unsigned)e->st.st_uid : in->uid, layout, note[0] ? "  " : "", note);
 		total += entry_bytes(e);
-		live += e->rc == 0 && in->ranks_live > 0;
+		live += e->rc == 0 && keepers(in) > 0;
 	}
 	printf("%d cache%s: %u live, %d stale or unreadable; %s in all\n", n, n == 1 ? "" : "s", live,
 	       n - (int)live, kvs_cli_human_bytes(b2, sizeof(b2), total));
@@ -471,7 +484,7 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 		sum->failed++;
 		return;
 	}
-	if (in->ranks_live) {
+	if (keepers(in)) {
 		live_why(in, why, sizeof(why));
 		if (single)
 			fprintf(stderr, "kvshare clean: %s: %s: not removed\n", in->unique_id, why);

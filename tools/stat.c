@@ -87,9 +87,15 @@ static const char *const stat_usage =
 	"waits, failures, evictions and CLOCK sweeps, takeovers, the store counters (tasks,\n"
 	"latency percentiles, copy GB/s), local_rank_size against the GPU ranks seen, and\n"
 	"fallbacks.  A stale cache (no live process) is not attached (that would adopt it):\n"
-	"it is described read-only and stat exits 1.\n"
+	"it is described read-only and stat exits 1.  stat is a watcher: it never keeps a\n"
+	"cache (the last rank's close removes it whoever watches).\n"
 	"\n"
-	"  -w, --watch SECONDS     repeat every SECONDS (0.1 .. 86400) until SIGINT/SIGTERM\n"
+	"  -w, --watch SECONDS     repeat every SECONDS (0.1 .. 86400) until SIGINT/SIGTERM:\n"
+	"                          the whole block once, then a line per interval of its\n"
+	"                          rates (gets/s and their split, reads, writes, shards\n"
+	"                          loaded, tasks, failures per second, p99), as vmstat;\n"
+	"                          runs before, between and after caches: with no live\n"
+	"                          cache it waits for one (kvshare_up 0 in --prometheus)\n"
 	"  -j, --json              JSON (with --watch: one object per line)\n"
 	"  -p, --prometheus FILE   write node-exporter textfile metrics (kvshare_*) to FILE\n"
 	"                          (FILE.tmp, then renamed: atomic), every interval\n"
@@ -270,6 +276,16 @@ static uint32_t others_alive(const struct stat_snap *s)
 	return n;
 }
 
+/* Entries still attached whose process died (reaped at the next attach). */
+static uint32_t dead_entries(const struct stat_snap *s)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->nranks; i++)
+		n += !s->ranks[i].ri.alive;
+	return n;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Text                                                                       */
 
@@ -349,17 +365,21 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		human_ns(b2, sizeof(b2), (double)n->prefault_ns), n->prefault_threads,
 		n->prefault_ms_per_gib, kvs_cli_human_bytes(b3, sizeof(b3), st->registered_bytes),
 		kvs_cli_human_bytes(b4, sizeof(b4), st->register_total_bytes), st->register_ms_per_gib,
-		st->ready ? "every live rank ready" : "NOT ready (registration in progress or failed)",
+		n->gpu_ranks_attached == 0 ? "no live GPU rank"
+		: st->ready ? "every live GPU rank ready"
+			    : "NOT ready (a live rank's registration in progress or failed)",
 		st->staged_shards);
 	fprintf(f, "  fallbacks  %s%s%s\n", n->fallbacks ? "" : "none",
 		n->fallbacks & KVS_FALLBACK_HUGETLB ? "hugetlb (data plane on /dev/shm, not hugetlbfs) " : "",
 		n->fallbacks & KVS_FALLBACK_NUMA ? "numa (no NUMA binding)" : "");
-	uint64_t gets = n->hits + n->misses;
-	fprintf(f, "  hits       %" PRIu64 " hits, %" PRIu64 " misses (hit ratio %.1f%%); %" PRIu64
-		" owner fills; dedup hits %" PRIu64 " (served without a backend read: hits + waits)\n",
-		n->hits, n->misses, gets ? 100.0 * (double)n->hits / (double)gets : 0.0, n->owner_fills,
-		n->hits + n->waits);
-	fprintf(f, "  waits      %" PRIu64 " waits, %s in all (mean %s)\n", n->waits,
+	uint64_t queries = n->hits + n->joins + n->misses;
+	fprintf(f, "  gets       %" PRIu64 " = %" PRIu64 " hits (READY) + %" PRIu64 " joins (a read "
+		"in flight) + %" PRIu64 " misses (owner: read it); served by the tier %.1f%% "
+		"(hits + joins), hit ratio %.1f%%; %" PRIu64 " owner fills\n",
+		queries, n->hits, n->joins, n->misses,
+		queries ? 100.0 * (double)(n->hits + n->joins) / (double)queries : 0.0,
+		queries ? 100.0 * (double)n->hits / (double)queries : 0.0, n->owner_fills);
+	fprintf(f, "  waits      %" PRIu64 " kvs_slot_wait calls, %s in all (mean %s)\n", n->waits,
 		human_ns(b1, sizeof(b1), (double)n->wait_ns),
 		human_ns(b2, sizeof(b2), n->waits ? (double)n->wait_ns / (double)n->waits : 0.0));
 	fprintf(f, "  failures   %" PRIu64 " fills failed; %" PRIu64 " takeovers of dead fillers; %" PRIu64
@@ -387,8 +407,9 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		fprintf(f, "             latency: no task finished yet\n");
 	fprintf(f, "             copy %s in %s = %.2f GB/s\n", kvs_cli_human_bytes(b1, sizeof(b1), st->copy_bytes),
 		human_ns(b2, sizeof(b2), (double)st->copy_ns), copy_gbps(st));
-	fprintf(f, "  per rank   %-5s %-8s %-7s %-4s %-5s %5s %9s %9s %9s %9s %7s %9s\n", "ENTRY", "PID",
-		"DEVICE", "NODE", "ALIVE", "PINS", "HITS", "MISSES", "FILLS", "WAITS", "TASKS", "SHARDS");
+	fprintf(f, "  per rank   %-5s %-8s %-7s %-4s %-5s %5s %9s %9s %9s %9s %9s %7s %9s\n", "ENTRY",
+		"PID", "DEVICE", "NODE", "ALIVE", "PINS", "HITS", "JOINS", "MISSES", "FILLS", "WAITS",
+		"TASKS", "SHARDS");
 	for (uint32_t i = 0; i < s->nranks; i++) {
 		const struct stat_rank *e = &s->ranks[i];
 		char dev[16], node[16] = "-";
@@ -400,11 +421,71 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		if (e->cpu_node >= 0)
 			snprintf(node, sizeof(node), "%d", e->cpu_node);
 		fprintf(f, "  %-10s %-5u %-8d %-7s %-4s %-5s %5u %9" PRIu64 " %9" PRIu64 " %9" PRIu64
-			" %9" PRIu64 " %7" PRIu64 " %9" PRIu64 "\n", "", e->ri.entry, (int)e->ri.pid, dev,
-			node, e->ri.self ? "self" : e->ri.alive ? "yes" : "DEAD", e->ri.pins, e->cs.hits,
-			e->cs.misses, e->cs.owner_fills, e->cs.waits,
+			" %9" PRIu64 " %9" PRIu64 " %7" PRIu64 " %9" PRIu64 "\n", "", e->ri.entry,
+			(int)e->ri.pid, dev, node, e->ri.self ? "self" : e->ri.alive ? "yes" : "DEAD",
+			e->ri.pins, e->cs.hits, e->cs.joins, e->cs.misses, e->cs.owner_fills, e->cs.waits,
 			e->ss.tasks_load + e->ss.tasks_dump + e->ss.tasks_prefetch, e->ss.shards_loaded);
 	}
+}
+
+/*
+ * --watch in text: the whole block once (at each attach), then one line per
+ * interval of what happened in it, as vmstat does: rates per second over the
+ * interval and its latency percentile, a header every RATE_HEADER_EVERY lines.
+ */
+#define RATE_HEADER_EVERY 20
+
+struct rates {
+	struct kvs_cache_stats node;
+	struct kvs_store_stats store;
+	struct timespec when;
+	unsigned lines;
+	bool have;
+};
+
+/* now - before of a counter read racily twice: never negative. */
+static uint64_t delta(uint64_t now, uint64_t before)
+{
+	return now > before ? now - before : 0;
+}
+
+static double per_s(uint64_t now, uint64_t before, double secs)
+{
+	return secs > 0 ? (double)delta(now, before) / secs : 0;
+}
+
+static void print_rates(FILE *f, const struct stat_snap *s, struct rates *r)
+{
+	const struct kvs_cache_stats *n = &s->node, *p = &r->node;
+	const struct kvs_store_stats *st = &s->store, *q = &r->store;
+	double secs = (double)(s->when.tv_sec - r->when.tv_sec) +
+		      (double)(s->when.tv_nsec - r->when.tv_nsec) / 1e9;
+	uint64_t gets = n->hits + n->joins + n->misses, gets0 = p->hits + p->joins + p->misses;
+	uint64_t tasks = 0;
+	struct kvs_store_stats d = { 0 };
+	struct tm tm;
+	char when[16];
+
+	if (r->lines++ % RATE_HEADER_EVERY == 0)
+		fprintf(f, "%-8s %9s %6s %6s %6s %9s %9s %10s %8s %6s %9s %5s\n", "time", "gets/s",
+			"hit%", "join%", "miss%", "reads/s", "writes/s", "loaded/s", "tasks/s",
+			"fail/s", "p99<=ms", "ranks");
+	for (int i = 0; i < KVS_STORE_LAT_BUCKETS; i++) {
+		d.task_lat_us[i] = delta(st->task_lat_us[i], q->task_lat_us[i]);
+		tasks += d.task_lat_us[i];
+	}
+	localtime_r(&s->when.tv_sec, &tm);
+	strftime(when, sizeof(when), "%H:%M:%S", &tm);
+	fprintf(f, "%-8s %9.0f %6.1f %6.1f %6.1f %9.0f %9.0f %10.0f %8.1f %6.1f %9.3f %5u\n", when,
+		per_s(gets, gets0, secs),
+		gets > gets0 ? 100.0 * (double)delta(n->hits, p->hits) / (double)(gets - gets0) : 0,
+		gets > gets0 ? 100.0 * (double)delta(n->joins, p->joins) / (double)(gets - gets0) : 0,
+		gets > gets0 ? 100.0 * (double)delta(n->misses, p->misses) / (double)(gets - gets0) : 0,
+		per_s(st->owner_reads, q->owner_reads, secs),
+		per_s(st->backend_writes, q->backend_writes, secs),
+		per_s(st->shards_loaded, q->shards_loaded, secs), (double)tasks / (secs > 0 ? secs : 1),
+		per_s(st->tasks_failed, q->tasks_failed, secs),
+		tasks ? (double)lat_quantile_us(&d, 0.99, NULL) / 1e3 : 0.0, n->gpu_ranks_attached);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -417,10 +498,12 @@ static json_t *json_cache_stats(const struct kvs_cache_stats *c)
 {
 	json_t *o = json_object();
 
+	JSET(o, "queries", JU(c->hits + c->joins + c->misses));
 	JSET(o, "hits", JU(c->hits));
+	JSET(o, "joins", JU(c->joins));
 	JSET(o, "misses", JU(c->misses));
 	JSET(o, "owner_fills", JU(c->owner_fills));
-	JSET(o, "dedup_hits", JU(c->hits + c->waits));
+	JSET(o, "dedup_hits", JU(c->hits + c->joins));
 	JSET(o, "waits", JU(c->waits));
 	JSET(o, "wait_ns", JU(c->wait_ns));
 	JSET(o, "failures", JU(c->failures));
@@ -598,6 +681,14 @@ static void prom_one(struct prom *p, const char *name, const char *type, const c
 	prom_val(p, name, "", v);
 }
 
+/* Per-rank series are of live GPU ranks, labelled by what an operator knows:
+ * device (a rank-table entry is reused by whoever attaches next; watchers,
+ * this exporter included, have no series). */
+static bool prom_rank(const struct stat_rank *e)
+{
+	return e->ri.alive && e->ri.device_id >= 0;
+}
+
 static void prom_rank_counter(struct prom *p, const struct stat_snap *s, const char *name,
 			      const char *help, size_t off_cache, size_t off_store, bool seconds)
 {
@@ -609,9 +700,25 @@ static void prom_rank_counter(struct prom *p, const struct stat_snap *s, const c
 		uint64_t v = off_cache != SIZE_MAX ? *(const uint64_t *)((const char *)&e->cs + off_cache)
 						   : *(const uint64_t *)((const char *)&e->ss + off_store);
 
-		snprintf(lab, sizeof(lab), ",rank=\"%u\"", e->ri.entry);
+		if (!prom_rank(e))
+			continue;
+		snprintf(lab, sizeof(lab), ",device=\"%d\"", e->ri.device_id);
 		prom_val(p, name, lab, seconds ? (double)v / 1e9 : (double)v);
 	}
+}
+
+/* An exact le bound: 2^(i+1) microseconds in seconds, every digit. */
+static void prom_le(char *buf, size_t len, int i)
+{
+	uint64_t us = UINT64_C(2) << i;
+
+	snprintf(buf, len, ",le=\"%" PRIu64 ".%06" PRIu64 "\"", us / 1000000, us % 1000000);
+}
+
+/* kvshare_up: the first metric of every file, attached (1) or waiting (0). */
+static void prom_up(struct prom *p, int up)
+{
+	prom_one(p, "kvshare_up", "gauge", "1: the cache is live and this exporter is attached to it.", up);
 }
 
 static void prom_write(FILE *f, const struct stat_snap *s)
@@ -625,12 +732,17 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	snprintf(lab, sizeof(lab), ",layout_version=\"%u\",persist=\"%d\",library=\"%s\",variant=\"%s\"",
 		 s->info.layout_version, !!(s->info.flags & KVS_CACHE_INFO_PERSIST), kvs_version(),
 		 kvs_variant());
+	prom_up(&p, 1);
 	prom_head(&p, "kvshare_cache_info", "gauge", "The cache is attached and described (value 1).");
 	prom_val(&p, "kvshare_cache_info", lab, 1);
 	prom_one(&p, "kvshare_ranks_attached", "gauge",
-		 "Processes attached now (GPU ranks and watchers, this stat included).", (double)n->ranks_attached);
-	prom_one(&p, "kvshare_gpu_ranks_attached", "gauge", "GPU ranks (device_id >= 0) attached now.",
-		 (double)n->gpu_ranks_attached);
+		 "Live processes attached (liveness lock held: GPU ranks and watchers, this exporter "
+		 "not counted).", (double)others_alive(s));
+	prom_one(&p, "kvshare_gpu_ranks_attached", "gauge",
+		 "Live GPU ranks (device_id >= 0) attached.", (double)n->gpu_ranks_attached);
+	prom_one(&p, "kvshare_ranks_dead", "gauge",
+		 "Entries of ranks that died and are not reaped yet (the next attach reaps them).",
+		 (double)dead_entries(s));
 	prom_one(&p, "kvshare_local_rank_size", "gauge", "Ranks per node the cache was made for.",
 		 (double)s->info.local_rank_size);
 	prom_one(&p, "kvshare_capacity_bytes", "gauge", "Data plane capacity: slot_count x slot_bytes.",
@@ -657,9 +769,12 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	}
 #define NODE_COUNTER(name, field, help) prom_one(&p, name, "counter", help, (double)n->field)
 	NODE_COUNTER("kvshare_hits_total", hits, "Gets that found the slot READY (node, departed ranks included).");
+	NODE_COUNTER("kvshare_joins_total", joins, "Gets that joined a read in flight (served without a backend read of their own).");
 	NODE_COUNTER("kvshare_misses_total", misses, "Gets that made the caller the slot's owner.");
+	prom_one(&p, "kvshare_queries_total", "counter", "Gets: hits + joins + misses.",
+		 (double)(n->hits + n->joins + n->misses));
 	NODE_COUNTER("kvshare_owner_fills_total", owner_fills, "Slots filled and published READY by their owner.");
-	NODE_COUNTER("kvshare_waits_total", waits, "Waits for a slot another rank was filling.");
+	NODE_COUNTER("kvshare_waits_total", waits, "kvs_slot_wait calls for a slot being filled.");
 	prom_one(&p, "kvshare_wait_seconds_total", "counter", "Time spent in those waits.",
 		 (double)n->wait_ns / 1e9);
 	NODE_COUNTER("kvshare_failures_total", failures, "Fills published FAILED.");
@@ -690,67 +805,77 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	STORE_COUNTER("kvshare_store_prealloc_total", prealloc, "Slots preallocated.");
 	STORE_COUNTER("kvshare_store_prealloc_hits_total", prealloc_hits, "Owned gets of a preallocated key.");
 	STORE_COUNTER("kvshare_store_copy_bytes_total", copy_bytes, "Bytes moved by the copy engines.");
-	STORE_COUNTER("kvshare_store_registered_bytes_total", registered_bytes,
-		      "Data plane bytes registered with the copy engines (pinned) so far.");
 	STORE_COUNTER("kvshare_store_staged_shards_total", staged_shards,
 		      "Shard copies made through the staging buffer (slot not registered yet).");
 #undef STORE_COUNTER
 	prom_one(&p, "kvshare_store_register_bytes", "gauge",
 		 "Data plane bytes the ranks register with their copy engines (node total).",
 		 (double)st->register_total_bytes);
+	prom_one(&p, "kvshare_store_registered_bytes", "gauge",
+		 "Of those, registered (pinned) so far.", (double)st->registered_bytes);
 	prom_one(&p, "kvshare_store_register_seconds_total", "counter",
 		 "Time in the copy engines' registration calls.", (double)st->register_ns / 1e9);
 	prom_one(&p, "kvshare_store_ready", "gauge",
-		 "1 when every live rank's data plane is registered (direct DMA everywhere).",
-		 st->ready);
+		 "1 when every live GPU rank's data plane is registered (direct DMA everywhere; 1 "
+		 "with no live GPU rank).", st->ready);
 	prom_one(&p, "kvshare_prefault_seconds", "gauge",
 		 "Time the creator took to pre-fault the data segments.", (double)n->prefault_ns / 1e9);
 	prom_one(&p, "kvshare_store_copy_seconds_total", "counter", "Time in the copy engines.",
 		 (double)st->copy_ns / 1e9);
-	/* The library keeps log2 microsecond buckets and no latency sum: a histogram
-	 * without _sum (histogram_quantile works; averages do not). */
+	/* log2 microsecond buckets, exact bounds, and the sum of the times. */
 	prom_head(&p, "kvshare_store_task_latency_seconds", "histogram",
-		  "Task latency, submit to completion (log2 buckets; no _sum is recorded).");
+		  "Task latency, submit to completion (log2 buckets).");
 	for (int i = 0; i < KVS_STORE_LAT_BUCKETS; i++) {
 		cum += st->task_lat_us[i];
 		if (i == KVS_STORE_LAT_BUCKETS - 1)
 			break; /* the last bucket is open-ended: +Inf below */
-		snprintf(lab, sizeof(lab), ",le=\"%.6g\"", (double)(UINT64_C(1) << (i + 1)) / 1e6);
+		prom_le(lab, sizeof(lab), i);
 		prom_val(&p, "kvshare_store_task_latency_seconds_bucket", lab, (double)cum);
 	}
 	prom_val(&p, "kvshare_store_task_latency_seconds_bucket", ",le=\"+Inf\"", (double)cum);
+	prom_val(&p, "kvshare_store_task_latency_seconds_sum", "",
+		 (double)st->task_lat_ns_sum / 1e9);
 	prom_val(&p, "kvshare_store_task_latency_seconds_count", "", (double)cum);
 
-	/* Per rank-table entry (live and dead-not-reaped ones). */
-	prom_head(&p, "kvshare_rank_info", "gauge", "An attached rank-table entry (value 1 alive, 0 dead not reaped).");
-	for (uint32_t i = 0; i < s->nranks; i++) {
-		const struct stat_rank *e = &s->ranks[i];
-
-		snprintf(lab, sizeof(lab), ",rank=\"%u\",pid=\"%d\",device=\"%d\",watcher=\"%d\"", e->ri.entry,
-			 (int)e->ri.pid, e->ri.device_id, e->ri.device_id < 0);
-		prom_val(&p, "kvshare_rank_info", lab, e->ri.alive);
-	}
+	/* Per live GPU rank, by device (prom_rank). */
+	prom_head(&p, "kvshare_rank_info", "gauge", "A live GPU rank attached (value 1).");
+	for (uint32_t i = 0; i < s->nranks; i++)
+		if (prom_rank(&s->ranks[i])) {
+			snprintf(lab, sizeof(lab), ",device=\"%d\"", s->ranks[i].ri.device_id);
+			prom_val(&p, "kvshare_rank_info", lab, 1);
+		}
 	prom_head(&p, "kvshare_rank_pins", "gauge", "Slots the rank pins now.");
-	for (uint32_t i = 0; i < s->nranks; i++) {
-		snprintf(lab, sizeof(lab), ",rank=\"%u\"", s->ranks[i].ri.entry);
-		prom_val(&p, "kvshare_rank_pins", lab, s->ranks[i].ri.pins);
-	}
+	for (uint32_t i = 0; i < s->nranks; i++)
+		if (prom_rank(&s->ranks[i])) {
+			snprintf(lab, sizeof(lab), ",device=\"%d\"", s->ranks[i].ri.device_id);
+			prom_val(&p, "kvshare_rank_pins", lab, s->ranks[i].ri.pins);
+		}
 #define OC(f) offsetof(struct kvs_cache_stats, f), SIZE_MAX
 #define OS(f) SIZE_MAX, offsetof(struct kvs_store_stats, f)
-	prom_rank_counter(&p, s, "kvshare_rank_hits_total", "Gets that hit, per rank entry.", OC(hits), false);
-	prom_rank_counter(&p, s, "kvshare_rank_misses_total", "Gets that made it owner, per rank entry.", OC(misses), false);
-	prom_rank_counter(&p, s, "kvshare_rank_owner_fills_total", "Slots it filled, per rank entry.", OC(owner_fills), false);
-	prom_rank_counter(&p, s, "kvshare_rank_waits_total", "Waits, per rank entry.", OC(waits), false);
-	prom_rank_counter(&p, s, "kvshare_rank_wait_seconds_total", "Time waiting, per rank entry.", OC(wait_ns), true);
-	prom_rank_counter(&p, s, "kvshare_rank_store_shards_loaded_total", "Shards loaded, per rank entry.", OS(shards_loaded), false);
-	prom_rank_counter(&p, s, "kvshare_rank_store_owner_reads_total", "Backend reads as owner, per rank entry.", OS(owner_reads), false);
+	prom_rank_counter(&p, s, "kvshare_rank_hits_total", "Gets that hit, per GPU rank.", OC(hits), false);
+	prom_rank_counter(&p, s, "kvshare_rank_joins_total", "Gets that joined a read in flight, per GPU rank.", OC(joins), false);
+	prom_rank_counter(&p, s, "kvshare_rank_misses_total", "Gets that made it owner, per GPU rank.", OC(misses), false);
+	prom_rank_counter(&p, s, "kvshare_rank_owner_fills_total", "Slots it filled, per GPU rank.", OC(owner_fills), false);
+	prom_rank_counter(&p, s, "kvshare_rank_waits_total", "kvs_slot_wait calls, per GPU rank.", OC(waits), false);
+	prom_rank_counter(&p, s, "kvshare_rank_wait_seconds_total", "Time waiting, per GPU rank.", OC(wait_ns), true);
+	prom_rank_counter(&p, s, "kvshare_rank_store_shards_loaded_total", "Shards loaded, per GPU rank.", OS(shards_loaded), false);
+	prom_rank_counter(&p, s, "kvshare_rank_store_owner_reads_total", "Backend reads as owner, per GPU rank.", OS(owner_reads), false);
 #undef OC
 #undef OS
 }
 
+/* With no live cache to attach to (--watch waiting): kvshare_up 0 only. */
+static void prom_write_down(FILE *f, const struct stat_snap *s)
+{
+	struct prom p = { f, s->info.unique_id };
+
+	prom_up(&p, 0);
+}
+
 /* Write FILE.tmp, then rename it over FILE: the collector sees the old file or
  * the new one, never a half-written one. */
-static int prom_publish(const char *path, const struct stat_snap *s)
+static int prom_publish(const char *path, const struct stat_snap *s,
+			void (*emit)(FILE *, const struct stat_snap *))
 {
 	char tmp[4096];
 	FILE *f;
@@ -768,7 +893,7 @@ static int prom_publish(const char *path, const struct stat_snap *s)
 		unlink(tmp);
 		return rc;
 	}
-	prom_write(f, s);
+	emit(f, s);
 	if (ferror(f))
 		rc = -EIO;
 	if (fclose(f) && rc == 0)
@@ -849,8 +974,12 @@ static int parse_args(int argc, char **argv, struct stat_opts *o)
 	return 0;
 }
 
+/* look(): no live cache to attach to now, and --watch waits for one. */
+#define STAT_ABSENT (-1)
+
 /* Look before attaching: 0 (live and READY: attach), or the exit code after
- * saying why not (a stale cache is described read-only). */
+ * saying why not (a stale cache is described read-only); with --watch, a cache
+ * that is absent, being created or stale is STAT_ABSENT, said by the caller. */
 static int look(const struct stat_opts *o, struct stat_snap *s)
 {
 	struct kvs_cache_info *in = &s->info;
@@ -860,6 +989,10 @@ static int look(const struct stat_opts *o, struct stat_snap *s)
 		fprintf(stderr, "kvshare stat: invalid unique_id '%s' (want [A-Za-z0-9_.-]{1,64})\n", o->uid);
 		return KVS_CLI_USAGE;
 	}
+	if (o->watch_s > 0 && (rc == -ENOENT || (rc == 0 && (in->state == KVS_CACHE_INFO_CREATING ||
+							     (in->state == KVS_CACHE_INFO_READY &&
+							      in->ranks_live == 0)))))
+		return STAT_ABSENT;
 	if (rc == -ENOENT) {
 		fprintf(stderr, "kvshare stat: no cache '%s' on this node (no /dev/shm/kvshare.%s.ctl; "
 			"kvshare ls lists them)\n", o->uid, o->uid);
@@ -955,7 +1088,8 @@ int kvs_cli_stat(int argc, char **argv)
 	struct sigaction sa;
 	struct timespec next;
 	int rc, code = KVS_CLI_OK;
-	bool adopted = false;
+	bool adopted = false, waiting = false;
+	struct rates rates = { .have = false };
 
 	rc = parse_args(argc, argv, &o);
 	if (rc)
@@ -966,7 +1100,7 @@ int kvs_cli_stat(int argc, char **argv)
 		return KVS_CLI_FAIL;
 	}
 	rc = look(&o, s);
-	if (rc) {
+	if (rc && rc != STAT_ABSENT) {
 		free(s);
 		return rc;
 	}
@@ -979,13 +1113,28 @@ int kvs_cli_stat(int argc, char **argv)
 	/* A closed stdout (`| head`) ends the watch like a signal, through EPIPE:
 	 * killed by SIGPIPE, stat could not leave the cache as it found it. */
 	signal(SIGPIPE, SIG_IGN);
-	rc = attach(&o, &store);
-	if (rc) {
+	if (rc == 0)
+		rc = attach(&o, &store);
+	if (rc && o.watch_s <= 0) {
 		free(s);
 		return rc;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	for (;;) {
+		if (!store) {
+			/* --watch with no live cache: say so once, export "down" */
+			if (!waiting) {
+				fprintf(stderr, "kvshare stat: %s: no live cache; waiting for one (every "
+					"%g s)\n", o.uid, o.watch_s);
+				waiting = true;
+			}
+			if (o.prom && (rc = prom_publish(o.prom, s, prom_write_down))) {
+				fprintf(stderr, "kvshare stat: writing %s: %s\n", o.prom, kvs_strerror(rc));
+				code = KVS_CLI_FAIL;
+				break;
+			}
+			goto tick;
+		}
 		rc = gather(store, s);
 		if (rc) {
 			fprintf(stderr, "kvshare stat: %s: reading the counters: %s\n", o.uid, kvs_strerror(rc));
@@ -999,41 +1148,56 @@ int kvs_cli_stat(int argc, char **argv)
 				"process died), so stat's attach adopted it\n", o.uid);
 		}
 		if (!o.quiet) {
-			if (o.json)
+			if (o.json) {
 				print_json(stdout, s, o.watch_s > 0);
-			else
+			} else if (rates.have) {
+				print_rates(stdout, s, &rates);
+			} else {
 				print_text(stdout, s);
-			if (o.watch_s > 0 && !o.json)
-				fputc('\n', stdout);
+				if (o.watch_s > 0)
+					fputc('\n', stdout);
+			}
 			if (fflush(stdout) || ferror(stdout))
 				break; /* the reader went away: stop quietly */
 		}
+		rates.node = s->node;
+		rates.store = s->store;
+		rates.when = s->when;
+		rates.have = true;
 		if (o.prom) {
-			rc = prom_publish(o.prom, s);
+			rc = prom_publish(o.prom, s, prom_write);
 			if (rc) {
 				fprintf(stderr, "kvshare stat: writing %s: %s\n", o.prom, kvs_strerror(rc));
 				code = KVS_CLI_FAIL;
 				break;
 			}
 		}
+		/* Its last rank closed (or kvshare clean): let go, wait for the next. */
+		if (o.watch_s > 0 && kvs_cache_removed(kvs_store_cache(store)) == 1) {
+			fprintf(stderr, "kvshare stat: %s: the cache was removed (its last rank left); "
+				"waiting for the next one\n", o.uid);
+			kvs_store_close(store);
+			store = NULL;
+			waiting = true;
+			rates.have = false; /* the next cache starts with its whole block */
+			if (o.prom)
+				(void)prom_publish(o.prom, s, prom_write_down); /* retried next tick */
+		}
+tick:
 		if (o.watch_s <= 0 || stat_stop)
 			break;
 		sleep_until(&next, o.watch_s);
 		if (stat_stop)
 			break;
+		if (!store && look(&o, s) == 0 && attach(&o, &store) == 0) {
+			fprintf(stderr, "kvshare stat: %s: attached\n", o.uid);
+			waiting = false;
+			adopted = false;
+		}
 	}
-	/* Never remove the cache: when stat is the last one attached and the cache
-	 * is not persistent, a clean close would unlink it.  Leave without
-	 * detaching instead; the entry looks dead once this process is gone. */
-	rc = gather(store, s);
-	if (rc == 0 && others_alive(s) == 0 && !(s->info.flags & KVS_CACHE_INFO_PERSIST)) {
-		fprintf(stderr, "kvshare stat: %s: no other process is attached any more; leaving without "
-			"detaching so the cache is kept (stale) for the next rank to adopt, or for "
-			"kvshare clean\n", o.uid);
-		free(s);
-		fflush(NULL);
-		_exit(code);
-	}
+	/* Closing as a watcher leaves a cache with dead ranks' entries (killed -9)
+	 * stale for adoption, and one whose ranks left is gone already
+	 * (kvs_cache_close). */
 	kvs_store_close(store);
 	free(s);
 	return code;
