@@ -15,10 +15,11 @@ load_library(path) or LD_LIBRARY_PATH; docs/python.md).
 from ._lib import KvsError, error_name, load_library, strerror
 from ._lib import lib as _lib
 from .batch import BatchResult, BatchStore, key_id
-from .store import Store, Task, block_id
+from .store import Store, Task, block_id, stable_id
 
 __all__ = ["BatchResult", "BatchStore", "KvsError", "Store", "Task", "block_id",
-           "error_name", "key_id", "load_library", "strerror", "variant", "version"]
+           "error_name", "key_id", "load_library", "stable_id", "strerror", "variant",
+           "version"]
 
 
 def version():

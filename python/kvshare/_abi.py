@@ -11,6 +11,7 @@ KVS_ECONFIG = 10002
 KVS_EOWNERDEAD = 10003
 KVS_ENOHUGE = 10004
 KVS_ECORRUPT = 10005
+KVS_EINCOMPLETE = 10006
 KVS_LOG_ERROR = 0
 KVS_LOG_WARN = 1
 KVS_LOG_INFO = 2
@@ -99,7 +100,11 @@ class kvs_backend_config(ctypes.Structure):
         ("log", ctypes.c_void_p),
         ("log_arg", ctypes.c_void_p),
         ("redis", kvs_backend_redis_config),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("tensor_count", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("tensor_bytes", ctypes.c_void_p),
+        ("layout_tag", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 5),
     ]
 
 
@@ -126,7 +131,8 @@ class kvs_store_config(ctypes.Structure):
         ("log_arg", ctypes.c_void_p),
         ("register_chunk_bytes", ctypes.c_uint64),
         ("register_delay_ns", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 6),
+        ("copy_land_delay_ns", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 5),
     ]
 
 
@@ -171,10 +177,11 @@ class kvs_store_stats(ctypes.Structure):
         ("registered_bytes", ctypes.c_uint64),
         ("register_ns", ctypes.c_uint64),
         ("staged_shards", ctypes.c_uint64),
+        ("task_lat_ns_sum", ctypes.c_uint64),
         ("register_ms_per_gib", ctypes.c_double),
         ("ready", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("reserved", ctypes.c_uint64),
     ]
 
 
@@ -208,7 +215,9 @@ class kvs_cache_stats(ctypes.Structure):
         ("prefault_ms_per_gib", ctypes.c_double),
         ("prefault_threads", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("slots_dirty", ctypes.c_uint64),
+        ("joins", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
@@ -217,10 +226,10 @@ LAYOUT = {
     "kvs_block_id": (16, {"bytes": 0}),
     "kvs_cache_config": (2328, {"unique_id": 0, "device_id": 72, "local_rank_size": 76, "slot_bytes": 80, "slot_count": 88, "shards_per_block": 96, "tensor_count": 100, "tensor_bytes": 104, "reserved_slots": 2152, "hugetlb": 2156, "hugepage_bytes": 2160, "numa": 2168, "numa_node": 2172, "pci_bus_id": 2176, "wait": 2208, "spin_ns": 2212, "file_mode": 2216, "flags": 2220, "gid": 2224, "attach_timeout_ns": 2232, "lock_timeout_ns": 2240, "log": 2248, "log_arg": 2256, "prefault_threads": 2264, "reserved32": 2268, "reserved": 2272}),
     "kvs_backend_redis_config": (1216, {"endpoints": 0, "user": 512, "password": 576, "password_file": 832, "key_prefix": 1088, "db": 1152, "connections": 1156, "connect_timeout_ns": 1160, "command_timeout_ns": 1168, "ttl_ms": 1176, "reserved": 1184}),
-    "kvs_backend_config": (1456, {"kind": 0, "flags": 4, "io_engine": 8, "shards_per_block": 12, "shard_bytes": 16, "queue_depth": 24, "pool_threads": 28, "nroots": 32, "latency_queue_depth": 36, "roots": 40, "latency_ns": 104, "fault_error_ppm": 112, "fault_short_ppm": 116, "fault_delay_ns": 120, "fault_seed": 128, "fault_inner": 136, "user_ops": 144, "user_arg": 152, "log": 160, "log_arg": 168, "redis": 176, "reserved": 1392}),
-    "kvs_store_config": (5088, {"cache": 0, "backend": 2328, "capacity_bytes": 3784, "block_bytes": 3792, "tensor_bytes": 3800, "timeout_ns": 3808, "copy_delay_ns": 3816, "copy_engine": 3824, "dispatch_order": 3828, "dump_wait": 3832, "prealloc": 3836, "share_buffer": 3840, "waiting_queue_depth": 3844, "running_queue_depth": 3848, "cache_stream_number": 3852, "cpu_affinity": 3856, "backend_roots": 3984, "log": 5008, "log_arg": 5016, "register_chunk_bytes": 5024, "register_delay_ns": 5032, "reserved": 5040}),
+    "kvs_backend_config": (1456, {"kind": 0, "flags": 4, "io_engine": 8, "shards_per_block": 12, "shard_bytes": 16, "queue_depth": 24, "pool_threads": 28, "nroots": 32, "latency_queue_depth": 36, "roots": 40, "latency_ns": 104, "fault_error_ppm": 112, "fault_short_ppm": 116, "fault_delay_ns": 120, "fault_seed": 128, "fault_inner": 136, "user_ops": 144, "user_arg": 152, "log": 160, "log_arg": 168, "redis": 176, "tensor_count": 1392, "reserved32": 1396, "tensor_bytes": 1400, "layout_tag": 1408, "reserved": 1416}),
+    "kvs_store_config": (5088, {"cache": 0, "backend": 2328, "capacity_bytes": 3784, "block_bytes": 3792, "tensor_bytes": 3800, "timeout_ns": 3808, "copy_delay_ns": 3816, "copy_engine": 3824, "dispatch_order": 3828, "dump_wait": 3832, "prealloc": 3836, "share_buffer": 3840, "waiting_queue_depth": 3844, "running_queue_depth": 3848, "cache_stream_number": 3852, "cpu_affinity": 3856, "backend_roots": 3984, "log": 5008, "log_arg": 5016, "register_chunk_bytes": 5024, "register_delay_ns": 5032, "copy_land_delay_ns": 5040, "reserved": 5048}),
     "kvs_store_tensor": (24, {"addr": 0, "offset": 8, "len": 16}),
     "kvs_store_shard": (32, {"block": 0, "shard": 16, "tensor_count": 20, "tensors": 24}),
-    "kvs_store_stats": (456, {"tasks_load": 0, "tasks_dump": 8, "tasks_prefetch": 16, "tasks_failed": 24, "tasks_timedout": 32, "shards_loaded": 40, "shards_dumped": 48, "dump_dedup": 56, "load_hits": 64, "owner_reads": 72, "read_errors": 80, "backend_writes": 88, "write_errors": 96, "prealloc": 104, "prealloc_hits": 112, "copy_bytes": 120, "copy_ns": 128, "task_lat_us": 136, "register_total_bytes": 392, "registered_bytes": 400, "register_ns": 408, "staged_shards": 416, "register_ms_per_gib": 424, "ready": 432, "pad": 436, "reserved": 440}),
-    "kvs_cache_stats": (232, {"hits": 0, "misses": 8, "owner_fills": 16, "waits": 24, "wait_ns": 32, "failures": 40, "evictions": 48, "clock_sweeps": 56, "takeovers": 64, "lock_repairs": 72, "ranks_reaped": 80, "enospc": 88, "lrs_mismatch": 96, "fallbacks": 104, "ranks_attached": 108, "gpu_ranks_attached": 112, "adoptions": 116, "slot_count": 120, "slot_bytes": 128, "slots_ready": 136, "slots_loading": 144, "slots_failed": 152, "slots_pinned": 160, "data_bytes": 168, "prefault_ns": 176, "prefault_ms_per_gib": 184, "prefault_threads": 192, "pad": 196, "reserved": 200}),
+    "kvs_store_stats": (456, {"tasks_load": 0, "tasks_dump": 8, "tasks_prefetch": 16, "tasks_failed": 24, "tasks_timedout": 32, "shards_loaded": 40, "shards_dumped": 48, "dump_dedup": 56, "load_hits": 64, "owner_reads": 72, "read_errors": 80, "backend_writes": 88, "write_errors": 96, "prealloc": 104, "prealloc_hits": 112, "copy_bytes": 120, "copy_ns": 128, "task_lat_us": 136, "register_total_bytes": 392, "registered_bytes": 400, "register_ns": 408, "staged_shards": 416, "task_lat_ns_sum": 424, "register_ms_per_gib": 432, "ready": 440, "pad": 444, "reserved": 448}),
+    "kvs_cache_stats": (232, {"hits": 0, "misses": 8, "owner_fills": 16, "waits": 24, "wait_ns": 32, "failures": 40, "evictions": 48, "clock_sweeps": 56, "takeovers": 64, "lock_repairs": 72, "ranks_reaped": 80, "enospc": 88, "lrs_mismatch": 96, "fallbacks": 104, "ranks_attached": 108, "gpu_ranks_attached": 112, "adoptions": 116, "slot_count": 120, "slot_bytes": 128, "slots_ready": 136, "slots_loading": 144, "slots_failed": 152, "slots_pinned": 160, "data_bytes": 168, "prefault_ns": 176, "prefault_ms_per_gib": 184, "prefault_threads": 192, "pad": 196, "slots_dirty": 200, "joins": 208, "reserved": 216}),
 }

@@ -59,6 +59,7 @@ _KVS_NAMES = {
     _abi.KVS_EOWNERDEAD: "KVS_EOWNERDEAD",
     _abi.KVS_ENOHUGE: "KVS_ENOHUGE",
     _abi.KVS_ECORRUPT: "KVS_ECORRUPT",
+    _abi.KVS_EINCOMPLETE: "KVS_EINCOMPLETE",
 }
 
 
@@ -73,8 +74,8 @@ def error_name(code):
 class KvsError(Exception):
     """A kvshare call failed.  code: the negative return code (-errno or
     -KVS_E*); name: its symbol ("EIO", "KVS_ECONFIG"); strerror: kvs_strerror's
-    text; op: the call; detail: what the library logged about it, or the
-    config parser's message ("" when nothing)."""
+    text; op: the call; detail: every ERROR line the library logged about it
+    (a failed open), or the config parser's message ("" when nothing)."""
 
     def __init__(self, code, op, detail=""):
         super().__init__(code, op, detail)
@@ -93,10 +94,9 @@ class KvsError(Exception):
 
 
 # ---------------------------------------------------------------------------
-# The log callback: library lines go to logging.getLogger("kvshare"); the
-# last WARN/ERROR line logged from the calling thread is kept so that an
-# error raised for a call carries the library's explanation (which field,
-# which value).
+# The log callback: library lines go to logging.getLogger("kvshare").  A failed
+# open's explanation (every ERROR line: which key, which value, which limit)
+# comes from kvs_store_last_error, whether or not logging shows it.
 
 _LEVELS = {
     _abi.KVS_LOG_ERROR: logging.ERROR,
@@ -106,27 +106,15 @@ _LEVELS = {
 }
 
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
-_last = threading.local()
 
 
 def _on_log(_arg, level, msg):
-    text = msg.decode("utf-8", "replace")
-    if level <= _abi.KVS_LOG_WARN:
-        _last.line = text
-    log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)
+    log.log(_LEVELS.get(level, logging.DEBUG), "%s", msg.decode("utf-8", "replace"))
 
 
 # Module-lifetime: the library may call it from its threads until a store is
 # closed, and stores are closed by finalizers before the interpreter exits.
 log_callback = LOG_FN(_on_log)
-
-
-def last_log_reset():
-    _last.line = ""
-
-
-def last_log():
-    return getattr(_last, "line", "")
 
 
 # ---------------------------------------------------------------------------
@@ -164,6 +152,8 @@ _SIGNATURES = {
                                        ctypes.POINTER(_abi.kvs_store_stats)]),
     "kvs_store_ready": (ctypes.c_int, [c_store_p, ctypes.c_uint64]),
     "kvs_store_cache": (ctypes.c_void_p, [c_store_p]),
+    "kvs_store_copy_engine": (ctypes.c_int, [c_store_p]),
+    "kvs_store_last_error": (ctypes.c_char_p, []),
     "kvs_cache_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int,
                                        ctypes.POINTER(_abi.kvs_cache_stats)]),
     "kvs_cache_rank": (ctypes.c_int, [ctypes.c_void_p]),

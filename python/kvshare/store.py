@@ -25,10 +25,11 @@ then drops those references.
 
 import ctypes
 import errno
+import hashlib
 import weakref
 
 from . import _abi
-from ._lib import KvsError, check, last_log, last_log_reset, lib, log_callback
+from ._lib import KvsError, check, lib, log_callback
 
 UINT64_MAX = (1 << 64) - 1
 _MASK128 = (1 << 128) - 1
@@ -36,8 +37,10 @@ _MASK128 = (1 << 128) - 1
 
 def block_id(key):
     """The 16 bytes of a block id: bytes-like of length 16 as they are, an int
-    as its low 128 bits, little-endian (a negative int, e.g. Python's hash(),
-    in two's complement)."""
+    as its low 128 bits, little-endian (a negative int in two's complement).
+    For ids derived from anything else use stable_id: Python's hash() of a
+    str or bytes differs per process (PYTHONHASHSEED), so ids made from it
+    never meet across ranks or engines."""
     if isinstance(key, int) and not isinstance(key, bool):
         return (key & _MASK128).to_bytes(16, "little")
     if isinstance(key, (bytes, bytearray, memoryview)):
@@ -46,6 +49,35 @@ def block_id(key):
             raise ValueError(f"a block id is 16 bytes, got {len(b)}")
         return b
     raise TypeError(f"a block id is 16 bytes or an int, got {type(key).__name__}")
+
+
+def _part_bytes(part):
+    """One part of a stable_id, framed so that no two part lists collide: a
+    type tag, the length, the bytes."""
+    if isinstance(part, bool) or not isinstance(part, (int, str, bytes, bytearray, memoryview)):
+        raise TypeError(f"stable_id parts are int, str or bytes, not {type(part).__name__}")
+    if isinstance(part, int):
+        tag, b = b"i", part.to_bytes((part.bit_length() + 8) // 8, "little", signed=True)
+    elif isinstance(part, str):
+        tag, b = b"s", part.encode()
+    else:
+        tag, b = b"b", bytes(part)
+    return tag + len(b).to_bytes(8, "little") + b
+
+
+def stable_id(*parts, namespace=b""):
+    """A 16-byte block id from parts (ints, strs, bytes), the same in every
+    process, on every host and in every Python: BLAKE2b-128 of the framed parts,
+    keyed with namespace (bytes or str, e.g. a model fingerprint, so that two
+    models' blocks of the same tokens never share an id; longer than 64 bytes:
+    hashed to 64 first)."""
+    key = namespace.encode() if isinstance(namespace, str) else bytes(namespace)
+    if len(key) > 64:
+        key = hashlib.blake2b(key).digest()
+    h = hashlib.blake2b(digest_size=16, key=key)
+    for part in parts:
+        h.update(_part_bytes(part))
+    return h.digest()
 
 
 def _block_array(blocks):
@@ -134,18 +166,23 @@ class Store:
         self._geometry(cfg)
         self.unique_id = cfg.cache.unique_id.decode()
         self.device_id = cfg.cache.device_id
-        self._device_type = ("cpu" if cfg.copy_engine == _abi.KVS_COPY_ENGINE_HOST
-                             else "cuda")
 
         handle = ctypes.c_void_p()
-        last_log_reset()
-        check(self._lib.kvs_store_open(ctypes.byref(cfg), ctypes.byref(handle)),
-              f"kvs_store_open({self.unique_id}, device {self.device_id})", last_log())
+        rc = self._lib.kvs_store_open(ctypes.byref(cfg), ctypes.byref(handle))
+        # every ERROR line of the failed open, not only the last one logged
+        check(rc, f"kvs_store_open({self.unique_id}, device {self.device_id})",
+              self._lib.kvs_store_last_error().decode("utf-8", "replace") if rc < 0
+              else "")
         self._handle = handle.value
         self._pending = {}  # task id -> what must outlive the task (tensors)
         self._finalizer = weakref.finalize(self, _close, self._lib, self._handle,
                                            self._pending)
         self._cache = self._lib.kvs_store_cache(self._handle)
+        # copy_engine=auto is resolved at open: the host engine copies to and
+        # from host memory ("cpu" tensors), CUDA to its device.  A watcher copies
+        # nothing.
+        engine = self._lib.kvs_store_copy_engine(self._handle)
+        self._device_type = "cuda" if engine == _abi.KVS_COPY_ENGINE_CUDA else "cpu"
         self.rank = check(self._lib.kvs_cache_rank(self._cache), "kvs_cache_rank")
         real = self.cache_stats()["slot_bytes"]
         if real != self.shard_bytes:
