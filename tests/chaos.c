@@ -12,7 +12,11 @@
  * --fault-delay-us so that owned reads stay in flight long enough for peers to
  * wait on them when the owner is killed) and runs a seeded random mix of
  * tasks over a universe of blocks, a few in flight at a time: loads (whole blocks
- * or a run of one block's shards), dumps (whole blocks), prefetches, lookups.
+ * or a run of one block's shards), durable dumps (whole blocks in one task, or
+ * layer-wise: one task per shard index, all in flight at once, as an engine's
+ * per-layer saves), prefetches, lookups.  Ranks dump the same hot blocks at the
+ * same time, so blocks complete from several ranks' shards, and kills land in
+ * the middle of block writes (every completion is delayed).
  * Meanwhile the controller kill -9s random ranks (mostly one, sometimes half of
  * them, now and then all: the cache goes stale and the next open adopts it) and
  * restarts them at once, so kills also land in a rank's open (creation, attach,
@@ -41,6 +45,10 @@
  *   leftover  once the watcher (the last process) closed: no file of the cache
  *             in /dev/shm or in any hugetlbfs mount, no dump temp file in the
  *             backend root (a killed rank's are removed by the next open).
+ *   durable   every block of every durable dump that returned 0 (reported by the
+ *             rank right after) is in the backend: at the end a fresh store of
+ *             another unique_id, over the same root without faults, loads each
+ *             one byte-exact.
  *
  * Ranks report every finished task on a pipe shared with the controller, one
  * fixed-size record per write() (< PIPE_BUF, so whole or not at all, whatever
@@ -62,11 +70,12 @@
  * Output: "chaos seed=... (...)" first (--seed replays the same choices; the
  * timing of kills against the ranks' work is the machine's), one line per
  * violation, failures by code on stderr, and exactly one summary line:
- *   chaos ranks=.. seconds=.. kills=.. tasks=.. failures=.. max_wait_ms=.. violations=..
- * Exit 0 when violations=0, else 1.  --plant bytes,wait,error makes every rank
- * corrupt its first load's bytes, lengthen its first task's wait and garble its
- * first failure's code, to prove each check can fail: the exit is then 0 only if
- * every planted kind was caught.
+ *   chaos ranks=.. seconds=.. kills=.. tasks=.. failures=.. max_wait_ms=.. durable=.. violations=..
+ * Exit 0 when violations=0, else 1.  --plant bytes,wait,error,durable makes every
+ * rank corrupt its first load's bytes, lengthen its first task's wait and garble
+ * its first failure's code, and the controller remove the backend file of one
+ * block reported durable before the final check, to prove each check can fail:
+ * the exit is then 0 only if every planted kind was caught.
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -101,12 +110,13 @@ extern char **environ;
 #define RES_FD 3  /* a rank's end of the results pipe */
 #define STOP_FD 4 /* a rank's end of the stop pipe: EOF = stop */
 
-enum kind { K_LOAD, K_DUMP, K_PREFETCH, K_LOOKUP, K_COUNT };
-static const char *const kind_name[K_COUNT] = { "load", "dump", "prefetch", "lookup" };
+enum kind { K_LOAD, K_DUMP, K_DUMP_LAYERS, K_PREFETCH, K_LOOKUP, K_COUNT };
+static const char *const kind_name[K_COUNT] = { "load", "dump", "layer-wise dump", "prefetch",
+						"lookup" };
 
-enum vkind { V_BYTES, V_ERROR, V_WAIT, V_RANK, V_CHECK, V_LEFTOVER, V_COUNT };
-static const char *const vkind_name[V_COUNT] = { "bytes", "error", "wait",
-						  "rank", "check", "leftover" };
+enum vkind { V_BYTES, V_ERROR, V_WAIT, V_RANK, V_CHECK, V_LEFTOVER, V_DURABLE, V_COUNT };
+static const char *const vkind_name[V_COUNT] = { "bytes", "error", "wait", "rank",
+						  "check", "leftover", "durable" };
 
 /* The codes a chaos task may end with, and why. */
 static const struct {
@@ -117,11 +127,11 @@ static const struct {
 	{ -ENOENT, "block not in the backend (never dumped, or its dump failed)" },
 	{ -KVS_EOWNERDEAD, "a dump's shard whose gatherer was killed" },
 	{ -ENOSPC, "every candidate slot pinned (the ranks pin more than the cache holds)" },
-	{ -EAGAIN, "a dump's shard whose peer read failed, still pinned by its waiters" },
 };
 
-/* One rank -> controller message. */
-enum rec_type { REC_OPEN = 1, REC_TASK, REC_VIOLATION };
+/* One rank -> controller message.  REC_DURABLE: a durable dump of the blocks
+ * (universe indices, n of them, in text) returned 0. */
+enum rec_type { REC_OPEN = 1, REC_TASK, REC_VIOLATION, REC_DURABLE };
 struct rec {
 	uint8_t type;
 	uint8_t kind;   /* REC_TASK: enum kind; REC_VIOLATION: enum vkind */
@@ -137,6 +147,7 @@ _Static_assert(sizeof(struct rec) <= PIPE_BUF, "a record is one atomic pipe writ
 #define PLANT_BYTES (1u << V_BYTES)
 #define PLANT_WAIT (1u << V_WAIT)
 #define PLANT_ERROR (1u << V_ERROR)
+#define PLANT_DURABLE (1u << V_DURABLE) /* the controller: one durable block's file removed */
 #define PLANT_GARBAGE (-99999) /* neither an errno nor a kvshare code */
 
 struct opts {
@@ -179,9 +190,12 @@ struct job {
 	enum kind kind;
 	bool live;
 	uint64_t id, t0;
+	uint64_t layer_ids[SPB];       /* K_DUMP_LAYERS: one task per shard index */
 	uint32_t nb;
+	uint32_t idx[TASK_BLOCKS_MAX]; /* the blocks' universe indices */
 	struct kvs_block_id blocks[TASK_BLOCKS_MAX];
-	struct st_task t; /* load, dump */
+	struct st_task t; /* load, dump (the layer-wise dump's tasks: one shard index each,
+			     t.shards + layer * nb) */
 };
 
 #define DRAINING_MAX 16
@@ -238,13 +252,15 @@ static void pick_blocks(struct rank *r, struct job *j, uint32_t nb)
 {
 	j->nb = 0;
 	while (j->nb < nb) {
-		struct kvs_block_id b = st_block(CHAOS_TAG, pick_block(r));
+		uint32_t k = pick_block(r);
 		bool dup = false;
 
 		for (uint32_t i = 0; i < j->nb; i++)
-			dup |= memcmp(&j->blocks[i], &b, sizeof(b)) == 0;
-		if (!dup)
-			j->blocks[j->nb++] = b;
+			dup |= j->idx[i] == k;
+		if (!dup) {
+			j->idx[j->nb] = k;
+			j->blocks[j->nb++] = st_block(CHAOS_TAG, k);
+		}
 	}
 }
 
@@ -257,10 +273,21 @@ static kvs_test_rc job_shards(struct job *j, uint32_t first, uint32_t n)
 	return KVS_TEST_PASS;
 }
 
+/* Task buffers for every shard of every block of j, layer by layer: entries
+ * [layer * nb, (layer + 1) * nb) are shard `layer` of each block. */
+static kvs_test_rc job_layers(struct job *j)
+{
+	KVS_TRY(st_task_whole(&j->t, j->nb * SPB, TENSORS, SHARD));
+	for (uint32_t i = 0; i < j->nb * SPB; i++)
+		st_task_set(&j->t, i, &j->blocks[i % j->nb], i / j->nb);
+	return KVS_TEST_PASS;
+}
+
 static void report_task(struct rank *r, const struct job *j, int rc, uint64_t waited)
 {
 	struct rec m = { .type = REC_TASK, .kind = (uint8_t)j->kind, .rc = rc,
-			 .n = j->kind == K_LOAD || j->kind == K_DUMP ? j->t.n : j->nb,
+			 .n = j->kind == K_LOAD || j->kind == K_DUMP || j->kind == K_DUMP_LAYERS
+				      ? j->t.n : j->nb,
 			 .wait_ns = waited };
 
 	if ((r->o->plant & PLANT_WAIT) && !(r->planted & PLANT_WAIT)) {
@@ -313,6 +340,17 @@ static kvs_test_rc job_start(struct rank *r, struct job *j)
 		j->t0 = kvs_now_ns();
 		rc = kvs_store_dump(r->s, j->t.shards, j->t.n, NULL, &j->id);
 		break;
+	case K_DUMP_LAYERS: /* every layer's task in flight at once, as per-layer saves */
+		KVS_TRY(job_layers(j));
+		st_task_fill(&j->t);
+		j->t0 = kvs_now_ns();
+		for (uint32_t l = 0; l < SPB && rc == 0; l++) {
+			rc = kvs_store_dump(r->s, j->t.shards + l * j->nb, j->nb, NULL, &j->layer_ids[l]);
+			if (rc) /* the layers already in flight drain into the store's close */
+				for (uint32_t k = 0; k < l; k++)
+					(void)kvs_store_wait(r->s, j->layer_ids[k], budget_ns(r->o));
+		}
+		break;
 	case K_PREFETCH:
 		pick_blocks(r, j, 1 + rnd_below(&r->rng, TASK_BLOCKS_MAX));
 		rc = kvs_store_prefetch(r->s, j->blocks, j->nb, &j->id);
@@ -355,15 +393,47 @@ static void verify_load(struct rank *r, struct job *j)
 	}
 }
 
-/* Wait for j (bounded), check it, report it. */
-static void job_finish(struct rank *r, struct job *j)
+/* Wait for task id of j (bounded by j's budget). */
+static int job_wait(struct rank *r, const struct job *j, uint64_t id)
 {
 	uint64_t budget = budget_ns(r->o);
 	uint64_t left = j->t0 + budget > kvs_now_ns() ? j->t0 + budget - kvs_now_ns() : 0;
-	int rc = kvs_store_wait(r->s, j->id, left + ST_MS);
 
+	return kvs_store_wait(r->s, id, left + ST_MS);
+}
+
+/* A durable dump of j's blocks returned 0: tell the controller, which checks at
+ * the end that each of them is in the backend. */
+static void report_durable(struct rank *r, const struct job *j)
+{
+	struct rec m = { .type = REC_DURABLE, .n = j->nb };
+
+	memcpy(m.text, j->idx, j->nb * sizeof(j->idx[0]));
+	rank_send(r, &m);
+}
+
+/* Wait for j (bounded), check it, report it. */
+static void job_finish(struct rank *r, struct job *j)
+{
+	int rc = 0;
+
+	if (j->kind == K_DUMP_LAYERS) {
+		/* The first error is the job's, but a layer that failed leaves the
+		 * blocks of the others incomplete: their -KVS_EINCOMPLETE is that
+		 * layer's consequence, and its error is the job's. */
+		for (uint32_t l = 0; l < SPB; l++) {
+			int one = job_wait(r, j, j->layer_ids[l]);
+
+			if (rc == 0 || rc == 1 || (rc == -KVS_EINCOMPLETE && one < 0))
+				rc = one == 0 ? rc : one;
+		}
+	} else {
+		rc = job_wait(r, j, j->id);
+	}
 	if (rc == 0 && j->kind == K_LOAD)
 		verify_load(r, j);
+	if (rc == 0 && (j->kind == K_DUMP || j->kind == K_DUMP_LAYERS))
+		report_durable(r, j);
 	report_task(r, j, rc, kvs_now_ns() - j->t0);
 	j->live = false;
 	/* rc 1: still running past the bound (reported as such).  The store's close
@@ -432,6 +502,7 @@ static kvs_test_rc rank_populate(struct rank *r)
 	for (uint32_t b = (uint32_t)r->o->rank; b < BLOCKS / 2 && !rank_stopped();
 	     b += (uint32_t)r->o->ranks) {
 		j.nb = 1;
+		j.idx[0] = b;
 		j.blocks[0] = st_block(CHAOS_TAG, b);
 		KVS_TRY(job_start(r, &j));
 		if (j.live)
@@ -454,10 +525,12 @@ static kvs_test_rc rank_main(const struct opts *o)
 		uint32_t n = 1 + rnd_below(&r.rng, INFLIGHT_MAX);
 
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t p = rnd_below(&r.rng, 100); /* 45% load, 20% dump, 15% prefetch */
+			uint32_t p = rnd_below(&r.rng, 100);
 
-			jobs[i].kind = p < 45 ? K_LOAD : p < 65 ? K_DUMP : p < 80 ? K_PREFETCH : K_LOOKUP;
-			if (jobs[i].kind == K_DUMP)
+			/* 45% load, 12% dump, 8% layer-wise dump, 15% prefetch, 20% lookup */
+			jobs[i].kind = p < 45 ? K_LOAD : p < 57 ? K_DUMP : p < 65 ? K_DUMP_LAYERS
+					       : p < 80 ? K_PREFETCH : K_LOOKUP;
+			if (jobs[i].kind == K_DUMP || jobs[i].kind == K_DUMP_LAYERS)
 				pick_blocks(&r, &jobs[i], 1 + rnd_below(&r.rng, TASK_BLOCKS_MAX));
 			KVS_TRY(job_start(&r, &jobs[i]));
 		}
@@ -494,6 +567,8 @@ struct ctl {
 	uint64_t max_wait_kind_ns[K_COUNT];
 	uint64_t violations[V_COUNT];
 	uint64_t by_code[KVS_ARRAY_LEN(expected_errors)];
+	bool durable[BLOCKS];   /* blocks a durable dump returned 0 for */
+	uint64_t durable_checked;
 	bool opened_variant[2]; /* [other] */
 	/* record reassembly */
 	unsigned char buf[64 * sizeof(struct rec)];
@@ -643,6 +718,23 @@ static void on_record(struct ctl *c, const struct rec *m)
 		return;
 	case REC_TASK:
 		break;
+	case REC_DURABLE: {
+		uint32_t k[TASK_BLOCKS_MAX];
+
+		if (m->n == 0 || m->n > TASK_BLOCKS_MAX) {
+			violation(c, V_RANK, "rank %d (%s): durable record of %u blocks", idx, v, m->n);
+			return;
+		}
+		memcpy(k, m->text, m->n * sizeof(k[0]));
+		for (uint32_t i = 0; i < m->n; i++) {
+			if (k[i] >= BLOCKS)
+				violation(c, V_RANK, "rank %d (%s): durable block %u of %u", idx, v, k[i],
+					  BLOCKS);
+			else
+				c->durable[k[i]] = true;
+		}
+		return;
+	}
 	default:
 		violation(c, V_RANK, "rank %d (%s): record of unknown type %u", idx, v, m->type);
 		return;
@@ -873,6 +965,69 @@ static void report_cache(struct kvs_cache *w, const struct kvs_cache_stats *cs)
 		(unsigned long long)cs->enospc, (unsigned long long)cs->evictions);
 }
 
+/* Every block a durable dump returned 0 for, loaded by a fresh store (another
+ * unique_id, the same root, no faults): byte-exact, or a violation. */
+static kvs_test_rc check_durable(struct ctl *c)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	char kv[1024];
+	int rc;
+
+	kvs_store_config_init(&cfg);
+	cfg.log = ctl_log;
+	snprintf(kv, sizeof(kv),
+		 "unique_id=%s.v,device_id=0,local_rank_size=1,shard_size=%u,block_size=%u,"
+		 "tensor_size=%u,cache_buffer_capacity_gb=%.9f,hugetlb=off,backend=posix,"
+		 "backend_roots=%s,fsync=0,copy_engine=host,timeout_ms=60000",
+		 c->uid, SHARD, SHARD * SPB, SHARD / TENSORS, (double)(4 * SPB) * SHARD / (1u << 30),
+		 c->root);
+	KVS_TRY(st_parse(&cfg, kv));
+	rc = kvs_store_open(&cfg, &s);
+	if (rc) {
+		violation(c, V_DURABLE, "the checking store could not open: %d (%s)", rc,
+			  kvs_strerror(rc));
+		return KVS_TEST_PASS;
+	}
+	for (uint32_t k = 0; k < BLOCKS; k++) {
+		struct kvs_block_id b = st_block(CHAOS_TAG, k);
+		struct st_task t;
+		uint64_t id = 0;
+
+		if (!c->durable[k])
+			continue;
+		if ((c->o->plant & PLANT_DURABLE) && c->durable_checked == 0) {
+			/* the plant: as if this block's write had never landed */
+			char path[PATH_MAX];
+			const uint8_t *x = b.bytes;
+
+			snprintf(path, sizeof(path), "%s/%02x/%02x/", c->root, x[0], x[1]);
+			for (int i = 0; i < 16; i++)
+				snprintf(path + strlen(path), sizeof(path) - strlen(path), "%02x", x[i]);
+			if (unlink(path))
+				fprintf(stderr, "chaos plant durable: unlink %s: %s\n", path,
+					strerror(errno));
+		}
+		KVS_TRY(st_task_whole(&t, SPB, TENSORS, SHARD));
+		for (uint32_t i = 0; i < SPB; i++)
+			st_task_set(&t, i, &b, i);
+		st_task_poison(&t);
+		rc = kvs_store_load(s, t.shards, t.n, &id);
+		if (rc == 0)
+			rc = kvs_store_wait(s, id, 60 * ST_SEC);
+		if (rc)
+			violation(c, V_DURABLE, "block %u: a durable dump returned 0, but a fresh "
+				  "store's load of it gives %d (%s)", k, rc, kvs_strerror(rc));
+		else if (st_task_verify(&t).code != KVS_TEST_PASS.code)
+			violation(c, V_DURABLE, "block %u: a durable dump returned 0, but the backend "
+				  "holds other bytes (first bad byte on stderr)", k);
+		c->durable_checked++;
+		st_task_free(&t);
+	}
+	kvs_store_close(s);
+	return KVS_TEST_PASS;
+}
+
 /* The end: every rank open, a watcher attached, the ranks stopped; then the
  * checks on the cache as its last process sees it, and after it left. */
 static kvs_test_rc finish(struct ctl *c)
@@ -936,6 +1091,7 @@ static kvs_test_rc finish(struct ctl *c)
 		kvs_cache_close(w);
 	}
 	check_leftovers(c);
+	KVS_TRY(check_durable(c));
 	if (o->mixed && !(c->opened_variant[0] && c->opened_variant[1]))
 		violation(c, V_RANK, "mixed run: only the %s variant ever opened",
 			  c->opened_variant[0] ? KVS_TEST_VARIANT : "other");
@@ -1050,10 +1206,10 @@ static int controller_main(const struct opts *o, const char *self)
 	for (int v = 0; v < V_COUNT; v++)
 		total += c.violations[v];
 	printf("chaos ranks=%d seconds=%u kills=%llu tasks=%llu failures=%llu max_wait_ms=%llu "
-	       "violations=%llu\n",
+	       "durable=%llu violations=%llu\n",
 	       o->ranks, o->seconds, (unsigned long long)c.kills, (unsigned long long)c.tasks,
 	       (unsigned long long)c.failures, (unsigned long long)(c.max_wait_ns / ST_MS),
-	       (unsigned long long)total);
+	       (unsigned long long)c.durable_checked, (unsigned long long)total);
 	if (o->plant) {
 		bool caught = true;
 
@@ -1077,7 +1233,7 @@ static void usage(void)
 		"usage: chaos [--ranks N] [--seconds S] [--seed X] [--kill-ms MEAN]\n"
 		"             [--timeout-ms T] [--slack-ms B] [--fault-error-ppm P]\n"
 		"             [--fault-short-ppm P] [--fault-delay-us U] [--mixed OTHER_BINARY]\n"
-		"             [--plant bytes,wait,error]\n");
+		"             [--plant bytes,wait,error,durable]\n");
 }
 
 static bool parse_u(const char *s, unsigned long long lo, unsigned long long hi,
@@ -1103,6 +1259,8 @@ static bool parse_plant(const char *s, unsigned *mask)
 			*mask |= PLANT_WAIT;
 		else if (strcmp(tok, "error") == 0)
 			*mask |= PLANT_ERROR;
+		else if (strcmp(tok, "durable") == 0)
+			*mask |= PLANT_DURABLE;
 		else
 			return false;
 	}

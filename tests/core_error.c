@@ -7,7 +7,7 @@
 static kvs_test_rc test_own_codes(void)
 {
 	static const int codes[] = { KVS_ELAYOUT, KVS_ECONFIG, KVS_EOWNERDEAD, KVS_ENOHUGE,
-				     KVS_ECORRUPT };
+				     KVS_ECORRUPT, KVS_EINCOMPLETE };
 	const char *unknown = kvs_strerror(-(KVS_E_BASE + 999));
 
 	for (size_t i = 0; i < KVS_ARRAY_LEN(codes); i++) {

@@ -359,7 +359,7 @@ static kvs_test_rc test_watcher(void)
 	KVS_CHECK_EQ(st.misses, 1);
 	KVS_CHECK_OK(kvs_cache_check(w));
 	kvs_cache_close(a);
-	/* The watcher keeps the cache alive; it is the last detacher. */
+	/* The rank's close removed the cache's names; the watcher's mapping still reads it. */
 	KVS_CHECK_EQ(kvs_cache_exists(w, &k, 0), 1);
 	kvs_cache_close(w);
 	wcfg.attach_timeout_ns = 100 * MS;

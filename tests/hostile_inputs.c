@@ -15,9 +15,10 @@
  *                      kvs_cache_inspect -EACCES; root's cache untouched and clean
  *   group_cache        a 0660 cache of group 4242: a child of uid 12345 in the
  *                      group attaches and reads a slot root filled; a child of
- *                      uid 12346 outside it is refused: as a rank -EPERM (it
- *                      cannot make a file of that group; the log says so), as a
- *                      watcher -EACCES naming the owner and the group; nothing
+ *                      uid 12346 outside it is refused, as a rank and as a
+ *                      watcher: -EACCES naming the owner and the group; a new
+ *                      cache of that group it cannot create (-EPERM: it cannot
+ *                      make a file of that group; the log says so); nothing
  *                      changed by the refusals
  *   memlock            (kernel variant) a non-root child (no CAP_IPC_LOCK) with
  *                      RLIMIT_MEMLOCK 256 KiB: io_uring fixed buffers refused
@@ -344,19 +345,29 @@ static kvs_test_rc attach_as_outsider(void *arg)
 
 	struct kvs_cache *c = NULL;
 
+	static const char *const refused = "belongs to uid 0 (group 4242, mode 0660), not to "
+					   "uid 12346 or a member of its group";
+	char other[64];
+
 	KVS_TRY(become(OTHER2_UID, OTHER2_UID, 0, NULL));
-	cache_cfg(&cfg, arg);
+	/* a cache that does not exist yet: it cannot make a file of a group it is
+	 * not in */
+	snprintf(other, sizeof(other), "%.55s.new", (const char *)arg);
+	cache_cfg(&cfg, other);
 	cfg.file_mode = 0660;
 	cfg.gid = SHARED_GID;
-	/* a rank creates first: it cannot make a file of a group it is not in */
 	hl_log_clear();
 	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), -EPERM);
 	KVS_TRY(hl_log_has("cannot give the control segment to group 4242: Operation not "
 			   "permitted (uid not a member of it)"));
+	/* the group's cache: refused as a rank and as a watcher, naming its owner */
+	cache_cfg(&cfg, arg);
+	cfg.file_mode = 0660;
+	cfg.gid = SHARED_GID;
+	KVS_TRY(expect_refused(&cfg, refused));
 	cfg.device_id = -1;
 	cfg.flags = KVS_CACHE_ATTACH;
-	return expect_refused(&cfg, "belongs to uid 0 (group 4242, mode 0660), not to uid 12346 "
-				    "or a member of its group");
+	return expect_refused(&cfg, refused);
 }
 
 static kvs_test_rc test_group_cache(void)
@@ -461,7 +472,7 @@ static kvs_test_rc memlock_child(void *arg)
 	hl_log_clear();
 	KVS_CHECK_ERR(kvs_backend_register_buffers(b, &(struct kvs_backend_buffer){ buf, 1 << 20 }, 1),
 		      -ENOMEM);
-	KVS_TRY(hl_log_has("(raise RLIMIT_MEMLOCK)"));
+	KVS_TRY(hl_log_has("RLIMIT_MEMLOCK too low: raise it"));
 	KVS_CHECK_OK(kvs_backend_info(b, &info));
 	KVS_CHECK_EQ(info.flags & KVS_BACKEND_INFO_FIXED_BUFFERS, 0);
 	kvs_backend_close(b);

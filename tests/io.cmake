@@ -1,5 +1,6 @@
 # Tests of the backend stores (io/backend.c, posix.c, uring.c, pool.c, none.c,
-# latency.c, fault.c).  io_posix is two CTest tests of one binary: io_posix (the
+# latency.c, fault.c, notify.c).  io_wait: every backend's wait descriptor, with
+# io_wait_uring (--uring) the posix cases on io_uring, Skipped like io_posix_uring.  io_posix is two CTest tests of one binary: io_posix (the
 # pool engine and everything engine-neutral) and io_posix_uring (--uring: the same
 # cases on the io_uring engine), which shows as Skipped, with the reason, in the
 # plain variant and where io_uring is refused.  io_uring_fallback (kernel variant)
@@ -23,6 +24,8 @@ endfunction()
 kvs_test(io_posix SOURCES io_posix.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
 kvs_io_test_group(io_posix_uring TEST io_posix ARGS --uring LABELS "unit;fault;uring" TIMEOUT 60)
 kvs_test(io_synthetic SOURCES io_synthetic.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
+kvs_test(io_wait SOURCES io_wait.c LIBS kvs_io LABELS "unit" TIMEOUT 120)
+kvs_io_test_group(io_wait_uring TEST io_wait ARGS --uring LABELS "unit;uring" TIMEOUT 60)
 if(KVS_KERNEL)
   kvs_test(io_uring_fallback SOURCES io_uring_fallback.c LIBS kvs_io LABELS "unit;uring;fault"
            TIMEOUT 60)

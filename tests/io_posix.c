@@ -5,6 +5,7 @@
  * (-ENOENT), a truncated block file and fault-injected EIO/short reads (-EIO,
  * never a partial count), the in-flight limit (-EAGAIN), config validation with a
  * log line naming the field, fd-cache eviction and re-dump of a cached block,
+ * io_uring's fixed buffers pinned chunk by chunk on first use (fixed_first_use),
  * and kill -9 of an exec'd writer in the middle of a
  * dump (the block stays absent; the next open removes the temp file; temp files
  * of live writers are kept), and two exec'd processes dumping the same blocks at
@@ -18,6 +19,11 @@
  *                   with the reason in the plain variant or where io_uring is
  *                   refused, and a run where all of them skipped exits 77, so
  *                   CTest shows Skipped, not Passed.
+ * Block files say what they hold: a block dumped with another geometry (shard
+ * size, shards per block, tensor table, layout_tag) is -KVS_ECONFIG at submit
+ * (the issue's reproduction: 4 KiB x 2 read as 8 KiB x 1), another block's file,
+ * a cut or flipped header and a file without one are -EIO, and lookup calls
+ * them absent (geometry_*, hostile_headers_*; O_DIRECT too).
  * Roots are fresh directories under /tmp (O_DIRECT is skipped with the reason
  * where /tmp's filesystem cannot do it).  Seeds are fixed and printed.
  */
@@ -25,6 +31,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/io_uring.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -33,6 +40,9 @@
 #define SHARD (64 * 1024)
 #define SPB 4
 #define SEED 0x5eed1234u
+/* A block file's header (docs/io.md, "Block file format": 4096 bytes, or the
+ * O_DIRECT alignment when larger; 512 or 4096 on the filesystems here). */
+#define BLOCK_HDR 4096
 
 static char g_root[256];
 static char g_log[4096]; /* last error lines, for "the log names the field" */
@@ -354,13 +364,106 @@ static kvs_test_rc test_fixed_buffers_uring(void)
 	return fixed_buffers(KVS_IO_ENGINE_URING);
 }
 
-/* A block file cut in the middle of shard 1: shard 0 reads, shard 1..3 -EIO. */
+/* This process's resident set, in bytes (VmRSS of /proc/self/status), or 0. */
+static uint64_t rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[128];
+	unsigned long long kb = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+/* Read shard s of block blk into dst, check every byte. */
+static kvs_test_rc read_check(struct kvs_backend *b, uint32_t blk, uint32_t s, unsigned char *dst)
+{
+	struct kvs_backend_io io = { .block = block_of(blk), .shard = s, .buf = dst, .len = SHARD };
+	struct kvs_backend_completion c;
+
+	memset(dst, 0, SHARD);
+	KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
+	KVS_CHECK_EQ(wait_one(b, &c), 1);
+	KVS_CHECK_EQ(c.result, SHARD);
+	for (uint64_t i = 0; i < SHARD; i++)
+		if (dst[i] != pattern(blk, s, i))
+			KVS_FAILF("shard %u byte %llu: %u, want %u", s, (unsigned long long)i,
+				  dst[i], pattern(blk, s, i));
+	return KVS_TEST_PASS;
+}
+
+/*
+ * io_uring pins a registered region chunk by chunk (4 MiB) on first use, not at
+ * registration: registering 64 MiB that this process never touched pins (and
+ * faults in) one chunk, not 64 MiB; a read into chunk 5 goes out plain and pins
+ * chunk 5 after it; a read across chunks 1 and 2 pins nothing; every byte is
+ * right each way, the second read into chunk 5 through READ_FIXED.
+ */
+static kvs_test_rc test_fixed_first_use_uring(void)
+{
+	const uint64_t len = 64 << 20, chunk = 4 << 20;
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_backend_info info;
+	unsigned char *src, *region;
+	uint64_t rss0;
+
+	SKIP_WITHOUT_URING();
+	src = alloc_aligned((size_t)SPB * SHARD);
+	KVS_CHECK(src);
+	region = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	KVS_CHECK(region != MAP_FAILED);
+	KVS_CHECK_OK(root_init("fixedlazy"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_URING);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(dump_block(b, 7, src, SPB)); /* written from outside the region */
+	rss0 = rss_bytes();
+	KVS_CHECK_OK(kvs_backend_register_buffers(b, &(struct kvs_backend_buffer){ region, len }, 1));
+	KVS_CHECK_OK(kvs_backend_info(b, &info));
+	printf("  registered 64 MiB: %llu KiB pinned, resident +%lld KiB\n",
+	       (unsigned long long)(info.fixed_bytes >> 10),
+	       (long long)(rss_bytes() - rss0) / 1024);
+	KVS_CHECK(info.flags & KVS_BACKEND_INFO_FIXED_BUFFERS);
+	KVS_CHECK_EQ(info.fixed_bytes, chunk);
+	KVS_CHECK(rss_bytes() - rss0 < len / 4);
+	KVS_TRY(read_check(b, 7, 0, region + 5 * chunk)); /* plain: chunk 5 pinned after it */
+	KVS_CHECK_OK(kvs_backend_info(b, &info));
+	KVS_CHECK_EQ(info.fixed_bytes, 2 * chunk);
+	KVS_TRY(read_check(b, 7, 1, region + 5 * chunk + SHARD)); /* READ_FIXED */
+	KVS_TRY(read_check(b, 7, 2, region + 2 * chunk - SHARD / 2)); /* across chunks 1, 2 */
+	KVS_CHECK_OK(kvs_backend_info(b, &info));
+	KVS_CHECK_EQ(info.fixed_bytes, 2 * chunk);
+	kvs_backend_close(b);
+	munmap(region, len);
+	free(src);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* The path of block id's file under g_root (and its hex, when hex is not NULL). */
+static void block_file(const struct kvs_block_id *id, char *path, size_t len, char *hex)
+{
+	char h[33];
+
+	for (int i = 0; i < 16; i++)
+		snprintf(h + 2 * i, 3, "%02x", id->bytes[i]);
+	snprintf(path, len, "%s/%.2s/%.2s/%s", g_root, h, h + 2, h);
+	if (hex)
+		memcpy(hex, h, sizeof(h));
+}
+
+/* A block file cut in the middle of shard 1: shard 0 reads, shard 1..3 -EIO;
+ * lookup calls it absent (not every shard is there). */
 static kvs_test_rc truncated(uint32_t engine)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	char hex[33], path[400];
+	char path[400];
 	struct kvs_block_id id = block_of(4);
 
 	KVS_CHECK(buf);
@@ -368,10 +471,10 @@ static kvs_test_rc truncated(uint32_t engine)
 	cfg_posix(&cfg, engine);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
 	KVS_CHECK_OK(dump_block(b, 4, buf, SPB));
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", id.bytes[i]);
-	snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s", g_root, hex, hex + 2, hex);
-	KVS_CHECK_OK(truncate(path, SHARD + SHARD / 2));
+	block_file(&id, path, sizeof(path), NULL);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+	KVS_CHECK_OK(truncate(path, BLOCK_HDR + SHARD + SHARD / 2));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
 	for (uint32_t s = 0; s < SPB; s++) {
 		struct kvs_backend_io io = { .block = id, .shard = s, .buf = buf, .len = SHARD,
 					     .token = s };
@@ -401,6 +504,276 @@ static kvs_test_rc test_truncated_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return truncated(KVS_IO_ENGINE_URING);
+}
+
+/* ------------------------------------------------ what a block file holds */
+
+/* cfg of another geometry: shard_bytes x spb, tcount tensors of tsz (NULL: none
+ * given, one of shard_bytes), layout_tag tag. */
+static void cfg_geom(struct kvs_backend_config *cfg, uint32_t engine, uint64_t shard_bytes,
+		     uint32_t spb, uint32_t tcount, const uint64_t *tsz, uint64_t tag)
+{
+	cfg_posix(cfg, engine);
+	cfg->shard_bytes = shard_bytes;
+	cfg->shards_per_block = spb;
+	cfg->tensor_count = tcount;
+	cfg->tensor_bytes = tsz;
+	cfg->layout_tag = tag;
+}
+
+/* Submit a read of [0, len) of shard of id into buf: the submit's error, or the
+ * completion's result. */
+static int64_t read_shard(struct kvs_backend *b, const struct kvs_block_id *id, uint32_t shard,
+			  void *buf, uint64_t len)
+{
+	struct kvs_backend_io io = { .block = *id, .shard = shard, .buf = buf, .len = len,
+				     .token = 77 };
+	struct kvs_backend_completion c;
+	int rc = kvs_backend_submit_read(b, &io);
+
+	if (rc < 0)
+		return rc;
+	rc = wait_one(b, &c);
+	return rc == 1 ? c.result : rc < 0 ? rc : -EPROTO;
+}
+
+/* Dump every shard of block blk with the geometry of cfg (content: pattern). */
+static int dump_geom(const struct kvs_backend_config *cfg, uint32_t blk)
+{
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned(cfg->shard_bytes);
+	int rc = buf ? kvs_backend_open(cfg, &b) : -ENOMEM;
+
+	for (uint32_t s = 0; rc == 0 && s < cfg->shards_per_block; s++) {
+		struct kvs_backend_io io = { .block = block_of(blk), .shard = s, .buf = buf,
+					     .len = cfg->shard_bytes, .token = s };
+		struct kvs_backend_completion c;
+
+		fill_pattern(buf, blk, s, 0, cfg->shard_bytes);
+		rc = kvs_backend_submit_write(b, &io);
+		if (rc == 0)
+			rc = wait_one(b, &c) == 1 ? (c.result == (int64_t)cfg->shard_bytes ? 0 : -EIO)
+						  : -ETIMEDOUT;
+	}
+	kvs_backend_close(b);
+	free(buf);
+	return rc;
+}
+
+/* The issue's reproduction, at the backend: a block dumped with 4 KiB shards, 2
+ * per block, tensors 2x2048, is refused (-KVS_ECONFIG at submit, never bytes) by
+ * a handle of 8 KiB x 1, one of another tensor table, one of another
+ * layout_tag and one of 256 tensors (logged as their count and hash), each
+ * logging the block, the root and both geometries; lookup
+ * calls it absent for them; a handle of the same geometry reads it byte-exact. */
+static kvs_test_rc geometry(uint32_t engine, uint32_t flags)
+{
+	static const uint64_t halves[2] = { 2048, 2048 }, other[2] = { 1024, 3072 };
+	static uint64_t many[KVS_MAX_TENSORS]; /* 8, 24, 8, 24, ...: 256 runs */
+	struct kvs_backend_config w, r;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id id = block_of(30);
+	unsigned char *buf = alloc_aligned(8192);
+	char hex[33], path[400], want[600];
+	struct stat st;
+	int rc;
+
+	KVS_CHECK(buf);
+	for (uint32_t k = 0; k < KVS_MAX_TENSORS; k++)
+		many[k] = k % 2 ? 24 : 8;
+	KVS_CHECK_OK(root_init("geom"));
+	cfg_geom(&w, engine, 4096, 2, 2, halves, 0);
+	w.flags = flags;
+	rc = dump_geom(&w, 30);
+	if (rc == -EOPNOTSUPP && (flags & KVS_BACKEND_F_IO_DIRECT)) {
+		free(buf);
+		root_fini();
+		KVS_SKIP("O_DIRECT not supported under /tmp: %s", g_log);
+	}
+	KVS_CHECK_OK(rc);
+	block_file(&id, path, sizeof(path), hex);
+
+	const struct {
+		uint64_t shard_bytes;
+		uint32_t spb, tcount;
+		const uint64_t *tsz;
+		uint64_t tag;
+		const char *has;
+	} readers[] = {
+		{ 8192, 1, 0, NULL, 0, "shard_size 8192 x 1 shards per block, tensors 1x8192, layout_tag 0" },
+		{ 4096, 2, 2, other, 0, "shard_size 4096 x 2 shards per block, tensors 1x1024+1x3072, "
+					"layout_tag 0" },
+		{ 4096, 2, 2, halves, 0x2a, "shard_size 4096 x 2 shards per block, tensors 2x2048, "
+					    "layout_tag 0x2a" },
+		{ 4096, 2, KVS_MAX_TENSORS, many, 0, "shard_size 4096 x 2 shards per block, "
+						     "256 tensors (hash " },
+	};
+	for (size_t i = 0; i < KVS_ARRAY_LEN(readers); i++) {
+		cfg_geom(&r, engine, readers[i].shard_bytes, readers[i].spb, readers[i].tcount,
+			 readers[i].tsz, readers[i].tag);
+		r.flags = flags;
+		KVS_CHECK_OK(kvs_backend_open(&r, &b));
+		memset(buf, 0, 8192);
+		KVS_CHECK_ERR(read_shard(b, &id, 0, buf, readers[i].shard_bytes), -KVS_ECONFIG);
+		snprintf(want, sizeof(want), "backend: block %s in %s: stored with shard_size 4096 x 2 "
+			 "shards per block, tensors 2x2048, layout_tag 0; this store has %s", hex,
+			 g_root, readers[i].has);
+		if (!strstr(g_log, want))
+			KVS_FAILF("reader %zu: the log lacks\n  %s\nlog:\n%s", i, want, g_log);
+		KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
+		for (size_t k = 0; k < 8192; k++) /* nothing was read */
+			KVS_CHECK_EQ(buf[k], 0);
+		kvs_backend_close(b);
+	}
+
+	/* The same geometry (the table spelled out or not) reads every byte. */
+	cfg_geom(&r, engine, 4096, 2, 2, halves, 0);
+	r.flags = flags;
+	KVS_CHECK_OK(kvs_backend_open(&r, &b));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+	for (uint32_t s = 0; s < 2; s++) {
+		KVS_CHECK_EQ(read_shard(b, &id, s, buf, 4096), 4096);
+		for (uint64_t k = 0; k < 4096; k++)
+			if (buf[k] != pattern(30, s, k))
+				KVS_FAILF("shard %u byte %llu: 0x%02x, want 0x%02x", s,
+					  (unsigned long long)k, buf[k], pattern(30, s, k));
+	}
+	KVS_CHECK(strstr(g_log, "stored with") == NULL);
+	kvs_backend_close(b);
+	KVS_CHECK_OK(stat(path, &st));
+	KVS_CHECK_EQ(st.st_size, BLOCK_HDR + 2 * 4096); /* the header, then the shards */
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_geometry_pool(void)
+{
+	return geometry(KVS_IO_ENGINE_POOL, 0);
+}
+
+static kvs_test_rc test_geometry_uring(void)
+{
+	SKIP_WITHOUT_URING();
+	return geometry(KVS_IO_ENGINE_URING, 0);
+}
+
+static kvs_test_rc test_geometry_direct_pool(void)
+{
+	return geometry(KVS_IO_ENGINE_POOL, KVS_BACKEND_F_IO_DIRECT);
+}
+
+static kvs_test_rc test_geometry_direct_uring(void)
+{
+	SKIP_WITHOUT_URING();
+	return geometry(KVS_IO_ENGINE_URING, KVS_BACKEND_F_IO_DIRECT);
+}
+
+/* How often needle occurs in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* Every shard of id is refused at submit with -EIO and lookup says 0; the log
+ * names the file and says why (once: repeats for a file are rate-limited). */
+static kvs_test_rc refused_eio(struct kvs_backend *b, const struct kvs_block_id *id,
+			       const char *path, const char *why)
+{
+	unsigned char *buf = alloc_aligned(SHARD);
+	char want[600];
+
+	KVS_CHECK(buf);
+	g_log[0] = '\0';
+	for (uint32_t s = 0; s < SPB; s++)
+		KVS_CHECK_ERR(read_shard(b, id, s, buf, SHARD), -EIO);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, id), 0);
+	free(buf);
+	snprintf(want, sizeof(want), "backend: block file %s: %s", path, why);
+	if (!strstr(g_log, want))
+		KVS_FAILF("the log lacks\n  %s\nlog:\n%s", want, g_log);
+	KVS_CHECK_EQ(count_of(g_log, path), 1);
+	return KVS_TEST_PASS;
+}
+
+/* Block files that are not this block's: another block's file renamed to its
+ * name, a header cut short, a header with one bit flipped, a file without a
+ * header (the format before headers) -- each -EIO at submit, absent to lookup. */
+static kvs_test_rc hostile_headers(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	struct kvs_block_id x = block_of(40), y = block_of(41), z = block_of(42), v = block_of(43);
+	char px[400], py[400], pz[400], pv[400], hy[33], want[100];
+	unsigned char byte;
+	int fd;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("hdr"));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	for (uint32_t blk = 40; blk <= 43; blk++)
+		KVS_CHECK_OK(dump_block(b, blk, buf, SPB));
+	block_file(&x, px, sizeof(px), NULL);
+	block_file(&y, py, sizeof(py), hy);
+	block_file(&z, pz, sizeof(pz), NULL);
+	block_file(&v, pv, sizeof(pv), NULL);
+
+	/* y's file under x's name. */
+	KVS_CHECK_OK(rename(py, px));
+	snprintf(want, sizeof(want), "holds block %s", hy);
+	KVS_TRY(refused_eio(b, &x, px, want));
+
+	/* A header cut short: inside the fixed part, and at 100 bytes. */
+	KVS_CHECK_OK(truncate(pz, 30));
+	KVS_TRY(refused_eio(b, &z, pz, "header cut short (30 of 64 bytes)"));
+	kvs_backend_close(b); /* a new handle: nothing of z's cached or rate-limited */
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(truncate(pz, 5));
+	KVS_TRY(refused_eio(b, &z, pz, "no kvshare block header"));
+
+	/* One bit of the layout_tag flipped: the checksum says so. */
+	fd = open(pv, O_RDWR);
+	KVS_CHECK(fd >= 0);
+	KVS_CHECK_EQ(pread(fd, &byte, 1, 33), 1);
+	byte ^= 0x10;
+	KVS_CHECK_EQ(pwrite(fd, &byte, 1, 33), 1);
+	close(fd);
+	KVS_TRY(refused_eio(b, &v, pv, "header checksum mismatch"));
+
+	/* A block file of the format before headers (the shards from offset 0) at
+	 * x's path, read by a new handle (x's warning above is rate-limited). */
+	kvs_backend_close(b);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(unlink(px));
+	fd = open(px, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	KVS_CHECK(fd >= 0);
+	for (uint32_t s = 0; s < SPB; s++) {
+		fill_pattern(buf, 40, s, 0, SHARD);
+		KVS_CHECK_EQ(write(fd, buf, SHARD), SHARD);
+	}
+	close(fd);
+	KVS_TRY(refused_eio(b, &x, px, "no kvshare block header"));
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_hostile_headers_pool(void)
+{
+	return hostile_headers(KVS_IO_ENGINE_POOL);
+}
+
+static kvs_test_rc test_hostile_headers_uring(void)
+{
+	SKIP_WITHOUT_URING();
+	return hostile_headers(KVS_IO_ENGINE_URING);
 }
 
 /* Fault wrapper over posix: every read -EIO (error), then every read short (-EIO). */
@@ -515,7 +888,7 @@ static kvs_test_rc test_bad_config(void)
 	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
 	cfg.roots[0] = "/nonexistent/kvs-io-test";
 	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -ENOENT);
-	KVS_CHECK(strstr(g_log, "roots[0]") != NULL);
+	KVS_CHECK(strstr(g_log, "/nonexistent/kvs-io-test") != NULL);
 
 	/* O_DIRECT with a shard size off the filesystem's alignment: at open. */
 	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
@@ -911,6 +1284,9 @@ static const struct kvs_test_case cases[] = {
 	{ "close_discards_partial", test_close_discards_partial },
 	{ "temp_rules", test_temp_rules },
 	{ "concurrent_dumps", test_concurrent_dumps },
+	{ "geometry_pool", test_geometry_pool },
+	{ "geometry_direct_pool", test_geometry_direct_pool },
+	{ "hostile_headers_pool", test_hostile_headers_pool },
 };
 
 /* `io_posix --uring [case...]` (CTest: io_posix_uring). */
@@ -918,8 +1294,12 @@ static const struct kvs_test_case uring_cases[] = {
 	{ "roundtrip_uring", test_roundtrip_uring },
 	{ "direct_uring", test_direct_uring },
 	{ "fixed_buffers_uring", test_fixed_buffers_uring },
+	{ "fixed_first_use_uring", test_fixed_first_use_uring },
 	{ "truncated_uring", test_truncated_uring },
 	{ "fd_cache_uring", test_fd_cache_uring },
+	{ "geometry_uring", test_geometry_uring },
+	{ "geometry_direct_uring", test_geometry_direct_uring },
+	{ "hostile_headers_uring", test_hostile_headers_uring },
 };
 
 static const struct kvs_test_child children[] = {

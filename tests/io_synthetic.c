@@ -10,7 +10,9 @@
  *   user ops  dispatched through kvs_backend_*; ABI/size checked; optional
  *             members absent -> defaults;
  *   config    every reserved word must be zero ("reserved" logged), as in the
- *             cache config; no size field.
+ *             cache config; no size field; the tensor table (tensor_count,
+ *             tensor_bytes: each > 0, summing to shard_bytes) and a fault
+ *             backend's inner geometry (tensor table, layout_tag) named when bad.
  * Seeds are fixed and printed.
  */
 #include "common/pattern.h"
@@ -444,13 +446,86 @@ static kvs_test_rc test_reserved(void)
 			KVS_CHECK(b == NULL);
 			KVS_CHECK(strstr(g_log, "invalid reserved = non-zero (must be zero)") != NULL);
 		}
+	cfg_kind(&cfg, KVS_BACKEND_NONE);
+	cfg.reserved32 = 1;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "invalid reserved32 = 1 (must be zero)") != NULL);
 	cfg_kind(&inner, KVS_BACKEND_LATENCY);
-	inner.reserved[7] = 1;
+	inner.reserved[KVS_ARRAY_LEN(inner.reserved) - 1] = 1;
 	cfg_kind(&cfg, KVS_BACKEND_FAULT);
 	cfg.fault_inner = &inner;
 	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
 	KVS_CHECK(strstr(g_log, "reserved") != NULL);
-	inner.reserved[7] = 0;
+	inner.reserved[KVS_ARRAY_LEN(inner.reserved) - 1] = 0;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+/* Bad tensor tables are -EINVAL naming the field; a fault backend's inner
+ * config must have the wrapper's table and layout_tag (0 tensors = one tensor of
+ * shard_bytes, so the two spellings agree). */
+static kvs_test_rc test_tensor_table(void)
+{
+	struct kvs_backend_config cfg, inner;
+	struct kvs_backend *b = NULL;
+	uint64_t t[KVS_MAX_TENSORS + 1];
+	const struct {
+		uint32_t count;
+		uint64_t first, second;
+		const char *log;
+	} bad[] = {
+		{ KVS_MAX_TENSORS + 1, 16, 16, "tensor_count 257 exceeds KVS_MAX_TENSORS" },
+		{ 2, 0, SHARD, "tensor_bytes[0] is 0" },
+		{ 2, SHARD / 2, SHARD / 2 + 1, "tensor_bytes sum to 4097 over tensor_count 2, "
+					       "shard_bytes is 4096" },
+		{ 2, UINT64_MAX, 2, "tensor_bytes[0..1] overflow 64 bits" },
+	};
+
+	for (size_t i = 0; i < KVS_ARRAY_LEN(bad); i++) {
+		cfg_kind(&cfg, KVS_BACKEND_NONE);
+		for (uint32_t k = 0; k < KVS_ARRAY_LEN(t); k++)
+			t[k] = 16;
+		t[0] = bad[i].first;
+		t[1] = bad[i].second;
+		cfg.tensor_count = bad[i].count;
+		cfg.tensor_bytes = t;
+		KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+		if (!strstr(g_log, bad[i].log))
+			KVS_FAILF("case %zu: log lacks '%s': %s", i, bad[i].log, g_log);
+	}
+	cfg_kind(&cfg, KVS_BACKEND_NONE);
+	cfg.tensor_count = 2;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "tensor_bytes is NULL with tensor_count 2") != NULL);
+	t[0] = 1024;
+	t[1] = SHARD - 1024;
+	cfg.tensor_bytes = t;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	kvs_backend_close(b);
+
+	/* fault over latency: same table (spelled two ways), then another one, then
+	 * another layout_tag. */
+	cfg_kind(&inner, KVS_BACKEND_LATENCY);
+	cfg_kind(&cfg, KVS_BACKEND_FAULT);
+	cfg.fault_inner = &inner;
+	t[0] = SHARD;
+	inner.tensor_count = 1;
+	inner.tensor_bytes = t;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	kvs_backend_close(b);
+	t[0] = 1024;
+	inner.tensor_count = 2;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "fault_inner has shard_size 4096 x 8 shards per block, tensors "
+				"1x1024+1x3072, layout_tag 0; the fault backend has shard_size 4096 x "
+				"8 shards per block, tensors 1x4096, layout_tag 0") != NULL);
+	inner.tensor_count = 0;
+	inner.layout_tag = 0x17;
+	g_log[0] = '\0';
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -EINVAL);
+	KVS_CHECK(strstr(g_log, "layout_tag 0x17; the fault backend has") != NULL);
+	cfg.layout_tag = 0x17;
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
 	kvs_backend_close(b);
 	return KVS_TEST_PASS;
@@ -466,6 +541,7 @@ static const struct kvs_test_case cases[] = {
 	{ "user_ops", test_user_ops },
 	{ "bad_calls", test_bad_calls },
 	{ "reserved", test_reserved },
+	{ "tensor_table", test_tensor_table },
 };
 
 KVS_TEST_MAIN(cases)

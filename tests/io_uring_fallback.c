@@ -5,7 +5,8 @@
  * SECCOMP_MODE_FILTER, a four-instruction BPF program) that fails
  * io_uring_setup with EPERM (as container runtimes do) or ENOSYS, then opens the
  * posix backend: io_engine=auto must fall back to the thread pool, say so in
- * kvs_backend_info (FALLBACK, fallback_err) and still move bytes correctly;
+ * kvs_backend_info (FALLBACK, fallback_err), have a wait descriptor (the
+ * pool's) and still move bytes correctly;
  * io_engine=uring must return the refusal.  kernel.io_uring_disabled is not
  * toggled here: it is machine-wide and would break io_uring tests running
  * concurrently.  Kernel variant only (the plain build has no io_uring engine).
@@ -86,6 +87,7 @@ static kvs_test_rc refused_child(void *arg)
 	KVS_CHECK_EQ(info.io_engine, KVS_IO_ENGINE_POOL);
 	KVS_CHECK(info.flags & KVS_BACKEND_INFO_FALLBACK);
 	KVS_CHECK_ERR(info.fallback_err, -err);
+	KVS_CHECK_OK(kvs_backend_wait_fd(b)); /* the pool's: the fallback has one too */
 	memset(wbuf, 0x5a, sizeof(wbuf));
 	struct kvs_backend_io io = { .block = id, .buf = wbuf, .len = SHARD, .token = 1 };
 	KVS_CHECK_OK(kvs_backend_submit_write(b, &io));

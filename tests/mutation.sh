@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/mutation.sh SRC_DIR — prove the core and wait suites can fail.
+# tests/mutation.sh SRC_DIR — prove the core, wait and store-dump suites can fail.
 #
 # Copies SRC_DIR's tree (tracked and untracked-but-not-ignored files, as they are
 # in the working tree) to a scratch dir, configures and builds the kernel variant
@@ -16,7 +16,7 @@ SRC=$(cd "$SRC" && pwd)
 JOBS=${MUTATION_JOBS:-2}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvs-mutation.XXXXXX")
 KEEP=${MUTATION_KEEP:-0}
-TIMEOUT=${MUTATION_TEST_TIMEOUT:-15} # per test (each takes ~1 s): a mutant that hangs one is caught by it
+TIMEOUT=${MUTATION_TEST_TIMEOUT:-60} # per test (the core ones take ~1 s, store_dump ~10 s): a mutant that hangs one is caught by it
 BUILD=$WORK/build
 cleanup() { declare -F reap_strays >/dev/null && reap_strays; [ "$KEEP" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -102,7 +102,7 @@ EOF
 
 # The baseline runs every test a mutant is judged by; each mutant then runs
 # the tests that catch it fastest (a test a mutant hangs costs its timeout).
-SUITE='^kernel\.(core_attach|core_slot|core_race)$'
+SUITE='^kernel\.(core_attach|core_slot|core_race|store_dump)$'
 echo "mutation: baseline run of $SUITE (must be green)"
 if ! failed=$(run_tests "$SUITE"); then
 	tail -40 "$WORK/last-ctest.log"
@@ -137,15 +137,15 @@ mutant header-layout-code core/header.c '^kernel\.core_attach$' \
 
 # b. a pinned LOADING slot hands out a second owner
 mutant second-owner core/slot.c '^kernel\.core_slot$' \
-	'owner = ref == 0 && (st != KVS_SHM_SLOT_READY' \
-	'owner = (st != KVS_SHM_SLOT_READY'
+	'owner = (ref == 0 && (!ready_like(st) ||' \
+	'owner = ((!ready_like(st) ||'
 
 # c. publish never wakes futex sleepers
 mutant publish-no-wake wait/publish.c '^kernel\.core_race$' \
-	'	if (old & KVS_WAIT_WAITERS)
-		(void)syscall(SYS_futex' \
-	'	if (0 && (old & KVS_WAIT_WAITERS))
-		(void)syscall(SYS_futex'
+	'	 * exchange above would already have faulted on. */
+	if (old & KVS_WAIT_WAITERS)' \
+	'	 * exchange above would already have faulted on. */
+	if (0 && (old & KVS_WAIT_WAITERS))'
 
 # d. a FAILED publish loses its error code
 mutant lost-error-code core/slot.c '^kernel\.core_slot$' \
@@ -167,6 +167,18 @@ mutant no-slot-check core/slot.c '^kernel\.core_slot$' \
 	'	    slot->generation)
 		(void)0;
 	*pinv = v;'
+
+# g. a dump's shard counts in its claim every time it is seen (duplicates too)
+mutant count-duplicates core/claim.c '^kernel\.store_dump$' \
+	'	} else if (atomic_load_explicit(&c->slots[i].claim, memory_order_relaxed) == tag) {' \
+	'	} else if (0) {'
+
+# h. a durable dump that did not write its block completes when its shard is cached
+mutant durable-at-cached core/store_dump.c '^kernel\.store_dump$' \
+	'	if (s->cfg.dump_wait == KVS_DUMP_WAIT_CACHED) {
+		finish(s, sh, 0);' \
+	'	if (1) {
+		finish(s, sh, 0);'
 
 if [ $survived -ne 0 ]; then
 	echo "mutation: some mutants SURVIVED"

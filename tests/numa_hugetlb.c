@@ -8,7 +8,8 @@
  * exec'd attacher sees the bytes, faults nothing in and reserves nothing; a
  * request larger than the pool is -KVS_ENOHUGE with hugetlb=required and leaves
  * no file and no reservation, and falls back to /dev/shm (logged) with
- * hugetlb=auto; a page size without a mount (1 GiB) takes the same two paths.
+ * hugetlb=auto; a page size without a mount (1 GiB) takes the same two paths,
+ * and a mount another user cannot write is said to be that, not a short pool.
  * The plain build: always /dev/shm, hugetlb=required is -EOPNOTSUPP, and it
  * attaches a hugetlbfs segment made by someone else (a mixed node).
  * Skips (77) when the machine has no 2 MiB hugetlbfs mount or pool.
@@ -281,7 +282,7 @@ static kvs_test_rc test_no_mount(void)
 	o.page_bytes = UINT64_C(1) << 30;
 	kvs_test_unique_id(id, sizeof(id), "nomount");
 	KVS_CHECK_ERR(kvs_numa_seg_create(id, 0, 1, &o, &seg), -KVS_ENOHUGE);
-	KVS_CHECK(numa_test_log_has(&l, "no hugetlbfs mount for 1048576 kB pages"));
+	KVS_CHECK(numa_test_log_has(&l, "no hugetlbfs is mounted for 1048576 kB pages"));
 	/* Attaching a hugetlb segment of that size: nothing to find. */
 	KVS_CHECK_ERR(kvs_numa_seg_attach(id, 0, KVS_NUMA_BACKING_HUGETLB, o.page_bytes, o.page_bytes,
 					  NULL, &seg), -ENOENT);
@@ -367,18 +368,81 @@ static kvs_test_rc test_attach_foreign(void)
 	return KVS_TEST_PASS;
 }
 
+/* --child unwritable <id>: as a user who cannot write the 2 MiB mount (a fresh
+ * image, so libhugetlbfs scanned the mounts as this user): hugetlb=required is
+ * -KVS_ENOHUGE saying the mount is not writable, not that the pool is short. */
+static kvs_test_rc child_unwritable(int argc, char **argv)
+{
+	struct numa_test_log l;
+	struct kvs_log log;
+	struct kvs_numa_seg seg;
+
+	if (argc != 1)
+		KVS_FAILF("usage: --child unwritable <id>");
+	numa_test_log_init(&l, &log);
+	struct kvs_numa_seg_opts o = huge_opts(KVS_HUGETLB_REQUIRED, &log);
+	KVS_CHECK_ERR(kvs_numa_seg_create(argv[0], 0, HPAGE, &o, &seg), -KVS_ENOHUGE);
+	printf("  as uid %u:\n%s", (unsigned)geteuid(), l.text);
+	KVS_CHECK(numa_test_log_has(&l, "is not writable by uid"));
+	KVS_CHECK(!numa_test_log_has(&l, "need "));
+	KVS_CHECK(!numa_test_log_has(&l, "no hugetlbfs is mounted"));
+	return KVS_TEST_PASS;
+}
+
+/*
+ * A root-owned 2 MiB mount (mode 0755) seen by another user, with the pool
+ * full of free pages: "not writable", naming the mount (it said "no hugetlbfs
+ * mount ... not enough huge pages", both false).  Needs root, to make the
+ * child another user.
+ */
+static kvs_test_rc test_mount_not_writable(void)
+{
+	char mount[PATH_MAX], id[64];
+	struct stat st;
+	pid_t pid;
+	int rc;
+
+	if (!KVS_KERNEL)
+		KVS_SKIP("the plain build never uses hugetlbfs");
+	NEED_POOL(mount, 1);
+	if (geteuid() != 0)
+		KVS_SKIP("needs root (to run the child as another user)");
+	KVS_CHECK_OK(stat(mount, &st) == 0 ? 0 : -errno);
+	if (st.st_mode & S_IWOTH)
+		KVS_SKIP("%s is world-writable: no user lacks access", mount);
+	kvs_test_unique_id(id, sizeof(id), "unwr");
+	fflush(NULL);
+	pid = fork();
+	KVS_CHECK(pid >= 0);
+	if (pid == 0) {
+		char *argv[] = { kvs_test_argv0, (char *)"--child", (char *)"unwritable", id, NULL };
+
+		if (setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(3);
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	rc = kvs_test_reap(pid, 20000);
+	if (rc == 3)
+		KVS_SKIP("cannot become uid/gid 65534");
+	KVS_CHECK_EQ(rc, 0);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "mmap_reserves", test_mmap_reserves },
 	{ "pool_accounting", test_pool_accounting },
 	{ "too_big_required", test_too_big_required },
 	{ "too_big_auto", test_too_big_auto },
 	{ "no_mount", test_no_mount },
+	{ "mount_not_writable", test_mount_not_writable },
 	{ "plain_fallback", test_plain_fallback },
 	{ "attach_foreign", test_attach_foreign },
 };
 
 static const struct kvs_test_child children[] = {
 	{ "attach", child_attach },
+	{ "unwritable", child_unwritable },
 };
 
 KVS_TEST_MAIN_WITH_CHILDREN(cases, children)

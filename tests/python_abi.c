@@ -121,6 +121,10 @@ static const struct field backend_config[] = {
 	F(kvs_backend_config, log, "c_void_p"),
 	F(kvs_backend_config, log_arg, "c_void_p"),
 	F(kvs_backend_config, redis, "kvs_backend_redis_config"),
+	F(kvs_backend_config, tensor_count, "c_uint32"),
+	F(kvs_backend_config, reserved32, "c_uint32"),
+	F(kvs_backend_config, tensor_bytes, "c_void_p"),
+	F(kvs_backend_config, layout_tag, "c_uint64"),
 	F(kvs_backend_config, reserved, "c_uint64"),
 };
 
@@ -146,6 +150,7 @@ static const struct field store_config[] = {
 	F(kvs_store_config, log_arg, "c_void_p"),
 	F(kvs_store_config, register_chunk_bytes, "c_uint64"),
 	F(kvs_store_config, register_delay_ns, "c_uint64"),
+	F(kvs_store_config, copy_land_delay_ns, "c_uint64"),
 	F(kvs_store_config, reserved, "c_uint64"),
 };
 
@@ -185,6 +190,7 @@ static const struct field store_stats[] = {
 	F(kvs_store_stats, registered_bytes, "c_uint64"),
 	F(kvs_store_stats, register_ns, "c_uint64"),
 	F(kvs_store_stats, staged_shards, "c_uint64"),
+	F(kvs_store_stats, task_lat_ns_sum, "c_uint64"),
 	F(kvs_store_stats, register_ms_per_gib, "c_double"),
 	F(kvs_store_stats, ready, "c_uint32"),
 	F(kvs_store_stats, pad, "c_uint32"),
@@ -220,6 +226,8 @@ static const struct field cache_stats[] = {
 	F(kvs_cache_stats, prefault_ms_per_gib, "c_double"),
 	F(kvs_cache_stats, prefault_threads, "c_uint32"),
 	F(kvs_cache_stats, pad, "c_uint32"),
+	F(kvs_cache_stats, slots_dirty, "c_uint64"),
+	F(kvs_cache_stats, joins, "c_uint64"),
 	F(kvs_cache_stats, reserved, "c_uint64"),
 };
 
@@ -245,7 +253,7 @@ static const struct {
 	long long value;
 } constants[] = {
 	C(KVS_E_BASE), C(KVS_ELAYOUT), C(KVS_ECONFIG), C(KVS_EOWNERDEAD), C(KVS_ENOHUGE),
-	C(KVS_ECORRUPT), C(KVS_LOG_ERROR), C(KVS_LOG_WARN), C(KVS_LOG_INFO), C(KVS_LOG_DEBUG),
+	C(KVS_ECORRUPT), C(KVS_EINCOMPLETE), C(KVS_LOG_ERROR), C(KVS_LOG_WARN), C(KVS_LOG_INFO), C(KVS_LOG_DEBUG),
 	C(KVS_MAX_TENSORS), C(KVS_STATS_NODE), C(KVS_STORE_LAT_BUCKETS),
 	C(KVS_COPY_ENGINE_AUTO), C(KVS_COPY_ENGINE_HOST), C(KVS_COPY_ENGINE_CUDA),
 };

@@ -4,6 +4,20 @@
 #                 watcher lookups, tasks (timeouts, queue full)
 #   store_mp      rank processes (fork and exec): 8 ranks over one segment, cold
 #                 posix cache read once, head slices across TP degrees, kill -9
+#   store_geometry  a block dumped with one geometry, loaded with another: refused
+#                 (-KVS_ECONFIG, both named); the same geometry loads it byte-exact
+#   store_dump    the dump protocol across rank processes: durable means in the
+#                 backend; peers' failed fills, writers killed -9, split blocks,
+#                 many claims, timeouts, writes spread over the ranks
+#   store_open    an open that fails fast and safe: a capacity the node cannot
+#                 hold refused before anything is allocated, naming the key
+#   store_tasks   tasks of any size on small caches, no head-of-line blocking, one
+#                 rank's deadline, lookups, the reserved pool, fork, a failing
+#                 poll, a stopped lock holder, copy engine timeouts, no polling
 kvs_test(store_config SOURCES store_config.c LIBS kvs_store LABELS unit)
 kvs_test(store_load SOURCES store_load.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 180)
 kvs_test(store_mp SOURCES store_mp.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
+kvs_test(store_geometry SOURCES store_geometry.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 60)
+kvs_test(store_dump SOURCES store_dump.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
+kvs_test(store_open SOURCES store_open.c LIBS kvs_store LABELS unit TIMEOUT 60)
+kvs_test(store_tasks SOURCES store_tasks.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)

@@ -46,7 +46,8 @@ static const char *const all_keys[] = {
 	"fault_delay_us", "fault_seed", "copy_engine", "cache_stream_number", "dispatch_order",
 	"dump_wait", "prealloc", "waiting_queue_depth", "running_queue_depth", "timeout_ms",
 	"copy_delay_us", "cpu_affinity_cores", "prefault_threads", "register_chunk_size",
-	"register_delay_us", "redis_endpoints", "redis_db", "redis_user", "redis_password",
+	"register_delay_us", "copy_land_delay_us", "redis_endpoints", "redis_db", "redis_user",
+	"redis_password",
 	"redis_password_file", "redis_connections", "redis_connect_timeout_ms",
 	"redis_command_timeout_ms", "redis_key_prefix", "redis_ttl_s",
 };
@@ -58,7 +59,8 @@ static const char *const int_keys[] = {
 	"latency_queue_depth", "fault_error_ppm", "fault_short_ppm", "fault_delay_us",
 	"fault_seed", "cache_stream_number", "waiting_queue_depth", "running_queue_depth",
 	"timeout_ms", "copy_delay_us", "prefault_threads", "register_chunk_size",
-	"register_delay_us", "redis_db", "redis_connections", "redis_connect_timeout_ms",
+	"register_delay_us", "copy_land_delay_us", "redis_db", "redis_connections",
+	"redis_connect_timeout_ms",
 	"redis_command_timeout_ms", "redis_ttl_s",
 };
 
@@ -344,7 +346,7 @@ static kvs_test_rc test_every_key_empty_value(void)
 static kvs_test_rc test_int_malformed(void)
 {
 	static const char *const bad_values[] = {
-		"99999999999999999999", "18446744073709551616", "+1", " 1", "1 ", "0x10",
+		"99999999999999999999", "18446744073709551616", "+1", "1 2", "0x10",
 		"1e3", "1.0", "abc", "--1", "1-", "-2", "1k5", "k", "1t", "1kb", "-", "1_000",
 		"\xff", "1\x7f",
 	};
@@ -415,6 +417,7 @@ static kvs_test_rc test_int_range(void)
 		{ "register_chunk_size=1048575", "register_chunk_size" },
 		{ "register_chunk_size=33g", "register_chunk_size" },
 		{ "register_delay_us=1000001", "register_delay_us" },
+		{ "copy_land_delay_us=10000001", "copy_land_delay_us" },
 		{ "redis_db=2147483648", "redis_db" },
 		{ "redis_connections=0", "redis_connections" },
 		{ "redis_connections=65", "redis_connections" },
@@ -434,8 +437,8 @@ static kvs_test_rc test_int_range(void)
 static kvs_test_rc test_bool_and_enum_bad(void)
 {
 	static const char *const bad_bools[] = { "2", "yes!", "y", "tru", "10", "onn", "-1",
-						 " 1", "1 ", "truefalse" };
-	static const char *const bad_enums[] = { "bogus", "AUTO", "auto ", " auto", "Posix",
+						 "1 0", "truefalse" };
+	static const char *const bad_enums[] = { "bogus", "AUTO", "au to", "Posix",
 						 "fault", "user", "3", "0", "spinn",
 						 "durable\x01" };
 	char kv[96];
@@ -461,7 +464,7 @@ static kvs_test_rc test_bool_and_enum_bad(void)
 static kvs_test_rc test_capacity_gb_bad(void)
 {
 	static const char *const bad_values[] = {
-		"abc", ".5", "5.", "-1", "+1", "0", "0.0", "00.000", "1.2.3", "1e3", " 1", "1 ",
+		"abc", ".5", "5.", "-1", "+1", "0", "0.0", "00.000", "1.2.3", "1e3", "1 5",
 		"0x1", "1.5g", "1g", "0.0000000001", "0.1234567891",
 		"17179869184", "17179869183.9999999991", "99999999999999999999",
 		"99999999999999999999.5", "1.99999999999999999999999",
@@ -652,7 +655,7 @@ static kvs_test_rc test_cpu_affinity(void)
 
 	static const char *const bad_cpus[] = { "1024", "4-2", "a", "1-", "-1", "1:", ":1",
 						"1--2", "0-1024", "99999999999999999999",
-						"1-99999999999999999999", "+1", " 1", "1 -2", "0x1",
+						"1-99999999999999999999", "+1", "1 -2", "0x1",
 						"1::2" };
 	char kv[96];
 	for (size_t i = 0; i < KVS_ARRAY_LEN(bad_cpus); i++) {
@@ -695,7 +698,8 @@ static kvs_test_rc test_all_keys_at_once(void)
 		"fault_seed=4,copy_engine=host,cache_stream_number=2,dispatch_order=natural,"
 		"dump_wait=cached,prealloc=0,waiting_queue_depth=16,running_queue_depth=128,"
 		"timeout_ms=2000,copy_delay_us=5,cpu_affinity_cores=0-1,prefault_threads=3,"
-		"register_chunk_size=2m,register_delay_us=7,redis_endpoints=/r.sock;h:1,"
+		"register_chunk_size=2m,register_delay_us=7,copy_land_delay_us=8,"
+		"redis_endpoints=/r.sock;h:1,"
 		"redis_db=3,redis_user=u,redis_password=p,redis_password_file=/pw,"
 		"redis_connections=4,redis_connect_timeout_ms=5,redis_command_timeout_ms=6,"
 		"redis_key_prefix=kv:,redis_ttl_s=9";
@@ -748,6 +752,7 @@ static kvs_test_rc test_all_keys_at_once(void)
 	KVS_CHECK_EQ(cfg.cache.prefault_threads, 3);
 	KVS_CHECK_EQ(cfg.register_chunk_bytes, 2u << 20);
 	KVS_CHECK_EQ(cfg.register_delay_ns, 7000);
+	KVS_CHECK_EQ(cfg.copy_land_delay_ns, 8000);
 	KVS_CHECK(strcmp(cfg.backend.redis.endpoints, "/r.sock;h:1") == 0);
 	KVS_CHECK_EQ(cfg.backend.redis.db, 3);
 	KVS_CHECK(strcmp(cfg.backend.redis.user, "u") == 0);
@@ -858,9 +863,55 @@ static kvs_test_rc test_empty_items(void)
 	KVS_TRY(parse_bad2("=5", "item '=5' has no key", NULL));
 	KVS_TRY(parse_bad2("=", "has no key", NULL));
 	KVS_TRY(parse_bad2("device_id", "invalid device_id (no '='", NULL));
-	KVS_TRY(parse_bad2(" device_id=1", "unknown key ' device_id'", NULL));
-	KVS_TRY(parse_bad2("device_id =1", "unknown key 'device_id '", NULL));
-	KVS_TRY(parse_bad2("device_id=1, numa=off", "unknown key ' numa'", NULL));
+	KVS_TRY(parse_bad2(" , ", "empty item at byte 0", NULL));
+	KVS_TRY(parse_bad2("device_id=1, ,numa=off", "empty item at byte 12", NULL));
+	return KVS_TEST_PASS;
+}
+
+/*
+ * What users type: spaces around items and '=' (a config string wrapped over
+ * lines), binary size spellings, a list written with commas, KB/GB.
+ */
+static kvs_test_rc test_user_spellings(void)
+{
+	static const struct {
+		const char *kv;
+		uint64_t shard;
+	} sizes[] = {
+		{ "shard_size=64k", 64 << 10 },   { "shard_size=64K", 64 << 10 },
+		{ "shard_size=64KiB", 64 << 10 }, { "shard_size=2MiB", 2 << 20 },
+		{ "shard_size=1GiB", 1ull << 30 }, { "shard_size=4096", 4096 },
+	};
+	struct kvs_store_config cfg;
+
+	fresh(&cfg);
+	KVS_TRY(parse_ok(&cfg, " unique_id = m ,\n\tdevice_id=1 , numa = off "));
+	KVS_CHECK_EQ(strcmp(cfg.cache.unique_id, "m"), 0);
+	KVS_CHECK_EQ(cfg.cache.device_id, 1);
+	KVS_CHECK_EQ(cfg.cache.numa, KVS_NUMA_OFF);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		fresh(&cfg);
+		KVS_TRY(parse_ok(&cfg, sizes[i].kv));
+		KVS_CHECK_EQ(cfg.cache.slot_bytes, sizes[i].shard);
+	}
+	fresh(&cfg);
+	KVS_TRY(parse_ok(&cfg, "tensor_size_list=32KiB:1m"));
+	KVS_CHECK_EQ(cfg.cache.tensor_bytes[0], 32 << 10);
+	KVS_CHECK_EQ(cfg.cache.tensor_bytes[1], 1 << 20);
+	KVS_TRY(parse_bad2("shard_size=64KB", "sizes are binary: write 64k or 64KiB", NULL));
+	KVS_TRY(parse_bad2("shard_size=64kb", "sizes are binary", NULL));
+	KVS_TRY(parse_bad2("shard_size=1GB", "sizes are binary", NULL));
+	KVS_TRY(parse_bad2("shard_size=64Ki", "not a size", NULL));
+	KVS_TRY(parse_bad2("shard_size=6 4k", "not a size", NULL));
+	KVS_TRY(parse_bad2("tensor_size_list=32KB:32k", "entry 1: sizes are binary", NULL));
+	KVS_TRY(parse_bad2("tensor_size_list=32k,32k",
+			   "item '32k' has no '=': if it is one more entry of tensor_size_list, "
+			   "entries are separated by ':' (tensor_size_list=a:b)", NULL));
+	KVS_TRY(parse_bad2("backend_roots=/a,/b", "entry of backend_roots, entries are separated by ':'",
+			   NULL));
+	KVS_TRY(parse_bad2("redis_endpoints=h:1,h:2", "separated by ';'", NULL));
+	/* not after a list: the usual unknown key */
+	KVS_TRY(parse_bad2("device_id=1,32k", "unknown key '32k'", NULL));
 	return KVS_TEST_PASS;
 }
 
@@ -1090,7 +1141,7 @@ static kvs_test_rc test_resolve_fault(void)
 	for (size_t i = 0; i < KVS_ARRAY_LEN(inner.reserved); i++)
 		KVS_CHECK_EQ(inner.reserved[i], 0);
 
-	/* each of the three wraps alone; the seed alone does not */
+	/* each of the four wraps alone (the seed: any value but its default 1) */
 	KVS_TRY(resolve("backend=none,fault_short_ppm=1", &out, &inner));
 	KVS_CHECK_EQ(out.backend.kind, KVS_BACKEND_FAULT);
 	KVS_CHECK_EQ(inner.kind, KVS_BACKEND_NONE);
@@ -1098,7 +1149,11 @@ static kvs_test_rc test_resolve_fault(void)
 	KVS_CHECK_EQ(out.backend.kind, KVS_BACKEND_FAULT);
 	KVS_CHECK_EQ(out.backend.fault_delay_ns, 1000);
 	KVS_TRY(resolve("backend=none,fault_seed=9,fault_error_ppm=0", &out, &inner));
-	KVS_CHECK_EQ(out.backend.kind, KVS_BACKEND_NONE);
+	KVS_CHECK_EQ(out.backend.kind, KVS_BACKEND_FAULT);
+	KVS_CHECK_EQ(out.backend.fault_seed, 9);
+	KVS_CHECK_EQ(inner.kind, KVS_BACKEND_NONE);
+	KVS_TRY(resolve("backend=none,fault_seed=1", &out, &inner));
+	KVS_CHECK_EQ(out.backend.kind, KVS_BACKEND_NONE); /* the default: nothing asked */
 	KVS_CHECK(out.backend.fault_inner == NULL);
 
 	/* posix: the roots are split first, so the inner backend has them */
@@ -1205,7 +1260,9 @@ static kvs_test_rc test_resolve_store_fields(void)
 	FIELD_BAD(cfg.register_chunk_bytes = (32ull << 30) + 1, "invalid register_chunk_size");
 	FIELD_BAD(cfg.register_delay_ns = 1000000001, "invalid register_delay_us");
 	FIELD_BAD(cfg.register_delay_ns = 1000, "set copy_engine=host"); /* auto: cuda */
-	FIELD_BAD(cfg.reserved[5] = 1, "invalid reserved");
+	FIELD_BAD(cfg.copy_land_delay_ns = 10000000001ull, "invalid copy_land_delay_us");
+	FIELD_BAD(cfg.copy_land_delay_ns = 1000, "set copy_engine=host");
+	FIELD_BAD(cfg.reserved[4] = 1, "invalid reserved");
 #undef FIELD_BAD
 	/* the edges are fine */
 	fresh(&cfg);
@@ -1272,6 +1329,7 @@ static const struct kvs_test_case cases[] = {
 	{ "unknown_key", test_unknown_key },
 	{ "duplicate_key", test_duplicate_key },
 	{ "empty_items", test_empty_items },
+	{ "user_spellings", test_user_spellings },
 	{ "err_buffer", test_err_buffer },
 	{ "resolve_geometry", test_resolve_geometry },
 	{ "resolve_share_buffer", test_resolve_share_buffer },

@@ -27,150 +27,10 @@
  *   watcher_process   watcher processes' lookups (cache and backend) agree with
  *                     the rank's, and a watcher cannot load.
  */
-#include <sched.h>
-#include <signal.h>
-#include <stdlib.h>
-
-#include "store_util.h"
+#include "store_proc.h"
 
 #define SHARD (16 * 1024)
-#define REAP_MS 120000
-#define BARRIER_MS 60000
 #define WAIT_MS 30000
-
-/* ---- starting children: forked or exec'd, same entry ---- */
-
-typedef kvs_test_rc (*child_fn)(int argc, char **argv);
-
-struct fork_args {
-	child_fn fn;
-	int argc;
-	char *argv[16];
-	char buf[16][128];
-};
-
-static kvs_test_rc fork_entry(void *p)
-{
-	struct fork_args *a = p;
-
-	return a->fn(a->argc, a->argv);
-}
-
-/* Start child `name` (entry fn) with args (NULL-terminated): exec'd or forked. */
-static pid_t start_child(bool exec, const char *name, child_fn fn, const char *const args[],
-			 struct fork_args *fa)
-{
-	if (exec)
-		return kvs_test_spawn(name, args);
-	memset(fa, 0, sizeof(*fa));
-	fa->fn = fn;
-	for (int i = 0; args[i] && i < 15; i++) {
-		snprintf(fa->buf[i], sizeof(fa->buf[i]), "%s", args[i]);
-		fa->argv[i] = fa->buf[i];
-		fa->argc = i + 1;
-	}
-	return kvs_test_fork(fork_entry, fa);
-}
-
-/* The pipes of a barrier: children write to ready[1], read from go[0]. */
-struct barrier {
-	int ready[2], go[2];
-	char ready_s[16], go_s[16];
-};
-
-static kvs_test_rc barrier_init(struct barrier *b)
-{
-	if (pipe(b->ready) || pipe(b->go))
-		KVS_FAILF("pipe: %s", strerror(errno));
-	snprintf(b->ready_s, sizeof(b->ready_s), "%d", b->ready[1]);
-	snprintf(b->go_s, sizeof(b->go_s), "%d", b->go[0]);
-	return KVS_TEST_PASS;
-}
-
-static void barrier_fini(struct barrier *b)
-{
-	close(b->ready[0]);
-	close(b->ready[1]);
-	close(b->go[0]);
-	close(b->go[1]);
-}
-
-/* Parent: n children ready (one byte each), then let all n go. */
-static kvs_test_rc barrier_release(struct barrier *b, int n)
-{
-	char buf[64];
-
-	KVS_CHECK(n <= (int)sizeof(buf));
-	KVS_TRY(st_read_full(b->ready[0], buf, (size_t)n, BARRIER_MS));
-	memset(buf, 'g', sizeof(buf));
-	KVS_TRY(st_write_full(b->go[1], buf, (size_t)n));
-	return KVS_TEST_PASS;
-}
-
-/* Child: say ready, wait for go. */
-static kvs_test_rc barrier_child(int ready_fd, int go_fd)
-{
-	char ch = 'r';
-
-	KVS_TRY(st_write_full(ready_fd, &ch, 1));
-	KVS_TRY(st_read_full(go_fd, &ch, 1, BARRIER_MS));
-	return KVS_TEST_PASS;
-}
-
-/* Reap every child; each must exit 0. */
-static kvs_test_rc reap_all(const pid_t *pids, int n, int timeout_ms)
-{
-	int bad = 0;
-
-	for (int i = 0; i < n; i++) {
-		int rc = kvs_test_reap(pids[i], timeout_ms);
-
-		if (rc != 0) {
-			fprintf(stderr, "child %d (pid %d) exited %d\n", i, (int)pids[i], rc);
-			bad++;
-		}
-	}
-	KVS_CHECK_EQ(bad, 0);
-	return KVS_TEST_PASS;
-}
-
-static void kill_all(const pid_t *pids, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (pids[i] > 0)
-			kill(pids[i], SIGKILL);
-	for (int i = 0; i < n; i++)
-		if (pids[i] > 0)
-			(void)kvs_test_reap(pids[i], 10000);
-}
-
-/* Start a child and reap it: it must exit 0 within REAP_MS. */
-static kvs_test_rc run_child(bool exec, const char *name, child_fn fn, const char *const args[])
-{
-	struct fork_args fa;
-	pid_t pid = start_child(exec, name, fn, args, &fa);
-	int rc;
-
-	KVS_CHECK(pid > 0);
-	rc = kvs_test_reap(pid, REAP_MS);
-	if (rc != 0)
-		KVS_FAILF("child %s (pid %d) exited %d", name, (int)pid, rc);
-	return KVS_TEST_PASS;
-}
-
-/* A parent's watcher: the cache's geometry, no backend (no threads). */
-static void watcher_of(struct kvs_store_config *cfg)
-{
-	cfg->cache.device_id = -1;
-	cfg->backend.kind = KVS_BACKEND_NONE;
-	cfg->backend.nroots = 0;
-	cfg->backend.roots[0] = NULL;
-}
-
-static long arg_l(const char *s)
-{
-	return strtol(s, NULL, 10);
-}
 
 /* ------------------------------------------------------------------------ */
 /* 8 ranks, backend none: one dumps, all load                                */
@@ -525,8 +385,9 @@ static kvs_test_rc tp_group(const char *uid, const char *root, uint32_t ranks, c
 	return KVS_TEST_PASS;
 }
 
-/* A watcher of a fresh cache on root finds blocks 0..n-1 of tag in the backend
- * (in a child: the posix backend's pool has threads). */
+/* A watcher of a fresh cache of the TP cases' geometry (a block file is found
+ * only by a reader of the geometry it was dumped with) on root finds blocks
+ * 0..n-1 of tag in the backend (in a child: the posix backend's pool has threads). */
 static kvs_test_rc backend_has_child(int argc, char **argv);
 
 static kvs_test_rc backend_has(const char *root, uint32_t tag, uint32_t n)
@@ -554,8 +415,7 @@ static kvs_test_rc backend_has_child(int argc, char **argv)
 	int got;
 
 	KVS_CHECK(n <= 64);
-	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "has"), -1, SHARD, 8, 1);
-	st_posix(&cfg, root);
+	tp_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "has"), -1, root, 1);
 	KVS_TRY(st_open(&cfg, &w));
 	for (uint32_t i = 0; i < n; i++)
 		blocks[i] = st_block(tag, i);

@@ -16,6 +16,7 @@
 #ifndef KVS_TESTS_STORE_UTIL_H
 #define KVS_TESTS_STORE_UTIL_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -418,6 +419,66 @@ static inline kvs_test_rc st_cache_clean(struct kvs_store *s, bool no_loading)
 	KVS_CHECK_EQ(cs.slots_pinned, 0);
 	if (no_loading)
 		KVS_CHECK_EQ(cs.slots_loading, 0);
+	return KVS_TEST_PASS;
+}
+
+/* The name of one kvshare thread still alive in this process (the library names
+ * every thread it starts "kvs-..."), or "" when none is. */
+static inline const char *st_library_thread(char name[static 16])
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+
+	name[0] = 0;
+	while (d && !name[0] && (e = readdir(d))) {
+		char path[300];
+		int fd;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		fd = e->d_name[0] != '.' ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, name, 15);
+
+		close(fd);
+		name[n > 0 ? n : 0] = 0;
+		name[strcspn(name, "\n")] = 0;
+		if (strncmp(name, "kvs-", 4) != 0)
+			name[0] = 0;
+	}
+	if (d)
+		closedir(d);
+	return name;
+}
+
+/* Within ms, no kvshare thread is left in this process.  A store closed with a
+ * transfer still in flight is torn down by its last thread when that transfer
+ * ends; a case that forks next must not inherit those threads (a fork()ed child
+ * of a multi-threaded process cannot start threads under TSan). */
+static inline kvs_test_rc st_library_threads_gone(int ms)
+{
+	uint64_t deadline = kvs_deadline_after((uint64_t)ms * ST_MS);
+	char name[16];
+
+	while (st_library_thread(name)[0]) {
+		if (kvs_now_ns() >= deadline)
+			KVS_FAILF("thread %s still alive %d ms after its store closed", name, ms);
+		usleep(10 * 1000);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* The cache "uid" has no segment left in /dev/shm. */
+static inline kvs_test_rc st_no_segments(const char *uid)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	if (access(path, F_OK) == 0)
+		KVS_FAILF("%s is left: the cache stayed (stale) after its only rank left", path);
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.0", uid);
+	if (access(path, F_OK) == 0)
+		KVS_FAILF("%s is left after its only rank left", path);
 	return KVS_TEST_PASS;
 }
 

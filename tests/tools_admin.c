@@ -9,9 +9,16 @@
  *                    (ranks, slot census, store counters, per-rank rows), text,
  *                    --prometheus FILE (format, metrics, no FILE.tmp left), --watch
  *                    ended by SIGTERM; the ranks are undisturbed afterwards
+ *   stat_joins       3 ranks load the same shards at once: the joins of a read in
+ *                    flight are counted and add up (queries = hits + joins +
+ *                    misses) in --json, text and --prometheus
+ *   stat_dead_ranks  every rank killed -9 under a watching exporter: no live rank
+ *                    counted or listed, ready (nothing left to register)
  *   stat_stale       a stale cache is described read-only, exit 1, not adopted
- *   stat_last_left   the ranks leave while stat watches: stat does not remove the
- *                    cache (it is left stale for adoption)
+ *   stat_last_left   a watcher never keeps a cache: stat --watch started before
+ *                    any rank waits (kvshare_up 0), attaches to a rank's cache,
+ *                    and when the only rank closes the cache is removed and stat
+ *                    waits for the next one; twice
  *   ls_clean         a live and two stale caches: ls (both forms) states them,
  *                    --dry-run removes nothing, clean of the live one says why and
  *                    keeps it, clean of a stale one removes it and its data
@@ -91,6 +98,21 @@ static pid_t cli_spawn(const char *const args[], int *out_fd, int *err_fd)
 }
 
 /* Run the CLI with args to completion (10 s at most). */
+/* End a spawned `stat --watch`: SIGTERM, the rest of its output into run
+ * (appended to its first len bytes of stdout), and a clean exit (0). */
+static kvs_test_rc cli_stop(struct run *run, pid_t pid, int ofd, int efd, size_t len)
+{
+	size_t el = 0;
+
+	kill(pid, SIGTERM);
+	drain(ofd, run->out, sizeof(run->out), &len);
+	drain(efd, run->err, sizeof(run->err), &el);
+	close(ofd);
+	close(efd);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc cli_run(struct run *r, const char *const args[])
 {
 	int ofd, efd;
@@ -201,19 +223,22 @@ static int data_exists(const char *uid)
 
 /* ---- rank processes ---- */
 
-static void rank_cfg(struct kvs_store_config *cfg, const char *uid, int device, bool persist)
+static void rank_cfg(struct kvs_store_config *cfg, const char *uid, int device, bool persist,
+		     uint64_t latency_ns)
 {
 	st_cfg(cfg, uid, device, SHARD, 64, 1);
-	st_latency(cfg, 20000);
+	st_latency(cfg, latency_ns);
 	cfg->cache.numa = KVS_NUMA_OFF;
 	cfg->cache.local_rank_size = 2;
 	if (persist)
 		cfg->cache.flags |= KVS_CACHE_PERSIST;
 }
 
-/* exec'd: --child rank <uid> <device> <persist> <ready fd> <go fd>: open a rank
- * store, load blocks 0..NBLK-1, say "x" on ready fd, wait for go fd's EOF (or a
- * kill), close the store. */
+/* exec'd: --child rank <uid> <device> <persist> <ready fd> <go fd> [<load fd>
+ * <latency ns>]: open a rank store, (with a load fd: say "o" on ready fd and
+ * wait for the load fd's EOF, so that ranks load at once), load blocks
+ * 0..NBLK-1, say "x" on ready fd, wait for go fd's EOF (or a kill), close the
+ * store. */
 static kvs_test_rc rank_child(int argc, char **argv)
 {
 	struct kvs_store_config cfg;
@@ -221,13 +246,20 @@ static kvs_test_rc rank_child(int argc, char **argv)
 	struct st_task t;
 	char ch;
 
-	if (argc != 5)
-		KVS_FAILF("usage: --child rank <uid> <device> <persist> <ready fd> <go fd>");
+	if (argc != 5 && argc != 7)
+		KVS_FAILF("usage: --child rank <uid> <device> <persist> <ready fd> <go fd> "
+			  "[<load fd> <latency ns>]");
 	/* Never outlive the test (a failed check leaves no rank behind); the go
 	 * pipe's EOF is the normal way out. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	rank_cfg(&cfg, argv[0], atoi(argv[1]), atoi(argv[2]) != 0);
+	rank_cfg(&cfg, argv[0], atoi(argv[1]), atoi(argv[2]) != 0,
+		 argc == 7 ? strtoull(argv[6], NULL, 10) : 20000);
 	KVS_TRY(st_open(&cfg, &s));
+	if (argc == 7) {
+		KVS_CHECK_EQ(write(atoi(argv[3]), "o", 1), 1);
+		while (read(atoi(argv[5]), &ch, 1) > 0)
+			;
+	}
 	KVS_TRY(st_task_whole(&t, NBLK, 1, SHARD));
 	for (uint32_t i = 0; i < NBLK; i++) {
 		struct kvs_block_id b = st_block(12, i);
@@ -271,6 +303,45 @@ static kvs_test_rc ranks_start(struct ranks *r, const char *uid, int n, bool per
 		r->n++;
 		KVS_CHECK_EQ(read(ready[0], &ch, 1), 1);
 	}
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	r->go = go[1];
+	return KVS_TEST_PASS;
+}
+
+/* Start n ranks (devices 0..n-1) on uid that load together: each opens, then
+ * all are let go at once, so their gets of each shard meet one read in flight
+ * (reads held latency_ns). */
+static kvs_test_rc ranks_start_together(struct ranks *r, const char *uid, int n,
+					uint64_t latency_ns)
+{
+	int ready[2], go[2], load[2];
+	char dev[8], rfd[8], gfd[8], lfd[8], lat[24], ch;
+
+	KVS_CHECK_OK(pipe(ready));
+	KVS_CHECK_OK(pipe(go));
+	KVS_CHECK_OK(pipe(load));
+	fcntl(ready[0], F_SETFD, FD_CLOEXEC);
+	fcntl(go[1], F_SETFD, FD_CLOEXEC);
+	fcntl(load[1], F_SETFD, FD_CLOEXEC);
+	snprintf(rfd, sizeof(rfd), "%d", ready[1]);
+	snprintf(gfd, sizeof(gfd), "%d", go[0]);
+	snprintf(lfd, sizeof(lfd), "%d", load[0]);
+	snprintf(lat, sizeof(lat), "%llu", (unsigned long long)latency_ns);
+	r->n = 0;
+	for (int i = 0; i < n; i++) {
+		snprintf(dev, sizeof(dev), "%d", i);
+		const char *av[] = { uid, dev, "0", rfd, gfd, lfd, lat, NULL };
+		r->pid[r->n] = kvs_test_spawn("rank", av);
+		KVS_CHECK(r->pid[r->n] > 0);
+		r->n++;
+		KVS_CHECK_EQ(read(ready[0], &ch, 1), 1); /* "o": opened */
+	}
+	close(load[0]);
+	close(load[1]); /* EOF: everyone loads now */
+	for (int i = 0; i < n; i++)
+		KVS_CHECK_EQ(read(ready[0], &ch, 1), 1); /* "x": loaded */
 	close(ready[0]);
 	close(ready[1]);
 	close(go[0]);
@@ -406,6 +477,46 @@ static kvs_test_rc has(const char *text, const char *what)
 	return KVS_TEST_PASS;
 }
 
+/* Run a `stat --watch` until its stdout has `lines` lines after the first line
+ * holding `after` (NULL: from the start), then SIGTERM: it must exit 0.  Its
+ * output in run. */
+static kvs_test_rc watch_until(struct run *run, const char *const args[], const char *after,
+			       int lines)
+{
+	int ofd, efd, seen = 0;
+	size_t len = 0;
+	pid_t pid = cli_spawn(args, &ofd, &efd);
+	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+
+	KVS_CHECK(pid > 0);
+	run->out[0] = run->err[0] = '\0';
+	while (seen < lines && kvs_now_ns() < deadline) {
+		struct pollfd p = { .fd = ofd, .events = POLLIN };
+		char *from;
+		ssize_t n;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = read(ofd, run->out + len, sizeof(run->out) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		run->out[len] = '\0';
+		from = after ? strstr(run->out, after) : run->out;
+		if (from && after)
+			from = strchr(from, '\n');
+		seen = 0;
+		for (char *q = from; q && (q = strchr(q, '\n')); q++)
+			seen++;
+		if (from && after)
+			seen--; /* the header's own newline */
+	}
+	KVS_TRY(cli_stop(run, pid, ofd, efd, len));
+	if (seen < lines)
+		KVS_FAILF("%d of %d lines within 10 s; stdout:\n%s", seen, lines, run->out);
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc test_stat_live(void)
 {
 	struct ranks r;
@@ -438,7 +549,8 @@ static kvs_test_rc test_stat_live(void)
 	KVS_CHECK(run->out[0] == '\0');
 	KVS_TRY(check_prom_file(prom, text, 65536));
 #define PROM(...) do { snprintf(want, sizeof(want), __VA_ARGS__); KVS_TRY(has(text, want)); } while (0)
-	PROM("# TYPE kvshare_ranks_attached gauge\nkvshare_ranks_attached{unique_id=\"%s\"} 3\n", uid);
+	/* the exporter does not count itself */
+	PROM("# TYPE kvshare_ranks_attached gauge\nkvshare_ranks_attached{unique_id=\"%s\"} 2\n", uid);
 	PROM("kvshare_gpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
 	PROM("kvshare_slots{unique_id=\"%s\",state=\"ready\"} %u\n", uid, NBLK);
 	PROM("kvshare_capacity_bytes{unique_id=\"%s\"} %u\n", uid, 64 * SHARD);
@@ -450,51 +562,46 @@ static kvs_test_rc test_stat_live(void)
 	PROM("# TYPE kvshare_store_task_latency_seconds histogram\n");
 	PROM("kvshare_store_task_latency_seconds_bucket{unique_id=\"%s\",le=\"+Inf\"} 2\n", uid);
 	PROM("kvshare_store_task_latency_seconds_count{unique_id=\"%s\"} 2\n", uid);
-	PROM("kvshare_rank_info{unique_id=\"%s\",rank=\"", uid);
-	PROM(",pid=\"%d\",device=\"0\",watcher=\"0\"} 1\n", (int)r.pid[0]);
-	PROM("kvshare_rank_store_shards_loaded_total{unique_id=\"%s\",rank=\"", uid);
+	PROM("kvshare_store_task_latency_seconds_bucket{unique_id=\"%s\",le=\"0.000002\"}", uid);
+	PROM("kvshare_store_task_latency_seconds_bucket{unique_id=\"%s\",le=\"1.048576\"}", uid);
+	PROM("kvshare_store_task_latency_seconds_sum{unique_id=\"%s\"} ", uid);
+	/* per GPU rank, by device: no pid, no reused entry index, no watcher */
+	PROM("kvshare_rank_info{unique_id=\"%s\",device=\"0\"} 1\n", uid);
+	PROM("kvshare_rank_info{unique_id=\"%s\",device=\"1\"} 1\n", uid);
+	PROM("kvshare_rank_store_shards_loaded_total{unique_id=\"%s\",device=\"1\"} %u\n", uid, NBLK);
+	KVS_CHECK(strstr(text, "pid=") == NULL && strstr(text, "rank=") == NULL);
+	KVS_CHECK(strstr(text, "kvshare_store_registered_bytes_total") == NULL);
+	PROM("# TYPE kvshare_store_registered_bytes gauge\n");
 #undef PROM
 	unlink(prom);
 
-	/* --watch: two intervals, then SIGTERM: a clean exit. */
+	/* --watch --json: two intervals, then SIGTERM: a clean exit. */
+	const char *a_watch[] = { "stat", uid, "--watch", "0.2", "--json", NULL };
+	KVS_TRY(watch_until(run, a_watch, NULL, 2));
+	for (char *q = run->out, *nl; (nl = strchr(q, '\n')); q = nl + 1) {
+		*nl = '\0';
+		j = parse_json(q);
+		KVS_CHECK(j != NULL);
+		KVS_CHECK_EQ(jint(j, "ranks_attached"), 3);
+		json_decref(j);
+	}
+	KVS_CHECK(run->err[0] == '\0');
+	/* --watch in text: the block once, then a header and one line of rates per
+	 * interval (not the block again) */
+	const char *a_watch_text[] = { "stat", uid, "--watch", "0.2", NULL };
+	KVS_TRY(watch_until(run, a_watch_text, "gets/s", 3));
+	KVS_TRY(has(run->out, "  gets       "));
 	{
-		const char *a_watch[] = { "stat", uid, "--watch", "0.2", "--json", NULL };
-		int ofd, efd, lines = 0;
-		size_t len = 0, el = 0;
-		pid_t pid = cli_spawn(a_watch, &ofd, &efd);
-		uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+		char *hdr = strstr(run->out, "time        gets/s");
+		int after = 0;
 
-		KVS_CHECK(pid > 0);
-		while (lines < 2 && kvs_now_ns() < deadline) {
-			struct pollfd p = { .fd = ofd, .events = POLLIN };
-			ssize_t n;
-
-			if (poll(&p, 1, 100) <= 0)
-				continue;
-			n = read(ofd, run->out + len, sizeof(run->out) - 1 - len);
-			if (n <= 0)
-				break;
-			len += (size_t)n;
-			run->out[len] = '\0';
-			lines = 0;
-			for (char *q = run->out; (q = strchr(q, '\n')); q++)
-				lines++;
+		KVS_CHECK(hdr != NULL);
+		KVS_CHECK(strstr(hdr + 1, "  gets       ") == NULL); /* the block once only */
+		for (char *q = strchr(hdr, '\n'); q && q[1]; q = strchr(q + 1, '\n')) {
+			KVS_CHECK(q[3] == ':' && q[6] == ':'); /* "\nHH:MM:SS ..." */
+			after++;
 		}
-		KVS_CHECK(lines >= 2);
-		kill(pid, SIGTERM);
-		drain(ofd, run->out, sizeof(run->out), &len);
-		drain(efd, run->err, sizeof(run->err), &el);
-		close(ofd);
-		close(efd);
-		KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
-		for (char *q = run->out, *nl; (nl = strchr(q, '\n')); q = nl + 1) {
-			*nl = '\0';
-			j = parse_json(q);
-			KVS_CHECK(j != NULL);
-			KVS_CHECK_EQ(jint(j, "ranks_attached"), 3);
-			json_decref(j);
-		}
-		KVS_CHECK(run->err[0] == '\0');
+		KVS_CHECK(after >= 2);
 	}
 
 	/* stat left nothing behind and disturbed nobody. */
@@ -503,6 +610,130 @@ static kvs_test_rc test_stat_live(void)
 	KVS_CHECK_EQ(info.adoptions, 0);
 	KVS_TRY(ranks_stop(&r));
 	KVS_CHECK(!ctl_exists(uid)); /* the last rank removed it: stat's entry was freed */
+	free(run);
+	free(text);
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Three ranks load the same NBLK shards at once (reads held 300 ms): one read
+ * per shard, the others join it.  stat, --json and --prometheus show the
+ * sharing: queries = hits + joins + misses = 3 x NBLK, misses = owner reads =
+ * NBLK, joins > 0 (before, joins were counted nowhere: "hits 0, waits 0").
+ */
+static kvs_test_rc test_stat_joins(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	char uid[80], prom[160], want[256], *text = malloc(65536);
+	long long joins;
+	json_t *j;
+
+	KVS_CHECK(run && text);
+	kvs_test_unique_id(uid, sizeof(uid), "tjoin");
+	KVS_TRY(ranks_start_together(&r, uid, 3, 300 * ST_MS));
+	const char *a_json[] = { "stat", uid, "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, a_json));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	joins = jint(j, "cache/joins");
+	printf("  3 ranks at once: queries %lld = hits %lld + joins %lld + misses %lld; owner "
+	       "reads %lld\n", jint(j, "cache/queries"), jint(j, "cache/hits"), joins,
+	       jint(j, "cache/misses"), jint(j, "store/owner_reads"));
+	KVS_CHECK_EQ(jint(j, "cache/queries"), 3 * NBLK);
+	KVS_CHECK_EQ(jint(j, "cache/hits") + joins + jint(j, "cache/misses"), 3 * NBLK);
+	KVS_CHECK_EQ(jint(j, "cache/misses"), NBLK);
+	KVS_CHECK_EQ(jint(j, "store/owner_reads"), NBLK);
+	KVS_CHECK_EQ(jint(j, "store/shards_loaded"), 3 * NBLK);
+	KVS_CHECK_EQ(jint(j, "cache/dedup_hits"), 2 * NBLK);
+	KVS_CHECK(joins > 0);
+	json_decref(j);
+
+	const char *a_text[] = { "stat", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_text));
+	snprintf(want, sizeof(want), "gets       %u = ", 3 * NBLK);
+	KVS_TRY(has(run->out, want));
+	snprintf(want, sizeof(want), " joins (a read in flight) + %u misses", NBLK);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->out, "served by the tier 66.7%"));
+
+	snprintf(prom, sizeof(prom), "/tmp/kvs-%s.prom", uid);
+	const char *a_prom[] = { "stat", uid, "--prometheus", prom, "--quiet", NULL };
+	KVS_TRY(cli_expect(run, 0, a_prom));
+	KVS_TRY(check_prom_file(prom, text, 65536));
+	snprintf(want, sizeof(want), "kvshare_joins_total{unique_id=\"%s\"} %lld\n", uid, joins);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_queries_total{unique_id=\"%s\"} %u\n", uid, 3 * NBLK);
+	KVS_TRY(has(text, want));
+	unlink(prom);
+	KVS_TRY(ranks_stop(&r));
+	free(run);
+	free(text);
+	return KVS_TEST_PASS;
+}
+
+/* Poll the exporter's file (every 20 ms, up to 10 s) until it holds want; its
+ * last text in text[cap].  1 found, 0 not. */
+static int prom_wait(const char *prom, const char *want, char *text, size_t cap)
+{
+	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
+
+	for (;;) {
+		FILE *f = fopen(prom, "re");
+		size_t n = f ? fread(text, 1, cap - 1, f) : 0;
+
+		if (f)
+			fclose(f);
+		text[n] = '\0';
+		if (strstr(text, want))
+			return 1;
+		if (kvs_now_ns() >= deadline)
+			return 0;
+		usleep(20000);
+	}
+}
+
+/*
+ * Every rank killed -9 while an exporter watches (it keeps the cache attached):
+ * the next file counts no live rank, lists no rank series, and says ready (no
+ * live rank has anything left to register).  Before: kvshare_gpu_ranks_attached
+ * 2, kvshare_ranks_attached 3, kvshare_store_ready 0 ("NOT ready").
+ */
+static kvs_test_rc test_stat_dead_ranks(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	char uid[80], prom[160], want[256], *text = malloc(65536);
+	int ofd, efd, ok;
+
+	KVS_CHECK(run && text);
+	kvs_test_unique_id(uid, sizeof(uid), "tsdead");
+	snprintf(prom, sizeof(prom), "/tmp/kvs-%s.prom", uid);
+	KVS_TRY(ranks_start(&r, uid, 2, false));
+	const char *a[] = { "stat", uid, "--watch", "0.1", "--prometheus", prom, "--quiet", NULL };
+	pid_t pid = cli_spawn(a, &ofd, &efd);
+	KVS_CHECK(pid > 0);
+	/* the exporter attached (its first file says 2 live GPU ranks), then the kills */
+	snprintf(want, sizeof(want), "kvshare_gpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
+	ok = prom_wait(prom, want, text, 65536);
+	if (ok) {
+		KVS_TRY(ranks_kill(&r));
+		snprintf(want, sizeof(want), "kvshare_gpu_ranks_attached{unique_id=\"%s\"} 0\n", uid);
+		ok = prom_wait(prom, want, text, 65536);
+	}
+	KVS_TRY(cli_stop(run, pid, ofd, efd, 0));
+	if (!ok)
+		KVS_FAILF("no file with %s within 10 s; the last:\n%s", want, text);
+	snprintf(want, sizeof(want), "kvshare_ranks_attached{unique_id=\"%s\"} 0\n", uid);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_ranks_dead{unique_id=\"%s\"} 2\n", uid);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_store_ready{unique_id=\"%s\"} 1\n", uid);
+	KVS_TRY(has(text, want));
+	KVS_CHECK(strstr(text, "kvshare_rank_info{unique_id") == NULL);
+	unlink(prom);
+	const char *ac[] = { "clean", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, ac));
 	free(run);
 	free(text);
 	return KVS_TEST_PASS;
@@ -548,34 +779,38 @@ static kvs_test_rc test_stat_last_left(void)
 {
 	struct ranks r;
 	struct run *run = calloc(1, sizeof(*run));
-	struct kvs_cache_info info;
-	char uid[80], ch;
+	char uid[80], prom[160], want[256], *text = malloc(65536);
 	int ofd, efd;
-	size_t el = 0, ol = 0;
 
-	KVS_CHECK(run);
+	KVS_CHECK(run && text);
 	kvs_test_unique_id(uid, sizeof(uid), "tslast");
-	KVS_TRY(ranks_start(&r, uid, 1, false));
-	const char *a[] = { "stat", uid, "--watch", "0.1", "--json", NULL };
+	snprintf(prom, sizeof(prom), "/tmp/kvs-%s.prom", uid);
+	/* started before any rank: it waits, exporting kvshare_up 0 */
+	const char *a[] = { "stat", uid, "--watch", "0.1", "--prometheus", prom, "--quiet", NULL };
 	pid_t pid = cli_spawn(a, &ofd, &efd);
 	KVS_CHECK(pid > 0);
-	KVS_CHECK_EQ(read(ofd, &ch, 1), 1); /* stat attached and printed */
-	KVS_TRY(ranks_stop(&r));
-	KVS_CHECK(ctl_exists(uid)); /* stat is still attached: not removed */
-	kill(pid, SIGTERM);
-	drain(ofd, run->out, sizeof(run->out), &ol);
-	drain(efd, run->err, sizeof(run->err), &el);
-	close(ofd);
-	close(efd);
-	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
-	KVS_TRY(one_line_err(run, "leaving without detaching"));
-	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
-	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
-	KVS_CHECK_EQ(info.ranks_live, 0);
-	const char *ac[] = { "clean", uid, NULL };
-	KVS_TRY(cli_expect(run, 0, ac));
+	snprintf(want, sizeof(want), "kvshare_up{unique_id=\"%s\"} 0\n", uid);
+	if (!prom_wait(prom, want, text, 65536))
+		KVS_FAILF("before any rank: no %s; the file:\n%s", want, text);
+	for (int round = 0; round < 2; round++) {
+		KVS_TRY(ranks_start(&r, uid, 1, false));
+		snprintf(want, sizeof(want), "kvshare_up{unique_id=\"%s\"} 1\n", uid);
+		if (!prom_wait(prom, want, text, 65536))
+			KVS_FAILF("round %d: the exporter did not attach; the file:\n%s", round, text);
+		/* the only rank closes cleanly while stat watches: the cache goes */
+		KVS_TRY(ranks_stop(&r));
+		KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
+		snprintf(want, sizeof(want), "kvshare_up{unique_id=\"%s\"} 0\n", uid);
+		if (!prom_wait(prom, want, text, 65536))
+			KVS_FAILF("round %d: the exporter did not let go; the file:\n%s", round, text);
+	}
+	KVS_TRY(cli_stop(run, pid, ofd, efd, 0));
+	KVS_TRY(has(run->err, "no live cache; waiting for one"));
+	KVS_TRY(has(run->err, "the cache was removed (its last rank left); waiting for the next one"));
 	KVS_CHECK(!ctl_exists(uid));
+	unlink(prom);
 	free(run);
+	free(text);
 	return KVS_TEST_PASS;
 }
 
@@ -614,11 +849,11 @@ static kvs_test_rc caches_make(char *live, char *stale, char *pers, struct kvs_s
 	kvs_test_unique_id(live, 80, "tlive");
 	kvs_test_unique_id(stale, 80, "tstale");
 	kvs_test_unique_id(pers, 80, "tpers");
-	rank_cfg(&cfg, live, 0, false);
+	rank_cfg(&cfg, live, 0, false, 20000);
 	KVS_TRY(st_open(&cfg, held));
 	KVS_TRY(ranks_start(&r, stale, 1, false));
 	KVS_TRY(ranks_kill(&r));
-	rank_cfg(&cfg, pers, 0, true);
+	rank_cfg(&cfg, pers, 0, true, 20000);
 	KVS_TRY(st_open(&cfg, &s));
 	kvs_store_close(s);
 	KVS_CHECK(ctl_exists(live) && ctl_exists(stale) && ctl_exists(pers));
@@ -814,6 +1049,8 @@ static kvs_test_rc test_bad_input(void)
 static const struct kvs_test_case cases[] = {
 	{ "bad_input", test_bad_input },
 	{ "stat_live", test_stat_live },
+	{ "stat_joins", test_stat_joins },
+	{ "stat_dead_ranks", test_stat_dead_ranks },
 	{ "stat_stale", test_stat_stale },
 	{ "stat_last_left", test_stat_last_left },
 	{ "ls_clean", test_ls_clean },

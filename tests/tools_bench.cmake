@@ -1,8 +1,11 @@
 # Tests of `kvshare bench` (tools/bench.c), driven end to end as a user runs it
 # (tests/tools_bench.sh): tiny three-way runs (kernel shared, plain shared by
-# re-execution against the plain library, private), bytes verified, backend reads
-# in the shared runs equal to the unique shards (from --json, and --check), a
-# tiny Mooncake trace, bad input, nothing left behind.
+# re-execution against the plain library, private), each configuration --repeat
+# times, bytes verified, backend reads in every shared run equal to the unique
+# shards (from --json, and --check), shared and private caches on the same
+# memory (also with a hugepage pool that holds one cache, not one per rank),
+# Mooncake traces whole and capped, --backend redis against a redis-server of its
+# own (skipped without one), bad input, nothing left behind.
 #
 # Included once per variant by tests/CMakeLists.txt, but the CLI is built once
 # (${CMAKE_BINARY_DIR}/bin/kvshare, against the first variant's library:

@@ -4,7 +4,8 @@
 # for every policy (fifo, lru, belady, and clock: the real libkvshare cache),
 # the table mode, --json, --shards, and bad input (missing file, a malformed
 # line reported by its number, bad numbers, unknown flags: a one-line message
-# and a non-zero exit), --help.  Every run must leave no cache segment behind.
+# and a non-zero exit), --help; and `kvshare trace gen` (deterministic by seed,
+# its trace replays with hits).  Every run must leave no cache segment behind.
 # LD_LIBRARY_PATH picks the library variant the CLI runs against
 # (tests/tools_replay.cmake runs this once per variant).
 # Exit 0 pass, 1 fail.
@@ -265,6 +266,34 @@ if [ "$rc" -ne 0 ] || ! grep -q '^usage: kvshare replay TRACE' <<<"$out" || [ -n
 else
 	echo "ok: --help"
 fi
+
+# --- kvshare trace gen: the README's replay example, from a fresh clone --------
+# A seed gives one trace byte for byte; another seed another; the trace parses
+# and replays (its prefixes are shared, so LRU and CLOCK hit), no segment left.
+"$BIN" trace gen --requests 400 --seed 7 --out "$WORK/gen1.jsonl" || fail "trace gen --out: exit $?"
+"$BIN" trace gen --requests 400 --seed 7 >"$WORK/gen2.jsonl" || fail "trace gen to stdout: exit $?"
+"$BIN" trace gen --requests 400 --seed 8 >"$WORK/gen3.jsonl" || fail "trace gen --seed 8: exit $?"
+if ! cmp -s "$WORK/gen1.jsonl" "$WORK/gen2.jsonl"; then
+	fail "trace gen: the same seed gave two traces"
+elif cmp -s "$WORK/gen1.jsonl" "$WORK/gen3.jsonl"; then
+	fail "trace gen: seeds 7 and 8 gave the same trace"
+elif [ "$(wc -l <"$WORK/gen1.jsonl")" -ne 400 ]; then
+	fail "trace gen --requests 400: $(wc -l <"$WORK/gen1.jsonl") lines"
+else
+	echo "ok: trace gen: deterministic by seed, 400 requests"
+fi
+run replay "$WORK/gen1.jsonl" --capacity-blocks 2000
+if [ "$rc" -ne 0 ]; then
+	fail "replay of a generated trace: exit $rc: $err"
+elif ! grep -qE '^replay trace=gen1.jsonl policy=lru capacity_blocks=2000 accesses=[0-9]+ hits=[1-9][0-9]* ' <<<"$out"; then
+	fail "replay of a generated trace: no LRU hits: $out"
+else
+	echo "ok: replay of a generated trace: $(grep 'policy=clock' <<<"$out")"
+fi
+run trace gen --requests 0
+[ "$rc" -eq 2 ] && grep -q "requests '0'" <<<"$err" || fail "trace gen --requests 0: exit $rc: $err"
+run trace bogus
+[ "$rc" -eq 2 ] || fail "trace bogus: exit $rc"
 
 if [ $fails -ne 0 ]; then
 	echo "$fails failure(s)"

@@ -42,4 +42,8 @@ if [ -n "$sanitize" ]; then
 	[ "$sanitize" = asan ] && export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 fi
 echo "python: $py ($("$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)')), library: $lib"
-exec "$py" -m pytest -q -p no:cacheprovider "$here"
+# -rs: each skip with its reason; stdin from /dev/null, never closed: a closed
+# stdin hands descriptor 0 to whatever opens next, and pytest's dup2 onto its
+# stdin would replace it (the library keeps its own descriptors above 2, but
+# not every one of its backends' does).
+exec "$py" -m pytest -q -rs -p no:cacheprovider "$here" </dev/null

@@ -84,3 +84,16 @@ def test_open_error_carries_the_librarys_log_line(uid, base):
         kvshare.Store(base(unique_id=uid("badgeo"), tensor_size=3000))
     assert ei.value.code == -errno.EINVAL
     assert "tensor_size" in ei.value.detail
+
+
+def test_open_error_keeps_every_line(uid, base):
+    # A missing root: the backend names it, the store says which step failed;
+    # detail keeps both lines (it kept only the last: "store: opening the
+    # backend: No such file or directory").
+    root = "/nonexistent/kvs-py-detail"
+    with pytest.raises(kvshare.KvsError) as ei:
+        kvshare.Store(base(unique_id=uid("detail"), backend="posix", backend_roots=root))
+    assert ei.value.code == -errno.ENOENT
+    lines = ei.value.detail.split("\n")
+    assert lines[0].startswith(f"backend: root {root}: No such file"), lines
+    assert lines[-1] == "store: opening the backend: No such file or directory", lines

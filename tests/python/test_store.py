@@ -3,8 +3,10 @@ numpy arrays on the host copy engine and a posix backend under tmp_path.
 Round trips compare bytes; a second store on a fresh cache proves the bytes
 came back from the backend (owner reads), not only from the shared cache."""
 import errno
+import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -196,11 +198,20 @@ def test_wait_timeout_and_gil_release(base, uid):
 
 
 def test_task_timeout_is_an_error(base, uid):
-    with kvshare.Store(base(unique_id=uid("tmo"), backend="latency", latency_us=300000,
+    name = uid("tmo")
+    with kvshare.Store(base(unique_id=name, backend="latency", latency_us=300000,
                             timeout_ms=50)) as s:
         with pytest.raises(kvshare.KvsError) as ei:
             s.load([1], [torch.zeros(SHARD, dtype=torch.uint8)]).wait()
         assert ei.value.code == -errno.ETIMEDOUT and ei.value.name == "ETIMEDOUT"
+    # close gave up on the 300 ms read; once it lands the store detaches and,
+    # the only rank, removes the cache (a process exiting sooner would leave it
+    # stale: 300 ms is past what close and exit wait with timeout_ms=50).
+    ctl = f"/dev/shm/kvshare.{name}.ctl"
+    deadline = time.monotonic() + 10
+    while os.path.exists(ctl) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not os.path.exists(ctl)
 
 
 def test_close_drains_and_finalizer(base, uid):
