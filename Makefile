@@ -9,6 +9,9 @@
 #   make chaos   a long chaos run (CHAOS_MINUTES, default 10) per variant and mixed
 #                (perf/chaos.sh; CTest runs a short one)
 #   make startup-bench  pre-fault and first-load timings (perf/startup_bench.sh)
+#   make wheel   the Python wheel with the library inside (build/wheel/)
+#   make vllm-env  the pinned vLLM CPU venv, outside the repository, reused when
+#                present (python/vllm/env.sh; docs/vllm.md)
 #
 # Missing Debian packages are installed when run as root; otherwise the exact
 # apt-get line is printed and make stops.
@@ -18,13 +21,19 @@ WERROR ?= ON
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure --timeout 600
 
+# What the libraries and the CLI need to build: all `make bench` installs.
 DEB_PACKAGES := cmake gcc make pkg-config liburing-dev libnuma-dev libhugetlbfs-dev \
-	libjansson-dev libhiredis-dev abigail-tools fio linux-perf
+	libjansson-dev libhiredis-dev
 
 # What only the tests use: a real Redis server for the redis backend's tests,
-# pytest, numpy and torch (CPU) for the Python binding's.  Installed by the test
-# targets (as root), so the build and `make bench` stay small.
-TEST_DEB_PACKAGES := redis-server python3-pytest python3-numpy python3-torch
+# pytest, numpy and torch (CPU) for the Python binding's, abidiff for the ABI
+# test, venv, setuptools and wheel for the wheel's.  Installed by the test
+# targets (as root), so `make bench` stays small.
+TEST_DEB_PACKAGES := redis-server python3-pytest python3-numpy python3-torch abigail-tools \
+	python3-venv python3-setuptools python3-wheel
+
+# What the perf/ scripts use beside the build (fio, perf stat).
+PERF_DEB_PACKAGES := fio linux-perf
 
 # libFuzzer build: clang, compiler-rt (libFuzzer, ASan, UBSan runtimes), and
 # llvm for llvm-symbolizer (readable stacks).  The plain variant needs no more.
@@ -34,7 +43,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := ctl store_config trace block
 FUZZ_ARGS ?=
 
-.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds chaos startup-bench clean
+.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds chaos startup-bench vllm-env wheel clean
 
 all: build
 
@@ -64,23 +73,38 @@ endef
 build: deps
 	$(call kvs_build,build,)
 
-bench: build
+# Only the CLI and the libraries it runs (both variants: bench re-executes itself
+# against the other), quietly: the build's output is shown only when it fails.
+bench: deps
+	@log=$$(mktemp /tmp/kvshare-bench-build.XXXXXX); \
+	if cmake -S . -B build -DKVS_WERROR=$(WERROR) $(CMAKE_FLAGS) >$$log 2>&1 && \
+	   cmake --build build -j $(JOBS) --target bench_build >>$$log 2>&1; then \
+		rm -f $$log; \
+	else \
+		tail -n 60 $$log; echo "make bench: the build failed (whole log: $$log)"; exit 1; \
+	fi
 	build/bin/kvshare bench
 
+# Each ends with the list of skipped tests and sub-cases, with their reasons.
 test: build
-	ctest --test-dir build $(CTEST_FLAGS) -j $(JOBS)
+	@rc=0; ctest --test-dir build $(CTEST_FLAGS) -j $(JOBS) || rc=$$?; \
+	tests/skips.sh build; exit $$rc
 
 test-asan: deps
 	$(call kvs_build,build-asan,-DKVS_SANITIZE=asan -DKVS_CUDA=OFF)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --test-dir build-asan $(CTEST_FLAGS) -j $(JOBS) -LE slow
+	@rc=0; ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		ctest --test-dir build-asan $(CTEST_FLAGS) -j $(JOBS) -LE slow || rc=$$?; \
+	tests/skips.sh build-asan; exit $$rc
 
 test-tsan: deps
 	$(call kvs_build,build-tsan,-DKVS_SANITIZE=tsan -DKVS_CUDA=OFF)
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		ctest --test-dir build-tsan $(CTEST_FLAGS) -j $(JOBS) -LE slow
+	@rc=0; TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		ctest --test-dir build-tsan $(CTEST_FLAGS) -j $(JOBS) -LE slow || rc=$$?; \
+	tests/skips.sh build-tsan; exit $$rc
 
 test test-asan test-tsan: DEB_PACKAGES += $(TEST_DEB_PACKAGES)
+startup-bench: DEB_PACKAGES += $(PERF_DEB_PACKAGES)
 fuzz-build fuzz-seeds: DEB_PACKAGES := $(FUZZ_DEB_PACKAGES)
 fuzz-build: deps
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DKVS_FUZZ=ON -DKVS_VARIANT=plain \
@@ -101,6 +125,12 @@ startup-bench: build
 fuzz-seeds: fuzz-build
 	rm -f fuzz/corpus/ctl/*
 	build-fuzz/fuzz/seed_ctl fuzz/corpus/ctl
+
+wheel: build
+	cmake --build build --target wheel
+
+vllm-env:
+	python/vllm/env.sh
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -319,6 +319,14 @@ static void tpb_close(void *state)
 	free(b);
 }
 
+/* The latency backend's wait descriptor: tpb_poll reaps it, so its readiness is ours. */
+static int tpb_wait_fd(void *state)
+{
+	struct tp_backend *b = state;
+
+	return kvs_backend_wait_fd(b->inner);
+}
+
 static const struct kvs_backend_ops tp_backend_ops = {
 	.abi = KVS_BACKEND_OPS_ABI,
 	.size = sizeof(struct kvs_backend_ops),
@@ -328,6 +336,7 @@ static const struct kvs_backend_ops tp_backend_ops = {
 	.submit_write = tpb_submit_write,
 	.poll = tpb_poll,
 	.close = tpb_close,
+	.wait_fd = tpb_wait_fd,
 };
 
 /* ---- one rank ---- */
