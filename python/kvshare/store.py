@@ -321,6 +321,10 @@ class Store:
                 for s, sobj in enumerate(obj):
                     units.append((bid, s, self._shard_addrs(sobj, writable, keep,
                                                             f"block {i} shard {s}")))
+        return self._c_shards(units, keep)
+
+    def _c_shards(self, units, keep):
+        """C arrays of (block id bytes, shard, tensor addresses) units."""
         tc = len(self.tensor_bytes)
         c_tensors = (_abi.kvs_store_tensor * (len(units) * tc))(
             *[(a, 0, 0) for _, _, addrs in units for a in addrs])
@@ -361,6 +365,40 @@ class Store:
         Returns a Task, done per dump_wait (durable: written to the backend)."""
         keep = []
         shards, n = self._task_shards(blocks, tensors, shard, False, keep)
+        event = getattr(cuda_event, "cuda_event", cuda_event)
+        return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
+
+    def _raw_units(self, units):
+        """(block id, shard, tensor addresses) of load_shards/dump_shards units."""
+        out = []
+        for i, (b, shard, addr) in enumerate(units):
+            if not 0 <= shard < self.shards_per_block:
+                raise ValueError(f"kvshare: unit {i}: shard {shard}, a block has "
+                                 f"{self.shards_per_block}")
+            if not isinstance(addr, int) or isinstance(addr, bool) or addr <= 0:
+                raise TypeError(f"kvshare: unit {i}: an address is a positive int")
+            out.append((block_id(b), shard, [addr + off for off in self._tensor_offsets]))
+        if not out:
+            raise ValueError("kvshare: no shards")
+        return out
+
+    def load_shards(self, units, keep=()):
+        """Load shards given by address, any shard of any block per unit:
+        units are (block id, shard, address) with address the first byte of
+        shard_bytes the shard's stored tensors fill in order (a device address
+        with the cuda engine).  What an engine's connector calls, one task for
+        a layer's blocks and heads.  The addresses are not checked: the caller
+        vouches for them, and keep (e.g. the KV tensors they point into) is
+        held until the task is reaped.  Returns a Task."""
+        keep = list(keep)
+        shards, n = self._c_shards(self._raw_units(units), keep)
+        return self._submit("load", self._lib.kvs_store_load, shards, n, keep=keep)
+
+    def dump_shards(self, units, keep=(), cuda_event=None):
+        """Dump shards given by address (as load_shards, the other way; as dump
+        for cuda_event and completion).  Returns a Task."""
+        keep = list(keep)
+        shards, n = self._c_shards(self._raw_units(units), keep)
         event = getattr(cuda_event, "cuda_event", cuda_event)
         return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
 

@@ -103,6 +103,35 @@ def test_layerwise(posix):
             assert torch.equal(dst[layer + 1:], torch.zeros_like(dst[layer + 1:]))
 
 
+def test_shards_by_address(posix):
+    """load_shards/dump_shards: any (block, shard) per unit in one task, the
+    shards scattered in the source (a connector's heads of a layer); the
+    second store reads them back from the backend into another order."""
+    ids = blocks(7)
+    units = [(b, sh) for b in ids for sh in range(SPB)]
+    order = np.random.default_rng(7).permutation(len(units))
+    src = torch.randint(0, 256, (len(units), SHARD), dtype=torch.uint8)
+    with kvshare.Store(posix("addr1")) as s:
+        base = src.data_ptr()
+        t = s.dump_shards([(*units[u], base + k * SHARD) for k, u in enumerate(order)],
+                          keep=[src])
+        assert t.wait() is True
+        assert s.lookup(ids) == [True] * NBLOCKS
+        with pytest.raises(ValueError, match="shard 4, a block has 4"):
+            s.load_shards([(ids[0], SPB, base)])
+        with pytest.raises(TypeError, match="positive int"):
+            s.load_shards([(ids[0], 0, src)])
+        with pytest.raises(ValueError, match="no shards"):
+            s.load_shards([])
+    with kvshare.Store(posix("addr2")) as s:
+        dst = torch.zeros_like(src)
+        base = dst.data_ptr()
+        assert s.load_shards([(*u, base + k * SHARD) for k, u in enumerate(units)],
+                             keep=[dst]).wait()
+        assert s.stats()["owner_reads"] == len(units)
+    assert torch.equal(dst, src[np.argsort(order)])
+
+
 def test_prefetch_then_load_hits(posix):
     src = torch.randint(0, 256, (NBLOCKS, SHARD * SPB), dtype=torch.uint8)
     ids = blocks(5)
