@@ -18,7 +18,9 @@ the same tokens differ between engines:
   - the stored layout's version (LAYOUT_VERSION) and vLLM's version.
 
 Not the tensor-parallel degree: a stored block holds every head, and each
-rank loads its slice (docs/vllm.md, "One stored block serves every TP degree").
+rank loads its heads (layout.py; docs/vllm.md, "One stored block serves every
+TP degree") -- except with load_format "dummy", whose random weights, and so
+their KV, differ between TP degrees.
 
 A fingerprint is only worth having if the hashes under it are the same in
 every process: check_hash_determinism refuses (ValueError naming the setting
@@ -65,12 +67,16 @@ def fingerprint_fields(vllm_config, environ=None):
     hf = {k: v for k, v in mc.hf_config.to_dict().items() if k != "_name_or_path"}
     model_id = _extra(vllm_config).get("kvshare_model_id")
     lc = vllm_config.load_config
+    load_format = str(getattr(lc, "load_format", None))
     return {
         "layout": LAYOUT_VERSION,
         "vllm": vllm.__version__,
         "hf_config": hf,
         "model": model_id if model_id is not None else [mc.model, mc.revision],
-        "load_format": str(getattr(lc, "load_format", None)),
+        "load_format": load_format,
+        # dummy weights are drawn per rank shard: their KV depends on the TP degree
+        "dummy_tp": (vllm_config.parallel_config.tensor_parallel_size
+                     if load_format == "dummy" else None),
         "quantization": mc.quantization,
         "dtype": str(mc.dtype),
         "kv_cache_dtype": str(cc.cache_dtype),

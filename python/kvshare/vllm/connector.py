@@ -1,0 +1,368 @@
+"""kvshare.vllm.connector -- KVShareConnector, vLLM's KV connector (v1) over a
+kvshare store: every engine on a node, whatever its TP degree, shares one
+host-memory tier of stored blocks, backed by kvshare's backend.
+
+Loaded by vLLM with
+    kv_transfer_config={"kv_connector": "KVShareConnector",
+                        "kv_connector_module_path": "kvshare.vllm",
+                        "kv_role": "kv_both",
+                        "kv_connector_extra_config": {"kvshare_config": {...}}}
+where kvshare_config holds the store's key=value keys (a dict or the
+"k=v,k=v" string: the cache's capacity, the backend, ...; docs/vllm.md lists
+what the connector sets itself).  kv_role "kv_producer" only saves,
+"kv_consumer" only loads.
+
+Scheduler side (one per engine): a watcher store answers how many leading
+blocks of a request are stored (kvs_store_lookup_prefix over the kvshare ids
+of its block hashes, identity.block_ids), keeping at least one token to
+compute; loads are synchronous (the step that computes past them loads them
+first).  The metadata of each step lists, per request, the (kvshare id, vLLM
+block id) pairs to load and those that became full this step, to save.
+
+Worker side (one per rank): the rank's store (a GPU rank of the cache, its
+device the rank's).  start_load_kv submits one load task per layer -- the
+shards of the rank's heads of every block to load (layout.py) --, and
+wait_for_layer_load waits for that layer's; save_kv_layer submits the layer's
+dump, and wait_for_save waits for the dumps to be in the shared cache
+(dump_wait=cached: the backend write then runs from the cache, and the KV
+blocks are the engine's again).  A load that fails -- a backend error, a dead
+owner, its deadline (timeout_ms) -- reports its vLLM blocks through
+get_block_ids_with_load_errors, so vLLM recomputes them (with
+kv_load_failure_policy="recompute"): never wrong KV, never a hang.  A failed
+save is logged and counted: a later miss, not an error.
+"""
+
+from dataclasses import dataclass, field
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
+                                                              KVConnectorMetadata,
+                                                              KVConnectorRole)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.logger import init_logger
+
+from .._lib import KvsError
+from ..store import Store, _config_string
+from . import identity, layout
+
+# Under vLLM's logger, so that the lines land in the engine's log, in its format.
+logger = init_logger("vllm.kvshare.connector")
+
+# kv_connector_extra_config keys of the connector itself.
+EXTRA_CONFIG = "kvshare_config"      # the store's keys (dict or "k=v,..." string)
+EXTRA_UNIQUE_ID = "kvshare_unique_id"  # the cache's name (default: from the fingerprint)
+# Keys the connector derives from the engine; a kvshare_config naming them is refused.
+_DERIVED = ("device_id", "shard_size", "block_size", "tensor_size", "tensor_size_list")
+
+
+@dataclass
+class KVShareMetadata(KVConnectorMetadata):
+    """One step's transfers: per request, (kvshare id, vLLM block id) pairs."""
+    loads: list = field(default_factory=list)  # [(req_id, [(id bytes, block id)])]
+    saves: list = field(default_factory=list)
+
+
+@dataclass
+class KVShareStats(KVConnectorStats):
+    """Counters of an interval, summed over ranks (vLLM's stats hooks)."""
+
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other):
+        for k, v in other.data.items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self):
+        return dict(self.data)
+
+    def is_empty(self):
+        return not any(self.data.values())
+
+
+def _store_keys(vllm_config, geo, device_id):
+    """The store's configuration string: what the engine fixes (the geometry,
+    the device), the connector's defaults unless the user's kvshare_config
+    sets them, then the user's keys."""
+    extra = identity._extra(vllm_config)
+    user = extra.get(EXTRA_CONFIG) or ""
+    items = [item for item in _config_string(user).split(",") if item.strip()]
+    given = {item.split("=", 1)[0].strip() for item in items}
+    bad = sorted(given & set(_DERIVED))
+    if bad:
+        raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_CONFIG!r}] sets "
+                         f"{', '.join(bad)}: the connector derives these from the engine "
+                         "(the model's layers, heads, block size; the rank)")
+    defaults = {
+        "unique_id": extra.get(EXTRA_UNIQUE_ID)
+        or "vllm-" + identity.fingerprint(vllm_config).hex()[:16],
+        "dump_wait": "cached",
+        "waiting_queue_depth": min(4096, 4 * len(geo.layers) + 64),
+        "copy_engine": "host" if vllm_config.device_config.device_type == "cpu" else "cuda",
+    }
+    fixed = {"device_id": device_id, "shard_size": geo.shard_bytes,
+             "block_size": geo.shard_bytes * geo.shards_per_block}
+    keys = {k: v for k, v in defaults.items() if k not in given} | fixed
+    return ",".join([_config_string(keys)] + items)
+
+
+class _Req:
+    """The scheduler's view of one request."""
+    __slots__ = ("request", "ids", "block_ids", "stored", "local", "load", "saved")
+
+    def __init__(self, request):
+        self.request = request
+        self.ids = []         # kvshare ids of request.block_hashes, extended lazily
+        self.block_ids = []   # vLLM block ids of the request (group 0)
+        self.stored = 0       # leading blocks stored when it was looked up
+        self.local = 0        # tokens vLLM had computed locally at lookup
+        self.load = None      # range of block indices to load next step
+        self.saved = 0        # leading blocks stored or submitted for saving
+
+
+class KVShareConnector(KVConnectorBase_V1):
+    """vLLM's KV connector over kvshare (module docstring)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        identity.check_hash_determinism(vllm_config)
+        self._fp = identity.fingerprint(vllm_config)
+        self._geo = layout.geometry(vllm_config, kv_cache_config)
+        kt = vllm_config.kv_transfer_config
+        self._loads_on = kt.kv_role in ("kv_both", "kv_consumer")
+        self._saves_on = kt.kv_role in ("kv_both", "kv_producer")
+        self._block = self._geo.block_size
+        self._store = None
+        if role == KVConnectorRole.SCHEDULER:
+            self._reqs = {}
+            self._watch_keys = _store_keys(vllm_config, self._geo, -1)
+            self._watch_failed = None  # the last open error, logged once
+        else:
+            self._layers = {}    # layer name -> (layer index, kv tensor)
+            self._loading = {}   # layer name -> (Task, vLLM block ids)
+            self._saving = []    # dump Tasks of this step
+            self._errors = set()
+            self._counts = {}
+            self._last = {}      # store counters at the last stats call
+
+    # -- scheduler side ----------------------------------------------------
+
+    def _watcher(self):
+        """The scheduler's watcher store, opened once the ranks made the cache
+        (an engine's scheduler can start before its workers' stores)."""
+        if self._store is None:
+            try:
+                self._store = Store(self._watch_keys)
+            except KvsError as e:
+                if str(e) != self._watch_failed:
+                    logger.warning("kvshare: no stored blocks can be matched yet: %s", e)
+                    self._watch_failed = str(e)
+        return self._store
+
+    def _state(self, request):
+        st = self._reqs.get(request.request_id)
+        if st is None or st.request is not request:
+            st = self._reqs[request.request_id] = _Req(request)
+        hashes = request.block_hashes
+        if len(st.ids) < len(hashes):
+            st.ids.extend(identity.block_ids(hashes[len(st.ids):], self._fp))
+        return st
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        st = self._state(request)
+        st.local = num_computed_tokens
+        st.load = None
+        store = self._watcher() if self._loads_on else None
+        stored = 0
+        if store is not None and st.ids:
+            try:
+                stored = store.lookup_prefix(st.ids)
+            except KvsError as e:
+                logger.warning("kvshare: lookup of %s failed: %s", request.request_id, e)
+        st.stored = stored
+        st.saved = max(stored, num_computed_tokens // self._block) if self._saves_on else 0
+        usable = min(stored, (request.num_tokens - 1) // self._block)  # one token to compute
+        return max(0, usable * self._block - num_computed_tokens), False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        st = self._state(request)
+        st.block_ids = list(blocks.get_block_ids()[0])
+        if num_external_tokens > 0:
+            first = st.local // self._block
+            st.load = range(first, first + num_external_tokens // self._block)
+
+    def _step(self, meta, req_id, st, block_ids, num_computed, num_scheduled):
+        if block_ids is not None:
+            st.block_ids = block_ids
+        if st.load is not None:
+            meta.loads.append((req_id, [(st.ids[i], st.block_ids[i]) for i in st.load]))
+            st.load = None
+        if not self._saves_on:
+            return
+        full = min((num_computed + num_scheduled) // self._block, len(st.ids),
+                   len(st.block_ids))
+        if full > st.saved:
+            meta.saves.append((req_id, [(st.ids[i], st.block_ids[i])
+                                        for i in range(st.saved, full)]))
+            st.saved = full
+
+    def build_connector_meta(self, scheduler_output):
+        meta = KVShareMetadata()
+        n_sched = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            st = self._reqs.get(new.req_id)
+            if st is not None:
+                self._state(st.request)
+                self._step(meta, new.req_id, st, list(new.block_ids[0]),
+                           new.num_computed_tokens, n_sched[new.req_id])
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self._reqs.get(req_id)
+            if st is None:
+                continue
+            self._state(st.request)
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                block_ids = list(new_ids[0]) if new_ids else []
+            else:
+                block_ids = st.block_ids + (list(new_ids[0]) if new_ids else [])
+            self._step(meta, req_id, st, block_ids, cached.num_computed_tokens[i],
+                       n_sched[req_id])
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._reqs.pop(request.request_id, None)
+        return False, None  # saves end within their step: the blocks are free now
+
+    # -- worker side -------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches):
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        geo = self._geo
+        tp = self._vllm_config.parallel_config.tensor_parallel_size
+        rank = get_tensor_model_parallel_rank()
+        for index, name in enumerate(geo.layers):
+            kv = kv_caches[name]
+            want = (geo.block_size, 2 * geo.head_dim)
+            if kv.dim() != 4 or tuple(kv.shape[2:]) != want or not kv.is_contiguous():
+                raise ValueError(
+                    f"kvshare: layer {name}: a KV cache of shape {tuple(kv.shape)}; the "
+                    f"connector stores vLLM's CPU layout (num_blocks, heads, "
+                    f"{want[0]}, {want[1]}), contiguous (docs/vllm.md: other layouts)")
+            if kv.element_size() != geo.elem_bytes:
+                raise ValueError(f"kvshare: layer {name}: {kv.element_size()}-byte elements, "
+                                 f"the KV spec says {geo.elem_bytes}")
+            self._layers[name] = (index, kv)
+        self._heads_of_rank = next(iter(self._layers.values()))[1].shape[1]
+        self._heads = layout.rank_heads(geo.heads, tp, rank, self._heads_of_rank)
+        device = kv.device.index if kv.device.type == "cuda" else rank
+        self._store = Store(_store_keys(self._vllm_config, geo, device))
+        logger.info("kvshare: rank %d of %d stores heads %s of %d, %d layers, %d-byte shards "
+                    "in cache %s", rank, tp, self._heads, geo.heads, len(geo.layers),
+                    geo.shard_bytes, self._store.unique_id)
+
+    def _units(self, name, pairs):
+        """(kvshare id, shard, address) of a layer's heads of the given blocks."""
+        index, kv = self._layers[name]
+        base, shard_bytes, hr = kv.data_ptr(), self._geo.shard_bytes, self._heads_of_rank
+        return [(kid, self._geo.shard(index, h), base + (blk * hr + j) * shard_bytes)
+                for kid, blk in pairs for j, h in enumerate(self._heads)]
+
+    def _count(self, key, n):
+        self._counts[key] = self._counts.get(key, 0) + n
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        pairs = [p for _, req_pairs in meta.loads for p in req_pairs]
+        if not pairs or self._store is None:
+            return
+        blocks = {blk for _, blk in pairs}
+        for name, (_, kv) in self._layers.items():
+            try:
+                task = self._store.load_shards(self._units(name, pairs), keep=[kv])
+            except KvsError as e:
+                logger.warning("kvshare: load of layer %s not submitted: %s", name, e)
+                self._errors |= blocks
+                continue
+            self._loading[name] = (task, blocks)
+        self._count("loaded_blocks", len(pairs))
+
+    def _wait_load(self, name):
+        task, blocks = self._loading.pop(name)
+        try:
+            self._store.wait(task)
+        except KvsError as e:
+            if not self._errors >= blocks:
+                logger.warning("kvshare: load of layer %s failed (%s): %d blocks are "
+                               "recomputed", name, e, len(blocks))
+            self._errors |= blocks
+            self._count("load_errors", 1)
+
+    def wait_for_layer_load(self, layer_name):
+        if layer_name in self._loading:
+            self._wait_load(layer_name)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        if self._store is None or layer_name not in self._layers:
+            return
+        meta = self._get_connector_metadata()
+        pairs = [p for _, req_pairs in meta.saves for p in req_pairs]
+        if not pairs:
+            return
+        try:
+            self._saving.append(self._store.dump_shards(self._units(layer_name, pairs),
+                                                        keep=[kv_layer]))
+        except KvsError as e:
+            logger.warning("kvshare: save of layer %s not submitted: %s", layer_name, e)
+            self._count("save_errors", 1)
+
+    def wait_for_save(self):
+        for name in list(self._loading):  # a layer the forward never waited for
+            self._wait_load(name)
+        if self._saving:
+            meta = self._get_connector_metadata()
+            self._count("saved_blocks", sum(len(p) for _, p in meta.saves))
+        for task in self._saving:
+            try:
+                self._store.wait(task)
+            except KvsError as e:
+                logger.warning("kvshare: a save failed (%s): those blocks stay unstored", e)
+                self._count("save_errors", 1)
+        self._saving = []
+
+    def get_block_ids_with_load_errors(self):
+        errors, self._errors = self._errors, set()
+        return errors
+
+    def get_kv_connector_stats(self):
+        if self.role != KVConnectorRole.WORKER or self._store is None:
+            return None
+        st = self._store.stats()
+        now = {k: st[k] for k in ("load_hits", "owner_reads", "shards_loaded",
+                                  "shards_dumped", "dump_dedup", "backend_writes")}
+        data = {k: v - self._last.get(k, 0) for k, v in now.items()}
+        self._last = now
+        data.update(self._counts)
+        self._counts = {}
+        stats = KVShareStats(data=data)
+        return None if stats.is_empty() else stats
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KVShareStats(data=dict(data or {}))
+
+    def shutdown(self):
+        if self._store is not None:
+            for name in list(getattr(self, "_loading", {})):
+                self._wait_load(name)
+            for task in getattr(self, "_saving", []):
+                try:
+                    self._store.wait(task)
+                except KvsError:
+                    pass  # logged by wait_for_save's path; shutting down
+            self._store.close()
+            self._store = None
+
+
+__all__ = ["KVShareConnector", "KVShareMetadata", "KVShareStats"]

@@ -1,0 +1,204 @@
+"""KVShareConnector's pieces against vLLM's own classes, without an engine:
+real VllmConfig, KVCacheConfig, Request and block hasher, connector objects of
+both roles on one node's store (posix backend under tmp_path).
+
+- cross-TP: the two ranks of a TP=2 "engine" (worker connectors, each with its
+  own head of the tiny model's two) save blocks layer by layer; a TP=1 worker
+  loads them and finds each head where vLLM's CPU layout puts it, and the
+  other way round;
+- the scheduler side matches the stored prefix through its watcher, keeping
+  one token to compute;
+- a load of blocks that are not stored reports those vLLM blocks as load
+  errors (vLLM then recomputes them), and does not hang;
+- the store's keys: the user's override the connector's defaults, the ones
+  derived from the engine cannot be set;
+- rank_heads is vLLM's split of heads for every TP degree."""
+import os
+
+import pytest
+import torch
+
+import kvshare.vllm as kv
+from conftest import vllm_config
+
+BLOCK, HEADS, HEAD_DIM, LAYERS, NBLOCKS = 32, 2, 32, 2, 10
+NAMES = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
+
+
+def kv_cache_config(heads_of_rank):
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,
+                                            KVCacheGroupSpec)
+
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=heads_of_rank,
+                             head_size=HEAD_DIM, dtype=torch.float32)
+    return KVCacheConfig(num_blocks=NBLOCKS, kv_cache_tensors=[],
+                         kv_cache_groups=[KVCacheGroupSpec(NAMES, spec)])
+
+
+@pytest.fixture
+def node(tiny_model, tmp_path):
+    """node(tp, role): a connector of an engine of TP degree tp, all on one store."""
+    uid = f"vc-{os.getpid()}-{tmp_path.name}"[:60]
+    extra = {"kvshare_unique_id": uid,
+             "kvshare_config": {"backend": "posix", "backend_roots": str(tmp_path),
+                                "fsync": 0, "cache_buffer_capacity_gb": 0.01,
+                                "timeout_ms": 3000}}
+    made = []
+
+    def make(tp, role):
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        cfg = vllm_config(tiny_model, extra=extra)
+        cfg.kv_transfer_config.kv_connector = "KVShareConnector"
+        cfg.kv_transfer_config.kv_connector_module_path = "kvshare.vllm"
+        cfg.parallel_config.tensor_parallel_size = tp
+        c = kv.KVShareConnector(cfg, getattr(KVConnectorRole, role),
+                                kv_cache_config(HEADS // tp))
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.shutdown()
+
+
+def register(monkeypatch, conn, rank, heads_of_rank, fill):
+    """Register this rank's KV caches (vLLM's CPU layout), random or zero."""
+    import vllm.distributed.parallel_state as ps
+
+    monkeypatch.setattr(ps, "get_tensor_model_parallel_rank", lambda: rank)
+    shape = (NBLOCKS, heads_of_rank, BLOCK, 2 * HEAD_DIM)
+    caches = {n: (torch.randn(shape) if fill else torch.zeros(shape)) for n in NAMES}
+    conn.register_kv_caches(caches)
+    return caches
+
+
+def ids(n, tag):
+    return [kv.block_ids([bytes([tag, i]) * 16], b"x" * 32)[0] for i in range(n)]
+
+
+def save(conn, caches, pairs):
+    conn.bind_connector_metadata(kv.KVShareMetadata(saves=[("r", pairs)]))
+    for n in NAMES:
+        conn.save_kv_layer(n, caches[n], None)
+    conn.wait_for_save()
+    conn.clear_connector_metadata()
+
+
+def load(conn, pairs):
+    conn.bind_connector_metadata(kv.KVShareMetadata(loads=[("r", pairs)]))
+    conn.start_load_kv(None)
+    for n in NAMES:
+        conn.wait_for_layer_load(n)
+    conn.wait_for_save()
+    errors = conn.get_block_ids_with_load_errors()
+    conn.clear_connector_metadata()
+    return errors
+
+
+def test_tp2_saves_tp1_loads(node, monkeypatch):
+    ranks = [node(2, "WORKER") for _ in range(2)]
+    src = [register(monkeypatch, c, r, 1, True) for r, c in enumerate(ranks)]
+    stored = ids(4, 1)
+    # each rank saves its head of blocks 3..6 of its cache
+    for c, caches in zip(ranks, src):
+        save(c, caches, [(i, 3 + k) for k, i in enumerate(stored)])
+    one = node(1, "WORKER")
+    dst = register(monkeypatch, one, 0, HEADS, False)
+    assert load(one, [(i, 5 + k) for k, i in enumerate(stored)]) == set()  # into 5..8
+    for n in NAMES:
+        for k in range(4):
+            for h in range(HEADS):
+                assert torch.equal(dst[n][5 + k, h], src[h][n][3 + k, 0]), (n, k, h)
+    assert not dst[n][:5].any() and not dst[n][9:].any()  # nothing else written
+
+
+def test_tp1_saves_tp2_loads(node, monkeypatch):
+    one = node(1, "WORKER")
+    src = register(monkeypatch, one, 0, HEADS, True)
+    stored = ids(3, 2)
+    save(one, src, [(i, 1 + k) for k, i in enumerate(stored)])
+    for r in range(2):
+        c = node(2, "WORKER")
+        dst = register(monkeypatch, c, r, 1, False)
+        assert load(c, [(i, 7 - k) for k, i in enumerate(stored)]) == set()
+        for n in NAMES:
+            for k in range(3):
+                assert torch.equal(dst[n][7 - k, 0], src[n][1 + k, r])
+
+
+def test_scheduler_matches_stored_prefix(node, monkeypatch):
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+
+    def request(tokens):
+        return Request(request_id=f"q{len(tokens)}", prompt_token_ids=tokens,
+                       sampling_params=SamplingParams(max_tokens=1), pooling_params=None,
+                       block_hasher=get_request_block_hasher(BLOCK, hash_fn))
+
+    sched = node(1, "SCHEDULER")
+    tokens = list(range(5, 5 + 8 * BLOCK))  # 8 full blocks
+    req = request(tokens)
+    assert sched.get_num_new_matched_tokens(req, 0) == (0, False)  # nothing stored
+    worker = node(1, "WORKER")
+    caches = register(monkeypatch, worker, 0, HEADS, True)
+    fp = kv.fingerprint(sched._vllm_config)
+    kids = kv.block_ids(req.block_hashes, fp)
+    save(worker, caches, [(i, k) for k, i in enumerate(kids[:5])])  # the first 5
+    assert sched.get_num_new_matched_tokens(request(tokens), 0) == (5 * BLOCK, False)
+    assert sched.get_num_new_matched_tokens(request(tokens), 2 * BLOCK) == (3 * BLOCK, False)
+    save(worker, caches, [(i, 5 + k) for k, i in enumerate(kids[5:8])])  # all 8
+    # the whole prompt is stored: one block is left to compute its last token
+    assert sched.get_num_new_matched_tokens(request(tokens), 0) == (7 * BLOCK, False)
+    longer = request(tokens + [7])  # 8 blocks and a token: all 8 usable
+    assert sched.get_num_new_matched_tokens(longer, 0) == (8 * BLOCK, False)
+
+
+def test_missing_blocks_are_load_errors(node, monkeypatch):
+    c = node(1, "WORKER")
+    register(monkeypatch, c, 0, HEADS, False)
+    stored = ids(1, 3)
+    save(c, {n: torch.randn(NBLOCKS, HEADS, BLOCK, 2 * HEAD_DIM) for n in NAMES},
+         [(stored[0], 2)])
+    missing = ids(2, 4)
+    errors = load(c, [(stored[0], 4), (missing[0], 5), (missing[1], 6)])
+    assert errors == {4, 5, 6}  # a layer's load is one task: all its blocks recompute
+    assert load(c, [(stored[0], 4)]) == set()
+    assert c.get_block_ids_with_load_errors() == set()  # reported once
+
+
+def test_store_keys(node, tiny_model):
+    from kvshare.vllm.connector import _store_keys
+
+    cfg = vllm_config(tiny_model, extra={"kvshare_config": {"dump_wait": "durable",
+                                                           "backend": "none"}})
+    geo = kv.StoredGeometry(layers=tuple(NAMES), heads=2, head_dim=32, block_size=32,
+                            elem_bytes=4)
+    keys = dict(item.split("=", 1) for item in _store_keys(cfg, geo, 3).split(","))
+    assert keys["dump_wait"] == "durable" and keys["backend"] == "none"
+    assert keys["device_id"] == "3" and keys["shard_size"] == str(8192)
+    assert keys["block_size"] == str(8192 * 4) and keys["copy_engine"] == "host"
+    assert keys["unique_id"] == "vllm-" + kv.fingerprint(cfg).hex()[:16]
+    bad = vllm_config(tiny_model, extra={"kvshare_config": "shard_size=4k,backend=none"})
+    with pytest.raises(ValueError, match="sets shard_size: the connector derives"):
+        _store_keys(bad, geo, 0)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 8])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_rank_heads(heads, tp):
+    per = max(1, heads // tp)
+    got = [kv.rank_heads(heads, tp, r, per) for r in range(tp)]
+    assert sorted({h for g in got for h in g}) == list(range(heads))  # every head held
+    if tp <= heads:
+        assert [h for g in got for h in g] == list(range(heads))  # contiguous, in order
+    else:
+        assert all(len(g) == 1 for g in got)
+        assert [g[0] for g in got] == [r * heads // tp for r in range(tp)]
+    with pytest.raises(ValueError):
+        kv.rank_heads(heads, tp, 0, per + 1)
