@@ -2,7 +2,16 @@
 # python/vllm/env.sh makes outside the repository (made on first use, about 4
 # minutes; reused after).  Skipped (77), with the reason, where it cannot be made.
 # Once per build, not in sanitizer or fuzz builds (vLLM's interpreter would need
-# the sanitizer runtime preloaded, and nothing of the library's C runs here).
-add_test(NAME vllm.identity COMMAND ${PROJECT_SOURCE_DIR}/tests/vllm/run.sh)
-set_tests_properties(vllm.identity PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900
-                     LABELS "vllm;python")
+# the sanitizer runtime preloaded), with the first variant's library:
+#   vllm.identity   fingerprints and ids against vLLM's configs and block hasher
+#   vllm.connector  the connector's pieces against vLLM's classes, no engine
+#   vllm.engine     real engines, one process each: TP=1 and TP=2 pairs sharing
+#                   blocks through kvshare (posix; Redis with counted reads)
+list(GET kvs_variants 0 kvs_vllm_variant)
+foreach(t identity connector engine)
+  add_test(NAME vllm.${t} COMMAND ${PROJECT_SOURCE_DIR}/tests/vllm/run.sh
+                                  ${PROJECT_SOURCE_DIR}/tests/vllm/test_${t}.py)
+  set_tests_properties(vllm.${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200
+                       LABELS "vllm;python"
+                       ENVIRONMENT "KVSHARE_LIBRARY=$<TARGET_FILE:kvshare_${kvs_vllm_variant}>")
+endforeach()

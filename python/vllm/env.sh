@@ -32,6 +32,12 @@ fail() {
 	exit 1
 }
 
+# One maker at a time (the vllm.* tests start in parallel): the others wait
+# here, then reuse what it made.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.kvshare-stamp" 2>/dev/null)" = "$want" ] &&
    out=$("$venv/bin/python" -c "$check" 2>&1); then
 	say "reusing $venv ($out)"
@@ -60,7 +66,6 @@ fi
 log=$(mktemp /tmp/kvshare-vllm-env.XXXXXX)
 say "making $venv from $req (a few minutes; log $log)"
 rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
 "$py" -m venv "$venv" >"$log" 2>&1 || fail "$py -m venv $venv failed" "$log"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check --retries 1 --timeout 60)
 "${pip[@]}" install "$(grep -m1 '^torch==' "$req" | cut -d' ' -f1)" >>"$log" 2>&1 ||

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/vllm/run.sh [pytest args...] — the vllm.* CTest entries (tests/vllm.cmake):
+# tests/vllm/run.sh [test files] [pytest args...] — the vllm.* CTest entries (tests/vllm.cmake):
 # pytest over tests/vllm/ in the pinned vLLM venv (python/vllm/env.sh makes or
 # reuses it; KVS_VLLM_VENV names another), with the package from python/.
 # Exit 77 naming the reason when the venv cannot be made (no CPython 3.11, no
@@ -18,4 +18,8 @@ rm -f "${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$"
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 unset PYTHONHASHSEED # the tests set it where they mean to
-exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$here" "$@" </dev/null
+# the given test files, else every one here (pytest options alone: every one)
+if [ $# -eq 0 ] || [ "${1#-}" != "$1" ]; then
+	set -- "$here" "$@"
+fi
+exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$@" </dev/null

@@ -55,6 +55,9 @@ def test_not_the_tp_degree(tiny_model):
     cfg2.parallel_config.tensor_parallel_size = 2
     assert kv.fingerprint_fields(cfg1) == kv.fingerprint_fields(cfg2)
     assert kv.fingerprint(cfg1) == kv.fingerprint(cfg2)
+    # dummy weights are drawn per TP degree: their KV differs, so does the id
+    cfg1.load_config.load_format = cfg2.load_config.load_format = "dummy"
+    assert kv.fingerprint(cfg1) != kv.fingerprint(cfg2)
 
 
 def test_same_weights_from_two_paths(tmp_path):
