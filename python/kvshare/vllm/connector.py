@@ -84,7 +84,7 @@ def _store_keys(vllm_config, geo, device_id):
     """The store's configuration string: what the engine fixes (the geometry,
     the device), the connector's defaults unless the user's kvshare_config
     sets them, then the user's keys."""
-    extra = identity._extra(vllm_config)
+    extra = identity.extra_config(vllm_config)
     user = extra.get(EXTRA_CONFIG) or ""
     items = [item for item in _config_string(user).split(",") if item.strip()]
     given = {item.split("=", 1)[0].strip() for item in items}
@@ -353,14 +353,9 @@ class KVShareConnector(KVConnectorBase_V1):
         return KVShareStats(data=dict(data or {}))
 
     def shutdown(self):
+        """Close the store: its close drains the tasks still running, each
+        bounded by its deadline (timeout_ms)."""
         if self._store is not None:
-            for name in list(getattr(self, "_loading", {})):
-                self._wait_load(name)
-            for task in getattr(self, "_saving", []):
-                try:
-                    self._store.wait(task)
-                except KvsError:
-                    pass  # logged by wait_for_save's path; shutting down
             self._store.close()
             self._store = None
 

@@ -38,7 +38,8 @@ LAYOUT_VERSION = 1  # how a stored block lays out a vLLM block (docs/vllm.md)
 _RANDOM_ROOT_ALGOS = ("xxhash", "xxhash_cbor")  # random root without PYTHONHASHSEED
 
 
-def _extra(vllm_config):
+def extra_config(vllm_config):
+    """The engine's kv_connector_extra_config ({} without one)."""
     kt = vllm_config.kv_transfer_config
     return (kt.kv_connector_extra_config or {}) if kt is not None else {}
 
@@ -65,7 +66,7 @@ def fingerprint_fields(vllm_config, environ=None):
     env = os.environ if environ is None else environ
     mc, cc = vllm_config.model_config, vllm_config.cache_config
     hf = {k: v for k, v in mc.hf_config.to_dict().items() if k != "_name_or_path"}
-    model_id = _extra(vllm_config).get("kvshare_model_id")
+    model_id = extra_config(vllm_config).get("kvshare_model_id")
     lc = vllm_config.load_config
     load_format = str(getattr(lc, "load_format", None))
     return {
