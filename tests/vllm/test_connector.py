@@ -62,15 +62,39 @@ def node(tiny_model, tmp_path):
         c.shutdown()
 
 
-def register(monkeypatch, conn, rank, heads_of_rank, fill):
-    """Register this rank's KV caches (vLLM's CPU layout), random or zero."""
+def register(monkeypatch, conn, rank, heads_of_rank, fill, backend="CPU_ATTN",
+             device="cpu"):
+    """Register this rank's KV caches, random or zero, as vLLM lays them out for
+    an attention backend: CPU_ATTN's contiguous (num_blocks, heads, block_size,
+    2 * head_dim), K rows then V rows per (block, head); for a GPU backend
+    (FLASH_ATTN) the same logical shape over memory in (num_blocks, block_size,
+    heads, 2 * head_dim) order, each token's K then V (flash attention's NHD)."""
+    import vllm.distributed.kv_transfer.kv_connector.utils as kvutils
     import vllm.distributed.parallel_state as ps
 
+    class Backend:  # what the connector asks of the layers' backend: its name
+        @staticmethod
+        def get_name():
+            return backend
+
     monkeypatch.setattr(ps, "get_tensor_model_parallel_rank", lambda: rank)
-    shape = (NBLOCKS, heads_of_rank, BLOCK, 2 * HEAD_DIM)
-    caches = {n: (torch.randn(shape) if fill else torch.zeros(shape)) for n in NAMES}
+    monkeypatch.setattr(kvutils, "get_current_attn_backends", lambda *a: [Backend])
+    make = torch.randn if fill else torch.zeros
+    if backend == "CPU_ATTN":
+        caches = {n: make(NBLOCKS, heads_of_rank, BLOCK, 2 * HEAD_DIM, device=device)
+                  for n in NAMES}
+    else:
+        caches = {n: make(NBLOCKS, BLOCK, heads_of_rank, 2 * HEAD_DIM,
+                          device=device).permute(0, 2, 1, 3) for n in NAMES}
     conn.register_kv_caches(caches)
     return caches
+
+
+def k_and_v(cache, backend):
+    """A layer's K and V, each (num_blocks, heads, block_size, head_dim)."""
+    if backend == "CPU_ATTN":
+        return cache.reshape(NBLOCKS, cache.shape[1], 2 * BLOCK, HEAD_DIM).split(BLOCK, 2)
+    return cache.split(HEAD_DIM, dim=3)
 
 
 def ids(n, tag):
@@ -127,6 +151,58 @@ def test_tp1_saves_tp2_loads(node, monkeypatch):
                 assert torch.equal(dst[n][7 - k, 0], src[n][1 + k, r])
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_gpu_layout_shares_with_cpu_layout(node, monkeypatch, device):
+    """A GPU backend's layout (staged: a (block, head) is not contiguous there)
+    stores and loads the same blocks as the CPU backend's: a CPU TP=1 engine
+    saves, each rank of a FLASH_ATTN TP=2 engine finds its head's K and V per
+    token; then those ranks save other blocks and the CPU engine finds them.
+    On "cuda" through the CUDA copy engine (a machine with a GPU)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    cpu = node(1, "WORKER")
+    src = register(monkeypatch, cpu, 0, HEADS, True)
+    stored = ids(3, 5)
+    save(cpu, src, [(i, 2 + k) for k, i in enumerate(stored)])
+    gpu = [node(2, "WORKER") for _ in range(2)]
+    dst = [register(monkeypatch, c, r, 1, False, "FLASH_ATTN", device)
+           for r, c in enumerate(gpu)]
+    for r, c in enumerate(gpu):
+        assert c._in_place is False
+        assert load(c, [(i, 8 - k) for k, i in enumerate(stored)]) == set()
+        for n in NAMES:
+            (k_src, v_src), (k_dst, v_dst) = k_and_v(src[n], "CPU_ATTN"), k_and_v(
+                dst[r][n].cpu(), "FLASH_ATTN")
+            for k in range(3):
+                assert torch.equal(k_dst[8 - k, 0], k_src[2 + k, r]), (n, k, r, "K")
+                assert torch.equal(v_dst[8 - k, 0], v_src[2 + k, r]), (n, k, r, "V")
+            assert not dst[r][n][:6].any() and not dst[r][n][9:].any()
+    # the other way: the GPU ranks save blocks of their own, the CPU engine loads
+    for c, caches in zip(gpu, dst):
+        for n in NAMES:
+            caches[n][1:3].normal_()
+    more = ids(2, 6)
+    for c, caches in zip(gpu, dst):
+        save(c, caches, [(i, 1 + k) for k, i in enumerate(more)])
+    back = node(1, "WORKER")
+    got = register(monkeypatch, back, 0, HEADS, False)
+    assert load(back, [(i, 4 + k) for k, i in enumerate(more)]) == set()
+    for n in NAMES:
+        k_got, v_got = k_and_v(got[n], "CPU_ATTN")
+        for r in range(2):
+            k_gpu, v_gpu = k_and_v(dst[r][n].cpu(), "FLASH_ATTN")
+            for k in range(2):
+                assert torch.equal(k_got[4 + k, r], k_gpu[1 + k, 0]), (n, k, r, "K")
+                assert torch.equal(v_got[4 + k, r], v_gpu[1 + k, 0]), (n, k, r, "V")
+
+
+def test_unknown_backend_refused(node, monkeypatch):
+    c = node(1, "WORKER")
+    with pytest.raises(ValueError, match="attention backend.s. ROCM_ATTN: the connector "
+                                         "knows the KV layout of CPU_ATTN"):
+        register(monkeypatch, c, 0, HEADS, False, "ROCM_ATTN")
+
+
 def test_scheduler_matches_stored_prefix(node, monkeypatch):
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import get_hash_fn_by_name
@@ -179,14 +255,14 @@ def test_store_keys(node, tiny_model):
                                                            "backend": "none"}})
     geo = kv.StoredGeometry(layers=tuple(NAMES), heads=2, head_dim=32, block_size=32,
                             elem_bytes=4)
-    keys = dict(item.split("=", 1) for item in _store_keys(cfg, geo, 3).split(","))
+    keys = dict(item.split("=", 1) for item in _store_keys(cfg, geo, 3, "host").split(","))
     assert keys["dump_wait"] == "durable" and keys["backend"] == "none"
     assert keys["device_id"] == "3" and keys["shard_size"] == str(8192)
     assert keys["block_size"] == str(8192 * 4) and keys["copy_engine"] == "host"
     assert keys["unique_id"] == "vllm-" + kv.fingerprint(cfg).hex()[:16]
     bad = vllm_config(tiny_model, extra={"kvshare_config": "shard_size=4k,backend=none"})
     with pytest.raises(ValueError, match="sets shard_size: the connector derives"):
-        _store_keys(bad, geo, 0)
+        _store_keys(bad, geo, 0, "host")
 
 
 @pytest.mark.parametrize("heads", [1, 2, 4, 8])

@@ -25,15 +25,20 @@ shards of the rank's heads of every block to load (layout.py) --, and
 wait_for_layer_load waits for that layer's; save_kv_layer submits the layer's
 dump, and wait_for_save waits for the dumps to be in the shared cache
 (dump_wait=cached: the backend write then runs from the cache, and the KV
-blocks are the engine's again).  A load that fails -- a backend error, a dead
-owner, its deadline (timeout_ms) -- reports its vLLM blocks through
-get_block_ids_with_load_errors, so vLLM recomputes them (with
+blocks are the engine's again).  Where a rank's (block, head) is one contiguous
+run of its KV tensor (the CPU backend) the shards move in place; elsewhere (the
+GPU backends: each token's K then V) a layer's blocks go through a staging
+buffer on the tensor's device, gathered before the dump (which waits for the
+gather's CUDA event) and scattered after the load.  A load that fails -- a
+backend error, a dead owner, its deadline (timeout_ms) -- reports its vLLM
+blocks through get_block_ids_with_load_errors, so vLLM recomputes them (with
 kv_load_failure_policy="recompute"): never wrong KV, never a hang.  A failed
 save is logged and counted: a later miss, not an error.
 """
 
 from dataclasses import dataclass, field
 
+import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                               KVConnectorMetadata,
                                                               KVConnectorRole)
@@ -80,10 +85,10 @@ class KVShareStats(KVConnectorStats):
         return not any(self.data.values())
 
 
-def _store_keys(vllm_config, geo, device_id):
+def _store_keys(vllm_config, geo, device_id, copy_engine):
     """The store's configuration string: what the engine fixes (the geometry,
-    the device), the connector's defaults unless the user's kvshare_config
-    sets them, then the user's keys."""
+    the device), the connector's defaults (copy_engine among them) unless the
+    user's kvshare_config sets them, then the user's keys."""
     extra = identity.extra_config(vllm_config)
     user = extra.get(EXTRA_CONFIG) or ""
     items = [item for item in _config_string(user).split(",") if item.strip()]
@@ -98,7 +103,7 @@ def _store_keys(vllm_config, geo, device_id):
         or "vllm-" + identity.fingerprint(vllm_config).hex()[:16],
         "dump_wait": "cached",
         "waiting_queue_depth": min(4096, 4 * len(geo.layers) + 64),
-        "copy_engine": "host" if vllm_config.device_config.device_type == "cpu" else "cuda",
+        "copy_engine": copy_engine,
     }
     fixed = {"device_id": device_id, "shard_size": geo.shard_bytes,
              "block_size": geo.shard_bytes * geo.shards_per_block}
@@ -135,11 +140,11 @@ class KVShareConnector(KVConnectorBase_V1):
         self._store = None
         if role == KVConnectorRole.SCHEDULER:
             self._reqs = {}
-            self._watch_keys = _store_keys(vllm_config, self._geo, -1)
+            self._watch_keys = _store_keys(vllm_config, self._geo, -1, "host")
             self._watch_failed = None  # the last open error, logged once
         else:
-            self._layers = {}    # layer name -> (layer index, kv tensor)
-            self._loading = {}   # layer name -> (Task, vLLM block ids)
+            self._layers = {}    # layer name -> (layer index, kv tensor, layout.kv_view)
+            self._loading = {}   # layer name -> (Task, vLLM block ids, staged scatter)
             self._saving = []    # dump Tasks of this step
             self._errors = set()
             self._counts = {}
@@ -236,38 +241,63 @@ class KVShareConnector(KVConnectorBase_V1):
 
     # -- worker side -------------------------------------------------------
 
+    def _content(self):
+        """How this engine's attention backend fills a layer's KV tensor
+        (layout.CONTENT), from the backends of its attention layers."""
+        from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+
+        names = {b.get_name() for b in get_current_attn_backends(self._vllm_config,
+                                                                list(self._geo.layers))}
+        kinds = {layout.CONTENT.get(n) for n in names}
+        if len(kinds) != 1 or None in kinds:
+            raise ValueError(f"kvshare: attention backend(s) {', '.join(sorted(names))}: the "
+                             f"connector knows the KV layout of {', '.join(layout.CONTENT)}")
+        return kinds.pop()
+
     def register_kv_caches(self, kv_caches):
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
         geo = self._geo
         tp = self._vllm_config.parallel_config.tensor_parallel_size
         rank = get_tensor_model_parallel_rank()
+        content = self._content()
         for index, name in enumerate(geo.layers):
             kv = kv_caches[name]
-            want = (geo.block_size, 2 * geo.head_dim)
-            if kv.dim() != 4 or tuple(kv.shape[2:]) != want or not kv.is_contiguous():
-                raise ValueError(
-                    f"kvshare: layer {name}: a KV cache of shape {tuple(kv.shape)}; the "
-                    f"connector stores vLLM's CPU layout (num_blocks, heads, "
-                    f"{want[0]}, {want[1]}), contiguous (docs/vllm.md: other layouts)")
-            if kv.element_size() != geo.elem_bytes:
-                raise ValueError(f"kvshare: layer {name}: {kv.element_size()}-byte elements, "
-                                 f"the KV spec says {geo.elem_bytes}")
-            self._layers[name] = (index, kv)
-        self._heads_of_rank = next(iter(self._layers.values()))[1].shape[1]
+            try:
+                view = layout.kv_view(kv, content, geo)
+            except ValueError as e:
+                raise ValueError(f"kvshare: layer {name}: {e} (docs/vllm.md)") from None
+            self._layers[name] = (index, kv, view)
+        self._heads_of_rank = view.shape[1]
         self._heads = layout.rank_heads(geo.heads, tp, rank, self._heads_of_rank)
-        device = kv.device.index if kv.device.type == "cuda" else rank
-        self._store = Store(_store_keys(self._vllm_config, geo, device))
+        # A (block, head) that is one contiguous run of the tensor is loaded and
+        # dumped in place; otherwise through a staging buffer on its device.
+        self._in_place = all(v[0, 0].is_contiguous() for _, _, v in self._layers.values())
+        if kv.device.type == "cuda":
+            device, engine = kv.device.index, "cuda"
+        else:
+            device, engine = rank, "host"
+        self._store = Store(_store_keys(self._vllm_config, geo, device, engine))
         logger.info("kvshare: rank %d of %d stores heads %s of %d, %d layers, %d-byte shards "
-                    "in cache %s", rank, tp, self._heads, geo.heads, len(geo.layers),
-                    geo.shard_bytes, self._store.unique_id)
+                    "(%s) in cache %s", rank, tp, self._heads, geo.heads, len(geo.layers),
+                    geo.shard_bytes, "in place" if self._in_place else "staged",
+                    self._store.unique_id)
 
-    def _units(self, name, pairs):
-        """(kvshare id, shard, address) of a layer's heads of the given blocks."""
-        index, kv = self._layers[name]
-        base, shard_bytes, hr = kv.data_ptr(), self._geo.shard_bytes, self._heads_of_rank
-        return [(kid, self._geo.shard(index, h), base + (blk * hr + j) * shard_bytes)
-                for kid, blk in pairs for j, h in enumerate(self._heads)]
+    def _units(self, name, pairs, shards):
+        """(kvshare id, shard, address) of a layer's heads of the given blocks,
+        shards the (n, heads_of_rank, 2, block_size, head_dim) tensor that holds
+        them, pair after pair: the layer's view when in place (indexed by vLLM
+        block id), else a staging buffer (indexed by pair)."""
+        index, base, size = self._layers[name][0], shards.data_ptr(), shards.element_size()
+        by_row, by_head = shards.stride(0) * size, shards.stride(1) * size
+        heads = [(self._geo.shard(index, h), j * by_head) for j, h in enumerate(self._heads)]
+        return [(kid, shard, base + (blk if self._in_place else k) * by_row + off)
+                for k, (kid, blk) in enumerate(pairs) for shard, off in heads]
+
+    @staticmethod
+    def _rows(view, pairs):
+        """The vLLM block ids of pairs, as an index on the view's device."""
+        return torch.tensor([blk for _, blk in pairs], dtype=torch.long, device=view.device)
 
     def _count(self, key, n):
         self._counts[key] = self._counts.get(key, 0) + n
@@ -278,18 +308,22 @@ class KVShareConnector(KVConnectorBase_V1):
         if not pairs or self._store is None:
             return
         blocks = {blk for _, blk in pairs}
-        for name, (_, kv) in self._layers.items():
+        for name, (_, kv, view) in self._layers.items():
+            shards = view if self._in_place else torch.empty(
+                (len(pairs),) + tuple(view.shape[1:]), dtype=view.dtype, device=view.device)
             try:
-                task = self._store.load_shards(self._units(name, pairs), keep=[kv])
+                task = self._store.load_shards(self._units(name, pairs, shards),
+                                               keep=[kv, shards])
             except KvsError as e:
                 logger.warning("kvshare: load of layer %s not submitted: %s", name, e)
                 self._errors |= blocks
                 continue
-            self._loading[name] = (task, blocks)
+            scatter = None if self._in_place else (self._rows(view, pairs), shards)
+            self._loading[name] = (task, blocks, scatter)
         self._count("loaded_blocks", len(pairs))
 
     def _wait_load(self, name):
-        task, blocks = self._loading.pop(name)
+        task, blocks, scatter = self._loading.pop(name)
         try:
             self._store.wait(task)
         except KvsError as e:
@@ -298,6 +332,10 @@ class KVShareConnector(KVConnectorBase_V1):
                                "recomputed", name, e, len(blocks))
             self._errors |= blocks
             self._count("load_errors", 1)
+            return
+        if scatter is not None:  # staged: into the layer's blocks, on its stream
+            rows, shards = scatter
+            self._layers[name][2].index_copy_(0, rows, shards)
 
     def wait_for_layer_load(self, layer_name):
         if layer_name in self._loading:
@@ -310,9 +348,16 @@ class KVShareConnector(KVConnectorBase_V1):
         pairs = [p for _, req_pairs in meta.saves for p in req_pairs]
         if not pairs:
             return
+        _, kv, view = self._layers[layer_name]
+        shards, event = view, None
+        if not self._in_place:  # gathered on the layer's stream; the dump waits for it
+            shards = view.index_select(0, self._rows(view, pairs)).contiguous()
+            if shards.is_cuda:
+                event = torch.cuda.Event()
+                event.record()
         try:
-            self._saving.append(self._store.dump_shards(self._units(layer_name, pairs),
-                                                        keep=[kv_layer]))
+            self._saving.append(self._store.dump_shards(
+                self._units(layer_name, pairs, shards), keep=[kv, shards], cuda_event=event))
         except KvsError as e:
             logger.warning("kvshare: save of layer %s not submitted: %s", layer_name, e)
             self._count("save_errors", 1)

@@ -16,7 +16,19 @@ the same stored blocks.  Heads replicated because t > heads are the same shard
 on every rank that holds them: the first dump stores it, the others are
 deduplicated, every such rank loads it.
 
-Pure arithmetic over vLLM's config objects; nothing of vLLM is imported here.
+How a layer's KV tensor holds those bytes depends on the attention backend.
+vLLM gives every backend's layer the logical shape (num_blocks, heads_of_rank,
+block_size, 2 * head_dim), in memory in the order its layout asks for, and the
+backends read the last dimension two ways (CONTENT): the CPU backend as the
+block's K rows then its V rows (per block and head, exactly a stored shard:
+loaded and dumped in place), the GPU backends (FLASH_ATTN, FLASHINFER,
+TRITON_ATTN, FLEX_ATTENTION) as one token's K then its V.  kv_view() turns
+either into a (num_blocks, heads_of_rank, 2, block_size, head_dim) view whose
+[block, head] is a stored shard; where that is not contiguous the connector
+gathers through a staging buffer (docs/vllm.md, "Other layouts").
+
+Arithmetic over vLLM's config objects and torch views; nothing of vLLM is
+imported here.
 """
 
 from dataclasses import dataclass
@@ -60,6 +72,32 @@ def geometry(vllm_config, kv_cache_config):
     return StoredGeometry(layers=tuple(groups[0].layer_names), heads=heads,
                           head_dim=spec.head_size, block_size=spec.block_size,
                           elem_bytes=elem)
+
+
+# The attention backends whose KV content kvshare knows, by vLLM's backend name.
+CONTENT = {"CPU_ATTN": "blocks", "FLASH_ATTN": "tokens", "FLASHINFER": "tokens",
+           "TRITON_ATTN": "tokens", "FLEX_ATTENTION": "tokens"}
+
+
+def kv_view(kv, content, geo):
+    """A layer's KV tensor (vLLM's logical (num_blocks, heads_of_rank,
+    block_size, 2 * head_dim), any strides) as (num_blocks, heads_of_rank, 2,
+    block_size, head_dim): [block, head] is one stored shard, K then V; a view
+    of kv (writes through).  ValueError naming what does not fit."""
+    want = (geo.block_size, 2 * geo.head_dim)
+    if kv.dim() != 4 or tuple(kv.shape[2:]) != want:
+        raise ValueError(f"a KV cache of shape {tuple(kv.shape)}; vLLM's layout is "
+                         f"(num_blocks, heads, {want[0]}, {want[1]})")
+    if kv.element_size() != geo.elem_bytes:
+        raise ValueError(f"{kv.element_size()}-byte elements, the KV spec says "
+                         f"{geo.elem_bytes}")
+    if content == "tokens":  # per token: K (head_dim) then V (head_dim)
+        return kv.unflatten(3, (2, geo.head_dim)).permute(0, 1, 3, 2, 4)
+    if content == "blocks":  # per (block, head): block_size K rows, then V rows
+        if kv[0, 0].is_contiguous():
+            return kv.flatten(2).unflatten(2, (2, geo.block_size, geo.head_dim))
+        raise ValueError("the CPU backend's (block, head) is not contiguous in it")
+    raise ValueError(f"KV content {content!r} is not one kvshare knows")
 
 
 def rank_heads(heads, tp_size, tp_rank, heads_of_rank):
