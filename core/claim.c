@@ -495,6 +495,40 @@ int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 	return found;
 }
 
+int kvs_core_claims_orphaned(struct kvs_cache *c, uint64_t deadline_ns, struct kvs_claim_ref *refs,
+			     struct kvs_block_id *blocks, uint32_t max)
+{
+	uint32_t n = 0;
+	int rc = claims_lock(c);
+
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i <= c->claim_mask && n < max; i++) {
+		struct kvs_shm_claim *e = &c->claims[i];
+		/* relaxed: under the lock */
+		uint64_t gc = atomic_load_explicit(&e->gencount, memory_order_relaxed);
+		uint32_t st = atomic_load_explicit(&e->state, memory_order_relaxed);
+
+		uint32_t des = atomic_load_explicit(&e->designate, memory_order_relaxed);
+
+		if (st == KVS_SHM_CLAIM_WRITING ? writer_alive(c, e) :
+		    st != KVS_SHM_CLAIM_OPEN || count_of(gc) < c->shards_per_block ||
+		    (des != 0 && des <= KVS_MAX_RANKS &&
+		     kvs_core_rank_alive(c, des - 1, atomic_load_explicit(&c->ranks[des - 1].epoch,
+									 memory_order_relaxed))))
+			continue; /* written, being written, or its designated writer lives */
+		/* Ours to watch until deadline_ns: its DIRTY slots protected again
+		 * (CLOCK reads expires_ns), our rank rung at its end. */
+		if (atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < deadline_ns)
+			atomic_store_explicit(&e->expires_ns, deadline_ns, memory_order_relaxed);
+		atomic_fetch_or_explicit(&e->waiters, UINT64_C(1) << c->rank_idx, memory_order_relaxed);
+		refs[n] = (struct kvs_claim_ref){ .idx = i, .gen = gen_of(gc) };
+		blocks[n++] = e->block;
+	}
+	claims_unlock(c);
+	return (int)n;
+}
+
 /* A consistent (generation-checked) read of entry idx: see the top comment. */
 static int claim_snapshot(struct kvs_cache *c, uint32_t idx, uint32_t gen, struct kvs_claim_view *v)
 {

@@ -292,6 +292,13 @@ void kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, in
  * claim), 0 (none open), or the lock's errors. */
 int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 			 struct kvs_claim_ref *ref);
+/* Claims of complete blocks that nobody may write: OPEN with every shard
+ * counted and no live designated writer, or WRITING by a dead writer (its rank
+ * died before or while it wrote; the ranks that joined are gone or done).  Each found (at most max) is
+ * extended to deadline_ns and our rank joins it; *refs and *blocks say which.
+ * Returns how many, or the lock's errors.  Whoever watches them writes them. */
+int kvs_core_claims_orphaned(struct kvs_cache *c, uint64_t deadline_ns, struct kvs_claim_ref *refs,
+			     struct kvs_block_id *blocks, uint32_t max);
 /* A snapshot of ref's generation: 0, or -ESTALE (the entry moved on). */
 int kvs_core_claim_read(struct kvs_cache *c, const struct kvs_claim_ref *ref, struct kvs_claim_view *v);
 /* The shard of block whose dumper is the block's preferred writer. */

@@ -832,14 +832,25 @@ static int threads_start(struct kvs_store *s)
 	if (s->wake_fd < 0)
 		return -errno;
 	s->pin_budget = pin_budget(s);
+	/* Made here, not by the copier, so that the blocks a dead rank left
+	 * unwritten are this rank's to write before the open returns. */
+	rc = kvs_store_dumps_init(s, &s->dumps0);
+	if (rc)
+		kvs_log_error(&s->log, "store: %s (dumps fail)", kvs_strerror(rc));
+	else if (s->cache->cfg.device_id >= 0) /* a watcher writes nothing */
+		kvs_store_dumps_adopt(s, s->dumps0);
 	s->threads_alive = 2;
 	rc = thread_start(s, &s->disp_thr, kvs_store_dispatcher, "kvs-dispatch");
 	if (rc) {
 		s->threads_alive = 0;
+		kvs_store_dumps_fini(s->dumps0);
+		s->dumps0 = NULL;
 		return rc;
 	}
 	rc = thread_start(s, &s->copier_thr, kvs_store_copier, "kvs-copier");
 	if (rc) {
+		kvs_store_dumps_fini(s->dumps0);
+		s->dumps0 = NULL;
 		/* the dispatcher exits at once: stop, and no copier to wait for */
 		pthread_mutex_lock(&s->mu);
 		s->stop = true;

@@ -197,6 +197,9 @@ struct kvs_store {
 	struct kvs_backend *backend;
 	struct kvs_copy_engine *copy;
 	struct kvs_shm_store_stats *st; /* this rank's counters in shared memory */
+	struct kvs_store_dumps *dumps0; /* the copier's dump state, made by the open (the
+					 * claims a dead rank left unwritten adopted)
+					 * and the copier's from its start (NULL: none) */
 	pid_t opener;                  /* the process that opened the store (fork) */
 	uint32_t spb;                  /* shards per block */
 	uint32_t copy_kind;            /* the engine copy_open chose: KVS_COPY_ENGINE_HOST/_CUDA */
@@ -348,6 +351,11 @@ void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct
 unsigned kvs_store_dumps_words(struct kvs_store *s, struct kvs_store_dumps *d,
 			       _Atomic uint32_t **words, uint32_t *busy, unsigned max,
 			       uint64_t *deadline);
+/* At a rank's open: watch every claim of a complete block whose writer died
+ * with nobody left to take it over (a rank killed -9 after its dumps reached
+ * the cache: dump_wait=cached returned, the write had not landed), so that
+ * this rank writes it (core/claim.c, "elect"). */
+void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d);
 /* Dumps waiting, or writes of ours not finished: the copier may not exit. */
 bool kvs_store_dumps_busy(const struct kvs_store_dumps *d);
 

@@ -573,12 +573,10 @@ static bool copier_take(struct copier *cp)
 
 void *kvs_store_copier(void *arg)
 {
-	struct copier cp = { .s = arg };
+	/* the open's dump state: ours from here (pthread_create orders it) */
+	struct copier cp = { .s = arg, .dumps = ((struct kvs_store *)arg)->dumps0 };
 	struct kvs_store *s = cp.s;
-	int rc = kvs_store_dumps_init(s, &cp.dumps);
 
-	if (rc)
-		kvs_log_error(&s->log, "store: copier: %s (dumps fail)", kvs_strerror(rc));
 	for (;;) {
 		/* acquire: pairs with the hand-offs' bump; read before looking, so
 		 * that a hand-off after the look changes the word we sleep on */

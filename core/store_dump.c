@@ -285,6 +285,29 @@ void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct
 	free(job);
 }
 
+void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d)
+{
+	struct kvs_cache *c = s->cache;
+	uint32_t max = c->claim_mask + 1;
+	struct kvs_claim_ref *refs = calloc(max, sizeof(*refs));
+	struct kvs_block_id *blocks = calloc(max, sizeof(*blocks));
+	uint64_t deadline = kvs_deadline_after(s->cfg.timeout_ns);
+	int n = refs && blocks ? kvs_core_claims_orphaned(c, deadline, refs, blocks, max) : -ENOMEM;
+
+	if (n < 0)
+		kvs_log_warn(&s->log, "store: looking for blocks a dead rank left unwritten: %s",
+			     kvs_strerror(n));
+	else if (n > 0)
+		kvs_log_info(&s->log, "store: %d block%s complete in the cache but not written "
+				      "(their writer died): this rank writes them", n, n == 1 ? "" : "s");
+	for (int i = 0; i < n && d; i++)
+		watch_add(s, d, &refs[i], &blocks[i], deadline);
+	if (d && n > 0)
+		d->stale = true;
+	free(refs);
+	free(blocks);
+}
+
 /* Become ref's writer if we may (complete, or its writer died), and write. */
 static void try_elect(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
 		      const struct kvs_block_id *block)

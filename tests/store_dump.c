@@ -15,9 +15,13 @@
  *                        (a gated backend: a stuck pwrite); B's durable dump of X
  *                        does not return 0 while X is not in the backend; A is
  *                        killed -9; B takes the claim over and writes X.
- *   writer_dead_evicted  A is killed writing X (held), nobody watches its claim,
- *                        X's slots are evicted after its deadline: a later durable
- *                        dump of X takes the dead writer's claim over and writes X.
+ *   writer_dead_evicted  A is killed writing X (held), nobody watches its claim
+ *                        (rank B opened before A died), X's slots are evicted after
+ *                        its deadline: a later durable dump of X by B takes the dead
+ *                        writer's claim over and writes X.
+ *   writer_dead_adopted  A is killed writing X (held), nobody watches its claim;
+ *                        rank B only opens the store later, past the claim's
+ *                        expiry: B finds the orphaned claim and writes X.
  *   writer_killed_gather A owns X's slots and its gathers are held (copy delay);
  *                        B's dump waits; A is killed -9; B gathers its own bytes.
  *   split_shards         rank 0 dumps X.0, rank 1 dumps X.1 (at once, and one of
@@ -458,8 +462,8 @@ static kvs_test_rc test_writer_killed_gather(void)
  */
 static kvs_test_rc test_writer_dead_evicted(void)
 {
-	struct kvs_store_config cfg;
-	struct kvs_store *w = NULL, *s = NULL;
+	struct kvs_store_config cfg, wcfg;
+	struct kvs_store *w = NULL, *s = NULL, *reaper = NULL;
 	struct kvs_block_id x = st_block(KILL_TAG, 0);
 	struct fork_args fa;
 	struct st_task t, other;
@@ -477,13 +481,22 @@ static kvs_test_rc test_writer_dead_evicted(void)
 		KVS_CHECK(pid > 0);
 	}
 	kvs_test_rc r = wait_cached(w, KILL_TAG, 0);
+	/* B opens while the writer lives (a rank that opens after it died would
+	 * take the orphaned claim over at once: writer_dead_adopted) */
+	dump_cfg(&cfg, uid, 1, root, KILL_SPB, KILL_SLOTS, 2);
+	if (r.code == 0)
+		r = st_open(&cfg, &s);
 	kill(pid, SIGKILL);
 	(void)kvs_test_reap(pid, 10000);
 	KVS_TRY(r);
 	KVS_TRY(gate_set(gate, false));
+	/* a watcher's attach reaps A (its pins on X dropped; a watcher adopts no
+	 * claim) */
+	dump_cfg(&wcfg, uid, -1, root, KILL_SPB, KILL_SLOTS, 2);
+	watcher_of(&wcfg);
+	KVS_TRY(st_open(&wcfg, &reaper));
+	kvs_store_close(reaper);
 	usleep(1500 * 1000); /* past the claim's expiry and grace: nothing protects X */
-	dump_cfg(&cfg, uid, 1, root, KILL_SPB, KILL_SLOTS, 2);
-	KVS_TRY(st_open(&cfg, &s));
 	KVS_TRY(shards_task(&other, KILL_TAG + 1, 0, 4 * KILL_SLOTS / KILL_SPB, 0, KILL_SPB));
 	KVS_TRY(st_load(s, &other, WAIT_MS, -ENOENT)); /* misses, each evicting */
 	KVS_CHECK_EQ(kvs_cache_exists(kvs_store_cache(w), &x, 0), 0);
@@ -498,6 +511,54 @@ static kvs_test_rc test_writer_dead_evicted(void)
 	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "kille_v"));
 	st_task_free(&t);
 	st_task_free(&other);
+	st_root_fini(root);
+	return KVS_TEST_PASS;
+}
+
+/*
+ * The writer is killed with its writes held and nobody left watching its claim
+ * (its dump was the block's only one: dump_wait=cached had returned, say), and
+ * no rank ever dumps the block again.  A rank that opens the store later, past
+ * the claim's expiry, and does nothing else finds the complete block nobody
+ * will write and writes it from the cache (before: X stayed DIRTY in the cache,
+ * served to loads, and was never written: gone with the cache).
+ */
+static kvs_test_rc test_writer_dead_adopted(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *w = NULL, *s = NULL;
+	struct fork_args fa;
+	uint64_t deadline;
+	pid_t pid;
+	char root[256], uid[96], gate[320];
+
+	KVS_TRY(st_root_init(root, sizeof(root), "killa"));
+	kvs_test_unique_id(uid, sizeof(uid), "killa");
+	snprintf(gate, sizeof(gate), "%s.gate", root);
+	KVS_TRY(open_watcher(uid, root, KILL_SPB, KILL_SLOTS, 2, &w));
+	KVS_TRY(gate_set(gate, true));
+	{
+		const char *av[] = { uid, root, gate, "0", "300", NULL };
+		pid = start_child(true, "kill_writer", kill_writer, av, &fa);
+		KVS_CHECK(pid > 0);
+	}
+	kvs_test_rc r = wait_cached(w, KILL_TAG, 0);
+	kill(pid, SIGKILL);
+	(void)kvs_test_reap(pid, 10000);
+	KVS_TRY(r);
+	KVS_TRY(gate_set(gate, false));
+	usleep(1500 * 1000); /* past the claim's expiry and grace */
+	KVS_CHECK_EQ(backend_count(root, KILL_SPB, KILL_TAG, 0, 1), 0);
+	dump_cfg(&cfg, uid, 1, root, KILL_SPB, KILL_SLOTS, 2);
+	KVS_TRY(st_open(&cfg, &s));
+	deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
+	while (backend_count(root, KILL_SPB, KILL_TAG, 0, 1) != 1 && kvs_now_ns() < deadline)
+		usleep(2000);
+	KVS_TRY(check_durable(root, KILL_SPB, KILL_TAG, 0, 1, "the rank that came later"));
+	kvs_store_close(s);
+	KVS_TRY(st_cache_clean(w, true));
+	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "killa_v"));
 	st_root_fini(root);
 	return KVS_TEST_PASS;
 }
@@ -916,6 +977,7 @@ static const struct kvs_test_case cases[] = {
 	{ "dump_meets_failed", test_dump_meets_failed },
 	{ "writer_killed_writes", test_writer_killed_writes },
 	{ "writer_dead_evicted", test_writer_dead_evicted },
+	{ "writer_dead_adopted", test_writer_dead_adopted },
 	{ "writer_killed_gather", test_writer_killed_gather },
 	{ "split_shards", test_split_shards },
 	{ "partial_block", test_partial_block },
