@@ -5,10 +5,12 @@
 # the sanitizer runtime preloaded), with the first variant's library:
 #   vllm.identity   fingerprints and ids against vLLM's configs and block hasher
 #   vllm.connector  the connector's pieces against vLLM's classes, no engine
+#   vllm.scheduler  the connector under vLLM's real Scheduler, both roles, no model
 #   vllm.engine     real engines, one process each: TP=1 and TP=2 pairs sharing
-#                   blocks through kvshare (posix; Redis with counted reads)
+#                   blocks through kvshare (posix; Redis with counted reads),
+#                   a failing backend, engines killed -9 while storing
 list(GET kvs_variants 0 kvs_vllm_variant)
-foreach(t identity connector engine)
+foreach(t identity connector scheduler engine)
   add_test(NAME vllm.${t} COMMAND ${PROJECT_SOURCE_DIR}/tests/vllm/run.sh
                                   ${PROJECT_SOURCE_DIR}/tests/vllm/test_${t}.py)
   set_tests_properties(vllm.${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200

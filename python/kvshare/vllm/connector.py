@@ -113,7 +113,7 @@ def _store_keys(vllm_config, geo, device_id, copy_engine):
 
 class _Req:
     """The scheduler's view of one request."""
-    __slots__ = ("request", "ids", "block_ids", "stored", "local", "load", "saved")
+    __slots__ = ("request", "ids", "block_ids", "stored", "local", "load", "saved", "upto")
 
     def __init__(self, request):
         self.request = request
@@ -123,6 +123,7 @@ class _Req:
         self.local = 0        # tokens vLLM had computed locally at lookup
         self.load = None      # range of block indices to load next step
         self.saved = 0        # leading blocks stored or submitted for saving
+        self.upto = None      # tokens computed once the last scheduled step ran
 
 
 class KVShareConnector(KVConnectorBase_V1):
@@ -147,6 +148,8 @@ class KVShareConnector(KVConnectorBase_V1):
             self._loading = {}   # layer name -> (Task, vLLM block ids, staged scatter)
             self._saving = []    # dump Tasks of this step
             self._errors = set()
+            self._loading_reqs = set()  # requests with loads this step
+            self._tainted = set()  # ... whose loads failed: their KV is not to be saved
             self._counts = {}
             self._last = {}      # store counters at the last stats call
 
@@ -199,6 +202,13 @@ class KVShareConnector(KVConnectorBase_V1):
     def _step(self, meta, req_id, st, block_ids, num_computed, num_scheduled):
         if block_ids is not None:
             st.block_ids = block_ids
+        if st.upto is not None and num_computed < st.upto:
+            # vLLM took computed tokens back (a failed load, preemption): the
+            # blocks past them are saved again once recomputed (the worker
+            # dropped the saves of a step whose loads failed; a dump of what
+            # is stored already is deduplicated)
+            st.saved = min(st.saved, num_computed // self._block)
+        st.upto = num_computed + num_scheduled
         if st.load is not None:
             meta.loads.append((req_id, [(st.ids[i], st.block_ids[i]) for i in st.load]))
             st.load = None
@@ -308,6 +318,7 @@ class KVShareConnector(KVConnectorBase_V1):
         if not pairs or self._store is None:
             return
         blocks = {blk for _, blk in pairs}
+        self._loading_reqs = {req_id for req_id, _ in meta.loads}
         for name, (_, kv, view) in self._layers.items():
             shards = view if self._in_place else torch.empty(
                 (len(pairs),) + tuple(view.shape[1:]), dtype=view.dtype, device=view.device)
@@ -317,6 +328,7 @@ class KVShareConnector(KVConnectorBase_V1):
             except KvsError as e:
                 logger.warning("kvshare: load of layer %s not submitted: %s", name, e)
                 self._errors |= blocks
+                self._tainted |= self._loading_reqs
                 continue
             scatter = None if self._in_place else (self._rows(view, pairs), shards)
             self._loading[name] = (task, blocks, scatter)
@@ -331,6 +343,7 @@ class KVShareConnector(KVConnectorBase_V1):
                 logger.warning("kvshare: load of layer %s failed (%s): %d blocks are "
                                "recomputed", name, e, len(blocks))
             self._errors |= blocks
+            self._tainted |= self._loading_reqs
             self._count("load_errors", 1)
             return
         if scatter is not None:  # staged: into the layer's blocks, on its stream
@@ -341,11 +354,19 @@ class KVShareConnector(KVConnectorBase_V1):
         if layer_name in self._loading:
             self._wait_load(layer_name)
 
+    def _saves(self):
+        """This step's (kvshare id, vLLM block id) pairs to save: not those of
+        a request whose loads failed (its new KV, from the failed layer on, was
+        computed over KV that is not the stored one: vLLM recomputes it, and
+        the scheduler saves it then)."""
+        meta = self._get_connector_metadata()
+        return [p for req_id, req_pairs in meta.saves if req_id not in self._tainted
+                for p in req_pairs]
+
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         if self._store is None or layer_name not in self._layers:
             return
-        meta = self._get_connector_metadata()
-        pairs = [p for _, req_pairs in meta.saves for p in req_pairs]
+        pairs = self._saves()
         if not pairs:
             return
         _, kv, view = self._layers[layer_name]
@@ -366,8 +387,7 @@ class KVShareConnector(KVConnectorBase_V1):
         for name in list(self._loading):  # a layer the forward never waited for
             self._wait_load(name)
         if self._saving:
-            meta = self._get_connector_metadata()
-            self._count("saved_blocks", sum(len(p) for _, p in meta.saves))
+            self._count("saved_blocks", len(self._saves()))
         for task in self._saving:
             try:
                 self._store.wait(task)
@@ -375,6 +395,7 @@ class KVShareConnector(KVConnectorBase_V1):
                 logger.warning("kvshare: a save failed (%s): those blocks stay unstored", e)
                 self._count("save_errors", 1)
         self._saving = []
+        self._loading_reqs, self._tainted = set(), set()
 
     def get_block_ids_with_load_errors(self):
         errors, self._errors = self._errors, set()
