@@ -173,6 +173,52 @@ int kvs_core_claims_init(struct kvs_cache *c)
 	return kvs_core_mutex_init(&h->claims_lock);
 }
 
+int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns)
+{
+	uint32_t complete = 0;
+
+	/* Nobody else is attached (relaxed: the lifecycle lock publishes it). */
+	for (uint32_t i = 0; i < c->slot_count; i++) {
+		struct kvs_shm_slot *s = &c->slots[i];
+		uint32_t b, k, n = 0;
+		struct kvs_shm_claim *e;
+		uint64_t gc;
+
+		if ((atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
+		    KVS_SHM_SLOT_DIRTY)
+			continue;
+		b = kvs_core_claim_chain(c, &s->block);
+		for (k = c->claim_heads[b]; k != KVS_IDX_NONE && n <= c->claim_mask;
+		     k = c->claims[k].next, n++)
+			if (memcmp(&c->claims[k].block, &s->block, sizeof(s->block)) == 0)
+				break;
+		if (k == KVS_IDX_NONE) {
+			k = c->hdr->claims_free;
+			if (k == KVS_IDX_NONE)
+				continue; /* no entry left: this one stays untagged, evictable */
+			e = &c->claims[k];
+			c->hdr->claims_free = e->next;
+			e->block = s->block;
+			atomic_store_explicit(&e->gencount, UINT64_C(1) << 32, memory_order_relaxed);
+			atomic_store_explicit(&e->writer, KVS_FILLER_NONE, memory_order_relaxed);
+			atomic_store_explicit(&e->designate, 0, memory_order_relaxed);
+			atomic_store_explicit(&e->error, 0, memory_order_relaxed);
+			atomic_store_explicit(&e->expires_ns, expires_ns, memory_order_relaxed);
+			atomic_store_explicit(&e->waiters, 0, memory_order_relaxed);
+			atomic_store_explicit(&e->state, KVS_SHM_CLAIM_OPEN, memory_order_relaxed);
+			e->next = c->claim_heads[b];
+			c->claim_heads[b] = k;
+		}
+		e = &c->claims[k];
+		gc = atomic_fetch_add_explicit(&e->gencount, 1, memory_order_relaxed) + 1;
+		atomic_store_explicit(&s->claim, kvs_core_claim_tag(&(struct kvs_claim_ref){
+					      .idx = k, .gen = gen_of(gc) }),
+				      memory_order_relaxed);
+		complete += count_of(gc) == c->shards_per_block;
+	}
+	return (int)complete;
+}
+
 /* ---- entries (lock held) ---- */
 
 /* Is entry e's writer alive?  (A writer that never was is not.) */
@@ -509,14 +555,12 @@ int kvs_core_claims_orphaned(struct kvs_cache *c, uint64_t deadline_ns, struct k
 		uint64_t gc = atomic_load_explicit(&e->gencount, memory_order_relaxed);
 		uint32_t st = atomic_load_explicit(&e->state, memory_order_relaxed);
 
-		uint32_t des = atomic_load_explicit(&e->designate, memory_order_relaxed);
-
+		/* A complete OPEN one is taken whoever is designated: the entry it
+		 * names may be ours now (a dead rank's, reused), and a live designated
+		 * writer elects itself within the watchers' grace anyway. */
 		if (st == KVS_SHM_CLAIM_WRITING ? writer_alive(c, e) :
-		    st != KVS_SHM_CLAIM_OPEN || count_of(gc) < c->shards_per_block ||
-		    (des != 0 && des <= KVS_MAX_RANKS &&
-		     kvs_core_rank_alive(c, des - 1, atomic_load_explicit(&c->ranks[des - 1].epoch,
-									 memory_order_relaxed))))
-			continue; /* written, being written, or its designated writer lives */
+		    st != KVS_SHM_CLAIM_OPEN || count_of(gc) < c->shards_per_block)
+			continue; /* incomplete, ended, or being written */
 		/* Ours to watch until deadline_ns: its DIRTY slots protected again
 		 * (CLOCK reads expires_ns), our rank rung at its end. */
 		if (atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < deadline_ns)

@@ -292,9 +292,15 @@ void kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, in
  * claim), 0 (none open), or the lock's errors. */
 int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 			 struct kvs_claim_ref *ref);
+/* A stale cache's adopter, nobody else attached (claims just re-made): a claim
+ * per block of the DIRTY slots the dead ranks left (bytes dumped, not
+ * written), each slot counted in it, OPEN until expires_ns, so that the blocks
+ * complete in the cache are found by kvs_core_claims_orphaned and written.
+ * Returns how many are complete. */
+int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns);
 /* Claims of complete blocks that nobody may write: OPEN with every shard
- * counted and no live designated writer, or WRITING by a dead writer (its rank
- * died before or while it wrote; the ranks that joined are gone or done).  Each found (at most max) is
+ * counted (no writer elected yet: its rank may have died before), or WRITING
+ * by a dead writer (the ranks that joined are gone or done).  Each found (at most max) is
  * extended to deadline_ns and our rank joins it; *refs and *blocks say which.
  * Returns how many, or the lock's errors.  Whoever watches them writes them. */
 int kvs_core_claims_orphaned(struct kvs_cache *c, uint64_t deadline_ns, struct kvs_claim_ref *refs,

@@ -522,7 +522,8 @@ static void adopt_geometry(struct kvs_cache *c)
 /* Stale segment, nobody else attached, lifecycle lock held: repair all. */
 static void adopt(struct kvs_cache *c)
 {
-	uint32_t kept = 0;
+	uint32_t kept = 0, dirty = 0;
+	int complete;
 
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		struct kvs_shm_rank *e = &c->ranks[r];
@@ -545,13 +546,14 @@ static void adopt(struct kvs_cache *c)
 		uint32_t b = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
 
 		atomic_store_explicit(&s->ref, 0, memory_order_relaxed);
-		/* a dump's DIRTY bytes are kept too (not durable: untagged, so the
-		 * next dump of their block counts them again) */
+		/* a dump's DIRTY bytes are kept too (not durable: counted below in
+		 * a claim of their own) */
 		atomic_store_explicit(&s->claim, 0, memory_order_relaxed);
 		if ((st == KVS_SHM_SLOT_READY || st == KVS_SHM_SLOT_DIRTY) &&
 		    s->shard < c->shards_per_block) {
 			b = kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard));
 			kept++;
+			dirty += st == KVS_SHM_SLOT_DIRTY;
 		} else {
 			st = KVS_SHM_SLOT_EMPTY;
 			if (b > c->bucket_mask)
@@ -562,8 +564,14 @@ static void adopt(struct kvs_cache *c)
 	}
 	rebuild_all(c);
 	kvs_core_claims_init(c); /* every claim died with its ranks */
+	/* The dumped blocks they left unwritten get claims again: the ones complete
+	 * in the cache are written by the first rank's open (store), the others
+	 * expire as their dumps' claims would have. */
+	complete = kvs_core_claims_from_dirty(c, kvs_deadline_after(KVS_CLAIM_GRACE_NS));
 	atomic_fetch_add_explicit(&c->hdr->adopt_count, 1, memory_order_relaxed);
-	kvs_log_info(&c->log, "%s: adopted a stale cache; %u READY slots kept", c->cfg.unique_id, kept);
+	kvs_log_info(&c->log, "%s: adopted a stale cache; %u slots kept, %u of them dumped but not "
+			      "written (%d blocks complete, to be written)", c->cfg.unique_id, kept, dirty,
+		     complete);
 }
 
 /* Remove a cache nobody is attached to (the caller checked the rank locks under

@@ -22,6 +22,9 @@
  *   writer_dead_adopted  A is killed writing X (held), nobody watches its claim;
  *                        rank B only opens the store later, past the claim's
  *                        expiry: B finds the orphaned claim and writes X.
+ *   stale_dirty_written  as writer_dead_adopted with nobody else attached: B's
+ *                        open adopts the stale cache, whose claims died with A;
+ *                        X's DIRTY slots get a claim again and B writes X.
  *   writer_killed_gather A owns X's slots and its gathers are held (copy delay);
  *                        B's dump waits; A is killed -9; B gathers its own bytes.
  *   split_shards         rank 0 dumps X.0, rank 1 dumps X.1 (at once, and one of
@@ -563,6 +566,64 @@ static kvs_test_rc test_writer_dead_adopted(void)
 	return KVS_TEST_PASS;
 }
 
+/*
+ * As writer_dead_adopted, but A was the cache's only process: its death leaves
+ * the cache stale, and B's open adopts it, re-making the claim table (every
+ * claim died with A).  X's DIRTY slots get a claim again, complete, and B's
+ * open writes X (before: the slots stayed DIRTY and untagged, loads served
+ * them, nothing wrote them).
+ */
+static kvs_test_rc test_stale_dirty_written(void)
+{
+	struct kvs_store_config cfg, wcfg;
+	struct kvs_store *s = NULL, *w = NULL;
+	struct kvs_block_id x = st_block(KILL_TAG, 0);
+	struct fork_args fa;
+	uint64_t deadline;
+	bool hit = false;
+	pid_t pid;
+	char root[256], uid[96], gate[320];
+
+	KVS_TRY(st_root_init(root, sizeof(root), "kills"));
+	kvs_test_unique_id(uid, sizeof(uid), "kills");
+	snprintf(gate, sizeof(gate), "%s.gate", root);
+	KVS_TRY(gate_set(gate, true));
+	{
+		const char *av[] = { uid, root, gate, "0", "300", NULL };
+		pid = start_child(true, "kill_writer", kill_writer, av, &fa);
+		KVS_CHECK(pid > 0);
+	}
+	/* X in the cache (a watcher looks, and leaves before A dies: A is then
+	 * the cache's only process) */
+	dump_cfg(&wcfg, uid, -1, root, KILL_SPB, KILL_SLOTS, 2);
+	watcher_of(&wcfg);
+	deadline = kvs_deadline_after(10 * ST_SEC);
+	while (kvs_store_open(&wcfg, &w) != 0 && kvs_now_ns() < deadline)
+		usleep(2000);
+	if (!w)
+		fprintf(stderr, "  no cache made by A within 10 s\n");
+	kvs_test_rc r = w ? wait_cached(w, KILL_TAG, 0) : KVS_TEST_FAIL;
+	if (w)
+		kvs_store_close(w);
+	kill(pid, SIGKILL);
+	(void)kvs_test_reap(pid, 10000);
+	KVS_TRY(r);
+	KVS_TRY(gate_set(gate, false));
+	KVS_CHECK_EQ(backend_count(root, KILL_SPB, KILL_TAG, 0, 1), 0);
+	dump_cfg(&cfg, uid, 1, root, KILL_SPB, KILL_SLOTS, 2);
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_CHECK_OK(kvs_cache_lookup(kvs_store_cache(s), &x, 1, KVS_ALL_SHARDS, &hit));
+	KVS_CHECK(hit); /* the dead rank's dumped bytes, kept */
+	deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
+	while (backend_count(root, KILL_SPB, KILL_TAG, 0, 1) != 1 && kvs_now_ns() < deadline)
+		usleep(2000);
+	KVS_TRY(check_durable(root, KILL_SPB, KILL_TAG, 0, 1, "the rank that adopted the cache"));
+	kvs_store_close(s); /* the last rank: the cache goes */
+	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "kills_v"));
+	st_root_fini(root);
+	return KVS_TEST_PASS;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Shards of one block dumped by different ranks                             */
 
@@ -978,6 +1039,7 @@ static const struct kvs_test_case cases[] = {
 	{ "writer_killed_writes", test_writer_killed_writes },
 	{ "writer_dead_evicted", test_writer_dead_evicted },
 	{ "writer_dead_adopted", test_writer_dead_adopted },
+	{ "stale_dirty_written", test_stale_dirty_written },
 	{ "writer_killed_gather", test_writer_killed_gather },
 	{ "split_shards", test_split_shards },
 	{ "partial_block", test_partial_block },
