@@ -2,7 +2,8 @@
 test_engine.py): argv[1] is a JSON file of
   {"model": dir, "tp": n, "role": "kv_both"|"kv_producer"|"kv_consumer",
    "kvshare_config": {...}, "unique_id": str, "prompts": [[token ids]],
-   "max_tokens": n, "failure_policy": "recompute"|"fail", "connector": bool}
+   "max_tokens": n, "failure_policy": "recompute"|"fail", "connector": bool,
+   "kill_at": "layer"|"cached"}  (killing_connector.py: killed -9 while storing)
 and argv[2] the JSON file it writes: the fingerprint, and per prompt the
 greedy tokens, the tokens vLLM reports cached (num_cached_tokens) and the
 kvshare ids of its full blocks (vLLM's own block hasher)."""
@@ -33,13 +34,16 @@ def main():
         spec = json.load(f)
     transfer = None
     if spec.get("connector", True):
-        transfer = {"kv_connector": "KVShareConnector",
-                    "kv_connector_module_path": "kvshare.vllm",
+        killing = "kill_at" in spec
+        transfer = {"kv_connector": "KillingConnector" if killing else "KVShareConnector",
+                    "kv_connector_module_path": "killing_connector" if killing
+                    else "kvshare.vllm",
                     "kv_role": spec.get("role", "kv_both"),
                     "kv_load_failure_policy": spec.get("failure_policy", "recompute"),
                     "kv_connector_extra_config": {
                         "kvshare_config": spec["kvshare_config"],
-                        "kvshare_unique_id": spec["unique_id"]}}
+                        "kvshare_unique_id": spec["unique_id"],
+                        "test_kill_at": spec.get("kill_at")}}
     llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
               enforce_eager=True, dtype="float32", block_size=BLOCK, max_model_len=2048,
               kv_cache_memory_bytes=64 << 20, tensor_parallel_size=spec.get("tp", 1),

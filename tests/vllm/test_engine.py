@@ -44,8 +44,9 @@ X = [rng.randrange(3, 1000) for _ in range(18 * BLOCK)]
 X2 = X[:SHARED * BLOCK] + [rng.randrange(3, 1000) for _ in range(BLOCK)]
 
 
-def run_engine(tmp_path, name, **spec):
-    """Run one engine to completion; its result (engine_child.py)."""
+def run_engine(tmp_path, name, killed=False, **spec):
+    """Run one engine to completion, its result (engine_child.py); killed:
+    it must die (kill_at), its log."""
     spec.setdefault("max_tokens", 4)
     path, out, log = (tmp_path / f"{name}.{ext}" for ext in ("json", "out", "log"))
     path.write_text(json.dumps(spec))
@@ -60,6 +61,10 @@ def run_engine(tmp_path, name, **spec):
                              str(out)], env=env, stdout=f, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, timeout=600).returncode
     text = log.read_text()
+    if killed:
+        assert rc != 0 and not out.exists(), f"engine {name} was not killed:\n{text[-3000:]}"
+        print(f"engine {name}: killed -9 while storing after {time.monotonic() - t0:.0f} s")
+        return text
     if rc != 0:
         pytest.fail(f"engine {name} exited {rc}:\n" + "\n".join(text.splitlines()[-40:]))
     print(f"engine {name}: {time.monotonic() - t0:.0f} s")
@@ -79,43 +84,101 @@ def read_blocks(config, ids):
         return out
 
 
-def check_pair(a, b, r, store_of_ab, store_of_r):
-    assert a["fingerprint"] == b["fingerprint"] == r["fingerprint"]
-    pa, pb, pr = a["prompts"][0], b["prompts"][0], r["prompts"][0]
-    assert pa["cached"] == 0 and pr["cached"] == 0
-    # B matched the 17 shared blocks (at least 480 of the 512-token prefix)
-    assert pb["cached"] == SHARED * BLOCK, b["log"][-3000:]
-    assert pb["ids"][:SHARED] == pa["ids"][:SHARED] and pb["ids"] == pr["ids"]
-    kv_ab = read_blocks(store_of_ab, pb["ids"])
+def check_stored(b, r, store_of_b, store_of_r):
+    """The stored blocks of X' are R's bit for bit (those B loaded and the one
+    it computed after its load), and B's tokens are R's."""
+    pb, pr = b["prompts"][0], r["prompts"][0]
+    assert pr["cached"] == 0 and pb["ids"] == pr["ids"]
+    kv_b = read_blocks(store_of_b, pb["ids"])
     kv_r = read_blocks(store_of_r, pr["ids"])
     for i in range(len(pb["ids"])):
-        assert np.array_equal(kv_ab[i], kv_r[i]), (
+        assert np.array_equal(kv_b[i], kv_r[i]), (
             f"block {i} ({'computed by B after its load' if i == SHARED else 'A'}) is not "
             f"the KV engine R computed")
     assert pb["tokens"] == pr["tokens"]
 
 
-def test_tp1_pair(tmp_path, tiny_model):
-    shared, ref = tmp_path / "shared", tmp_path / "ref"
+def check_pair(a, b, r, store_of_ab, store_of_r):
+    assert a["fingerprint"] == b["fingerprint"] == r["fingerprint"]
+    pa, pb = a["prompts"][0], b["prompts"][0]
+    assert pa["cached"] == 0
+    # B matched the 17 shared blocks (at least 480 of the 512-token prefix)
+    assert pb["cached"] == SHARED * BLOCK, b["log"][-3000:]
+    assert pb["ids"][:SHARED] == pa["ids"][:SHARED]
+    check_stored(b, r, store_of_ab, store_of_r)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """The tiny model, one directory for the module: its path is in the
+    fingerprint, so engines that share blocks load it from the same place."""
+    from conftest import write_model
+
+    return write_model(tmp_path_factory.mktemp("model") / "tiny-llama")
+
+
+STORE1 = {"backend": "posix", "fsync": 0, "cache_buffer_capacity_gb": 0.05}
+
+
+@pytest.fixture(scope="module")
+def ref1(tmp_path_factory, model):
+    """Engine R at TP=1: X' computed from nothing on a store of its own, and
+    that store's keys."""
+    tmp = tmp_path_factory.mktemp("ref1")
+    (tmp / "store").mkdir()
+    r = run_engine(tmp, "r", model=model, unique_id=f"vt-{os.getpid()}r", prompts=[X2],
+                   role="kv_producer",
+                   kvshare_config={**STORE1, "backend_roots": str(tmp / "store")})
+    return r, {"backend": "posix", "backend_roots": str(tmp / "store")}
+
+
+def test_tp1_pair(tmp_path, model, ref1):
+    r, store_of_r = ref1
+    shared = tmp_path / "shared"
     shared.mkdir()
-    ref.mkdir()
-    store = {"backend": "posix", "fsync": 0, "cache_buffer_capacity_gb": 0.05}
     uid = f"vt-{os.getpid()}"
-    a = run_engine(tmp_path, "a", model=tiny_model, unique_id=uid, prompts=[X],
-                   kvshare_config={**store, "backend_roots": str(shared)})
-    b = run_engine(tmp_path, "b", model=tiny_model, unique_id=uid, prompts=[X2],
-                   kvshare_config={**store, "backend_roots": str(shared)})
-    r = run_engine(tmp_path, "r", model=tiny_model, unique_id=uid + "r", prompts=[X2],
-                   role="kv_producer", kvshare_config={**store, "backend_roots": str(ref)})
-    check_pair(a, b, r, {"backend": "posix", "backend_roots": str(shared)},
-               {"backend": "posix", "backend_roots": str(ref)})
+    a = run_engine(tmp_path, "a", model=model, unique_id=uid, prompts=[X],
+                   kvshare_config={**STORE1, "backend_roots": str(shared)})
+    b = run_engine(tmp_path, "b", model=model, unique_id=uid, prompts=[X2],
+                   kvshare_config={**STORE1, "backend_roots": str(shared)})
+    check_pair(a, b, r, {"backend": "posix", "backend_roots": str(shared)}, store_of_r)
     # Engine F finds the same 17 blocks stored, but every backend read fails:
     # its loads fail, vLLM recomputes those blocks, and the tokens are R's.
-    f = run_engine(tmp_path, "f", model=tiny_model, unique_id=uid + "f", prompts=[X2],
+    f = run_engine(tmp_path, "f", model=model, unique_id=uid + "f", prompts=[X2],
                    role="kv_consumer", kvshare_config={
-                       **store, "backend_roots": str(shared), "fault_error_ppm": 1000000})
+                       **STORE1, "backend_roots": str(shared), "fault_error_ppm": 1000000})
     assert "blocks are recomputed" in f["log"], f["log"][-3000:]
     assert f["prompts"][0]["tokens"] == r["prompts"][0]["tokens"]
+
+
+def block_files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, files in os.walk(root) for f in files)
+
+
+@pytest.mark.parametrize("kill_at", ["layer", "cached"])
+def test_tp1_killed_while_storing(tmp_path, model, ref1, kill_at):
+    """Engine A is killed -9 while it stores X (killing_connector.py): after
+    its first layer's dump ("layer": no block of X ever gets its second
+    layer), or once its dumps are in the shared cache ("cached": every block
+    complete there, its backend write left to a dead rank).  Engine B, on the
+    cache A left behind, never loads a partial block: none of X at "layer"
+    (B computes X' itself), the 17 complete ones at "cached"; the blocks of X'
+    stored after B are R's bit for bit, and B's tokens are R's."""
+    r, store_of_r = ref1
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    uid = f"vk-{kill_at}-{os.getpid()}"
+    keys = {**STORE1, "backend_roots": str(shared)}
+    log = run_engine(tmp_path, "a", killed=True, model=model, unique_id=uid, prompts=[X],
+                     kill_at=kill_at, kvshare_config=keys)
+    if kill_at == "layer":
+        assert block_files(shared) == [], "a block of X was written with one layer of two"
+    b = run_engine(tmp_path, "b", model=model, unique_id=uid, prompts=[X2],
+                   kvshare_config=keys)
+    want = 0 if kill_at == "layer" else SHARED * BLOCK
+    assert b["prompts"][0]["cached"] == want, (b["log"][-3000:], log[-2000:])
+    check_stored(b, r, {"backend": "posix", "backend_roots": str(shared)}, store_of_r)
 
 
 class Redis:
@@ -165,17 +228,17 @@ def redis(tmp_path):
     r.close()
 
 
-def test_tp2_pair(tmp_path, tiny_model, redis):
+def test_tp2_pair(tmp_path, model, redis):
     uid = f"vt2-{os.getpid()}"
     store = {"backend": "redis", "redis_endpoints": redis.sock,
              "cache_buffer_capacity_gb": 0.05}
-    a = run_engine(tmp_path, "a2", model=tiny_model, tp=2, unique_id=uid, prompts=[X],
+    a = run_engine(tmp_path, "a2", model=model, tp=2, unique_id=uid, prompts=[X],
                    kvshare_config={**store, "redis_key_prefix": "ab:"})
     after_a = redis.counts()
-    b = run_engine(tmp_path, "b2", model=tiny_model, tp=2, unique_id=uid, prompts=[X2],
+    b = run_engine(tmp_path, "b2", model=model, tp=2, unique_id=uid, prompts=[X2],
                    kvshare_config={**store, "redis_key_prefix": "ab:"})
     after_b = redis.counts()
-    r = run_engine(tmp_path, "r2", model=tiny_model, tp=2, unique_id=uid + "r", prompts=[X2],
+    r = run_engine(tmp_path, "r2", model=model, tp=2, unique_id=uid + "r", prompts=[X2],
                    role="kv_producer", kvshare_config={**store, "redis_key_prefix": "r:"})
     # A's two ranks each dumped their heads; every stored shard was written once
     assert after_a.get("set", 0) == 18 * SPB and after_a.get("get", 0) == 0
