@@ -79,6 +79,9 @@ struct kvs_store_dumps {
 	uint32_t nwatch, wcap;
 	struct kvs_claim_ref *mine;    /* claims whose block write is ours, in progress */
 	uint32_t nmine, cap;
+	struct watch *pend;            /* claims we were elected to write, waiting for pin
+					  * room (only .ref and .block used), oldest first */
+	uint32_t npend, pcap;
 	struct kvs_block_id found;     /* the last block a dump found READY */
 	bool found_valid;
 };
@@ -96,12 +99,13 @@ void kvs_store_dumps_fini(struct kvs_store_dumps *d)
 		return;
 	free(d->watch);
 	free(d->mine);
+	free(d->pend);
 	free(d);
 }
 
 bool kvs_store_dumps_busy(const struct kvs_store_dumps *d)
 {
-	return d && (d->waiting || d->room || d->nmine);
+	return d && (d->waiting || d->room || d->nmine || d->npend);
 }
 
 static bool same_ref(const struct kvs_claim_ref *a, const struct kvs_claim_ref *b)
@@ -209,11 +213,68 @@ static void job_release(struct kvs_store *s, struct kvs_store_job *job, uint32_t
 		kvs_store_release(s, &job->slots[i]);
 }
 
-/* We are the writer of claim ref (block): pin every shard and hand the write to
- * the dispatcher, or end the claim at once (a shard missing, or one READY: the
- * block is in the backend). */
+/*
+ * May a block write of n shards pin them now?  The pin table is the process's
+ * (KVS_RANK_PINS); tasks hold at most s->pin_budget (half of it at most) and
+ * stop taking more while the store's pins are over it.  A step that completes
+ * many blocks at once elects us for all of them; their writes wait here for
+ * room (pend_run) instead of failing on a full table -- which lost every block
+ * past the table's room, with dump_wait=cached dumps already reported done.
+ */
+static bool job_room(struct kvs_store *s, uint32_t n)
+{
+	/* relaxed: a budget */
+	uint32_t pins = atomic_load_explicit(&s->pins, memory_order_relaxed);
+
+	return pins == 0 || pins + n <= KVS_RANK_PINS - KVS_RANK_PINS / 8;
+}
+
+static void job_run(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
+		    const struct kvs_block_id *block);
+
+/* We are the writer of claim ref (block): write it now, or once there is pin
+ * room (in election order). */
 static void job_start(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
 		      const struct kvs_block_id *block)
+{
+	if (d->npend == 0 && job_room(s, s->spb)) {
+		job_run(s, d, ref, block);
+		return;
+	}
+	if (d->npend == d->pcap) {
+		uint32_t cap = d->pcap ? 2 * d->pcap : 64;
+		struct watch *v = realloc(d->pend, cap * sizeof(*v));
+
+		if (!v) {
+			kvs_core_claim_end(s->cache, ref, -ENOMEM);
+			claim_ended(s, d, ref);
+			return;
+		}
+		d->pend = v;
+		d->pcap = cap;
+	}
+	d->pend[d->npend++] = (struct watch){ .ref = *ref, .block = *block };
+}
+
+/* Start the pending writes there is pin room for.  True if one started. */
+static bool pend_run(struct kvs_store *s, struct kvs_store_dumps *d)
+{
+	uint32_t k = 0;
+
+	while (k < d->npend && job_room(s, s->spb)) {
+		job_run(s, d, &d->pend[k].ref, &d->pend[k].block);
+		k++;
+	}
+	if (k)
+		memmove(d->pend, d->pend + k, (d->npend - k) * sizeof(*d->pend));
+	d->npend -= k;
+	return k > 0;
+}
+
+/* Pin every shard of block and hand its write to the dispatcher, or end the
+ * claim at once (a shard missing, or one READY: the block is in the backend). */
+static void job_run(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
+		    const struct kvs_block_id *block)
 {
 	struct kvs_cache *c = s->cache;
 	struct kvs_claim_view v;
@@ -236,6 +297,9 @@ static void job_start(struct kvs_store *s, struct kvs_store_dumps *d, const stru
 
 		rc = kvs_core_get(c, block, pinned, KVS_CORE_GET_RESIDENT, &job->slots[pinned]);
 		if (rc) {
+			if (rc != -ENOENT)
+				kvs_log_warn(&s->log, "store: block write of claim %u: shard %u: %s",
+					     ref->idx, pinned, kvs_strerror(rc));
 			missing = true;
 			break;
 		}
@@ -269,7 +333,9 @@ static void job_start(struct kvs_store *s, struct kvs_store_dumps *d, const stru
 		free(job);
 		return;
 	}
-	job->deadline_ns = v.expires_ns;
+	/* a write that waited for pin room may start past the claim's expiry */
+	job->deadline_ns = v.expires_ns > kvs_now_ns() ? v.expires_ns
+						  : kvs_deadline_after(s->cfg.timeout_ns);
 	kvs_store_handoff_job(s, job);
 }
 
@@ -283,6 +349,7 @@ void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct
 	mine_del(d, &job->claim);
 	claim_ended(s, d, &job->claim);
 	free(job);
+	pend_run(s, d); /* its pins are free */
 }
 
 void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d)
@@ -522,12 +589,13 @@ bool kvs_store_dumps_poll(struct kvs_store *s, struct kvs_store_dumps *d, uint64
 
 	if (!d)
 		return false;
+	changed = d->npend && pend_run(s, d); /* pins released since */
 	/* acquire: read before the looks below (a ring after them changes it) */
 	bell = atomic_load_explicit(&c->me->bell, memory_order_acquire) & KVS_WAIT_VALUE_MASK;
 	if (!d->stale && !check && bell == d->rank_bell && now < d->next_ns &&
 	    (!d->room || (atomic_load_explicit(&c->hdr->claims_bell, memory_order_acquire) &
 			  KVS_WAIT_VALUE_MASK) == d->room_bell))
-		return false; /* nothing rang, nothing due */
+		return changed; /* nothing rang, nothing due */
 	d->rank_bell = bell;
 	d->stale = false;
 	if (d->room) {

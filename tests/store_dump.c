@@ -32,6 +32,9 @@
  *   partial_block        a durable dump of shard 0 of a 4-shard block alone fails
  *                        -KVS_EINCOMPLETE at its deadline; nothing in the backend.
  *   claims_many          one task of 1500 blocks x 2 shards: every block written.
+ *   writes_many_pins     8 layer-wise tasks of 129 blocks x 64 shards (more than a
+ *                        process's pin table holds), dump_wait=cached: every block
+ *                        written, the writes waiting for pin room, not failing.
  *   claims_duplicate     layer-wise tasks X.0, X.1, X.1, X.2 (cached one by one,
  *                        and durable at once): the block is written once all
  *                        three distinct shards are in (a duplicate does not count
@@ -794,6 +797,56 @@ static kvs_test_rc test_claims_many(void)
 	return KVS_TEST_PASS;
 }
 
+/* The connector's save pattern: one dump task per "layer" l (the shards
+ * [8l, 8l + 8) of all 129 blocks), all submitted, then all waited, with
+ * dump_wait=cached.  The last layer completes the blocks in a burst that
+ * elects this rank the writer of each, and each write pins its block's 64
+ * shards: more than the pin table holds (KVS_RANK_PINS).  Every block is
+ * written (before: 64 of 129; the writes past the table's room failed "pin
+ * table full" while the dumps had reported 0). */
+#define PINS_TAG 45u
+#define PINS_SPB 64
+#define PINS_LAYERS 8
+#define PINS_BLOCKS 129
+
+static kvs_test_rc test_writes_many_pins(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct st_task t[PINS_LAYERS];
+	uint64_t task[PINS_LAYERS], deadline;
+	char root[256], uid[96];
+	int have;
+
+	KVS_TRY(st_root_init(root, sizeof(root), "pins"));
+	dump_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "pins"), 0, root, PINS_SPB,
+		 PINS_SPB * PINS_BLOCKS + 512, 8);
+	cfg.dump_wait = KVS_DUMP_WAIT_CACHED;
+	cfg.waiting_queue_depth = 4 * PINS_LAYERS + 64;
+	KVS_TRY(st_open(&cfg, &s));
+	for (uint32_t l = 0; l < PINS_LAYERS; l++) {
+		uint32_t per = PINS_SPB / PINS_LAYERS;
+
+		KVS_TRY(shards_task(&t[l], PINS_TAG, 0, PINS_BLOCKS, l * per, per));
+		KVS_TRY(dump_submit(s, &t[l], &task[l]));
+	}
+	for (uint32_t l = 0; l < PINS_LAYERS; l++)
+		KVS_TRY(st_wait_expect(s, task[l], 60000, 0, "a layer's dump"));
+	deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
+	while (backend_count(root, PINS_SPB, PINS_TAG, 0, PINS_BLOCKS) != PINS_BLOCKS &&
+	       kvs_now_ns() < deadline)
+		usleep(10000);
+	have = backend_count(root, PINS_SPB, PINS_TAG, 0, PINS_BLOCKS);
+	printf("  %d of %d blocks in the backend\n", have, PINS_BLOCKS);
+	KVS_CHECK_EQ(have, PINS_BLOCKS);
+	kvs_store_close(s);
+	for (uint32_t l = 0; l < PINS_LAYERS; l++)
+		st_task_free(&t[l]);
+	KVS_TRY(verify_fresh(root, PINS_SPB, PINS_TAG, 0, PINS_BLOCKS, "pins_v"));
+	st_root_fini(root);
+	return KVS_TEST_PASS;
+}
+
 /* Layer-wise tasks X.0, X.1, X.1, X.2 of a 3-shard block: cached, one after the
  * other (the block completes at the last; close lets its write finish), then
  * durable, all at once (each task waits for the whole block). */
@@ -1044,6 +1097,7 @@ static const struct kvs_test_case cases[] = {
 	{ "split_shards", test_split_shards },
 	{ "partial_block", test_partial_block },
 	{ "claims_many", test_claims_many },
+	{ "writes_many_pins", test_writes_many_pins },
 	{ "claims_duplicate", test_claims_duplicate },
 	{ "dump_timeout", test_dump_timeout },
 	{ "writes_spread", test_writes_spread },
