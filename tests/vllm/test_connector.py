@@ -6,6 +6,12 @@ both roles on one node's store (posix backend under tmp_path).
   own head of the tiny model's two) save blocks layer by layer; a TP=1 worker
   loads them and finds each head where vLLM's CPU layout puts it, and the
   other way round;
+- a GPU backend's layout (FLASH_ATTN: each token's K then V, staged) shares
+  stored blocks with the CPU backend's, both ways (and on CUDA where there is
+  a device);
+- MLA: one latent shard per layer, one copy stored for all ranks, loaded by
+  every rank of any TP degree, kernel blocks (CPU_MLA's 16 tokens) grouped;
+- an attention backend the connector does not know is refused;
 - the scheduler side matches the stored prefix through its watcher, keeping
   one token to compute;
 - a load of blocks that are not stored reports those vLLM blocks as load
@@ -45,7 +51,7 @@ def node(tiny_model, tmp_path):
                                 "timeout_ms": 3000}}
     made = []
 
-    def make(tp, role):
+    def make(tp, role, kvcc=None):
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
         cfg = vllm_config(tiny_model, extra=extra)
@@ -53,7 +59,7 @@ def node(tiny_model, tmp_path):
         cfg.kv_transfer_config.kv_connector_module_path = "kvshare.vllm"
         cfg.parallel_config.tensor_parallel_size = tp
         c = kv.KVShareConnector(cfg, getattr(KVConnectorRole, role),
-                                kv_cache_config(HEADS // tp))
+                                kvcc or kv_cache_config(HEADS // tp))
         made.append(c)
         return c
 
@@ -194,6 +200,71 @@ def test_gpu_layout_shares_with_cpu_layout(node, monkeypatch, device):
             for k in range(2):
                 assert torch.equal(k_got[4 + k, r], k_gpu[1 + k, 0]), (n, k, r, "K")
                 assert torch.equal(v_got[4 + k, r], v_gpu[1 + k, 0]), (n, k, r, "V")
+
+
+LATENT = 576  # kv_lora_rank 512 + rope 64: the one size vLLM's CPU MLA kernel takes
+
+
+def mla_config():
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MLAAttentionSpec
+
+    spec = MLAAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=LATENT,
+                            dtype=torch.float32)
+    return KVCacheConfig(num_blocks=NBLOCKS, kv_cache_tensors=[],
+                         kv_cache_groups=[KVCacheGroupSpec(NAMES, spec)])
+
+
+def register_mla(monkeypatch, conn, rank, caches, backend):
+    import vllm.distributed.kv_transfer.kv_connector.utils as kvutils
+    import vllm.distributed.parallel_state as ps
+
+    class Backend:
+        @staticmethod
+        def get_name():
+            return backend
+
+    monkeypatch.setattr(ps, "get_tensor_model_parallel_rank", lambda: rank)
+    monkeypatch.setattr(kvutils, "get_current_attn_backends", lambda *a: [Backend])
+    conn.register_kv_caches(caches)
+
+
+def test_mla_one_copy_every_rank_loads(node, monkeypatch):
+    """MLA: one latent per token, the same on every rank.  A stored block is
+    one shard per layer; both ranks of a TP=2 engine save it (the second is
+    deduplicated: one copy stored, written once), and a TP=1 engine on
+    another backend (FLASHMLA: whole 32-token blocks, in place) and each rank
+    of a TP=4 one (CPU_MLA: kernel blocks of 16 tokens, two per block) load it
+    where their layout puts it."""
+    # CPU_MLA's tensors: (num_blocks * 2, 1, 16, LATENT), kernel blocks in order
+    src = {n: torch.randn(NBLOCKS * 2, 1, BLOCK // 2, LATENT) for n in NAMES}
+    tokens = {n: src[n].reshape(NBLOCKS, BLOCK, LATENT) for n in NAMES}  # per block
+    stored = ids(3, 7)
+    ranks = [node(2, "WORKER", mla_config()) for _ in range(2)]
+    for r, c in enumerate(ranks):
+        register_mla(monkeypatch, c, r, {n: src[n].clone() for n in NAMES}, "CPU_MLA")
+        assert c._geo.shards_per_block == LAYERS and c._heads == [0]
+        save(c, {n: None for n in NAMES}, [(i, 2 + k) for k, i in enumerate(stored)])
+    st = [c._store.stats() for c in ranks]
+    assert st[0]["shards_dumped"] + st[1]["shards_dumped"] == 3 * LAYERS  # one copy
+    assert st[0]["dump_dedup"] + st[1]["dump_dedup"] == 3 * LAYERS
+    one = node(1, "WORKER", mla_config())
+    dst = {n: torch.zeros(NBLOCKS, 1, BLOCK, LATENT) for n in NAMES}
+    register_mla(monkeypatch, one, 0, dst, "FLASHMLA")
+    assert one._in_place
+    assert load(one, [(i, 6 + k) for k, i in enumerate(stored)]) == set()
+    for n in NAMES:
+        for k in range(3):
+            assert torch.equal(dst[n][6 + k, 0], tokens[n][2 + k]), (n, k)
+        assert not dst[n][:6].any() and not dst[n][9:].any()
+    for r in range(4):
+        c = node(4, "WORKER", mla_config())
+        dst = {n: torch.zeros(NBLOCKS * 2, 1, BLOCK // 2, LATENT) for n in NAMES}
+        register_mla(monkeypatch, c, r, dst, "CPU_MLA")
+        assert load(c, [(i, 9 - k) for k, i in enumerate(stored)]) == set()
+        for n in NAMES:
+            got = dst[n].reshape(NBLOCKS, BLOCK, LATENT)
+            for k in range(3):
+                assert torch.equal(got[9 - k], tokens[n][2 + k]), (n, k, r)
 
 
 def test_unknown_backend_refused(node, monkeypatch):

@@ -19,13 +19,15 @@ deduplicated, every such rank loads it.
 How a layer's KV tensor holds those bytes depends on the attention backend.
 vLLM gives every backend's layer the logical shape (num_blocks, heads_of_rank,
 block_size, 2 * head_dim), in memory in the order its layout asks for, and the
-backends read the last dimension two ways (CONTENT): the CPU backend as the
+backends read the last dimension three ways (CONTENT): the CPU backend as the
 block's K rows then its V rows (per block and head, exactly a stored shard:
 loaded and dumped in place), the GPU backends (FLASH_ATTN, FLASHINFER,
-TRITON_ATTN, FLEX_ATTENTION) as one token's K then its V.  kv_view() turns
-either into a (num_blocks, heads_of_rank, 2, block_size, head_dim) view whose
-[block, head] is a stored shard; where that is not contiguous the connector
-gathers through a staging buffer (docs/vllm.md, "Other layouts").
+TRITON_ATTN, FLEX_ATTENTION) as one token's K then its V, the MLA backends as
+one token's latent (one "head", the same on every rank: one shard per layer).
+kv_view() turns each into a (num_blocks, heads_of_rank, parts, block_size,
+head_dim) view whose [block, head] is a stored shard; where that is not
+contiguous the connector gathers through a staging buffer (docs/vllm.md,
+"Other layouts").
 
 Arithmetic over vLLM's config objects and torch views; nothing of vLLM is
 imported here.
@@ -37,15 +39,17 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class StoredGeometry:
     layers: tuple        # attention layer names, in the model's order (shard major)
-    heads: int           # the model's KV heads (all ranks together)
-    head_dim: int
+    heads: int           # the model's KV heads (all ranks together); 1 with MLA
+    head_dim: int        # elements per token of one part; MLA: the whole latent
     block_size: int      # tokens per block
     elem_bytes: int      # bytes of one KV element
+    parts: int = 2       # per token and head: K and V; MLA: 1 (the latent)
 
     @property
     def shard_bytes(self):
-        """One (layer, head) of one block: K rows then V rows."""
-        return 2 * self.block_size * self.head_dim * self.elem_bytes
+        """One (layer, head) of one block: K rows then V rows (MLA: the
+        block's latent rows)."""
+        return self.parts * self.block_size * self.head_dim * self.elem_bytes
 
     @property
     def shards_per_block(self):
@@ -57,47 +61,68 @@ class StoredGeometry:
 
 def geometry(vllm_config, kv_cache_config):
     """The stored geometry of this engine's model; ValueError naming what
-    kvshare cannot store (more than one KV-cache group, MLA, no KV heads)."""
+    kvshare cannot store (more than one KV-cache group, no KV heads)."""
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
         raise ValueError(f"kvshare: the model has {len(groups)} KV-cache groups (hybrid or "
                          "sliding-window layers); the connector stores models with one")
     spec = groups[0].kv_cache_spec
-    if getattr(spec, "use_mla", False) or type(spec).__name__.startswith("MLA"):
-        raise ValueError("kvshare: MLA KV caches are not stored yet (docs/vllm.md)")
+    if type(spec).__name__.startswith("MLA"):
+        # one latent per token, the same on every rank: one shard per layer,
+        # which every rank holds (rank_heads replicates it)
+        if spec.num_kv_heads != 1:
+            raise ValueError(f"kvshare: an MLA KV spec of {spec.num_kv_heads} heads")
+        return StoredGeometry(layers=tuple(groups[0].layer_names), heads=1,
+                              head_dim=spec.head_size, block_size=spec.block_size,
+                              elem_bytes=spec.dtype.itemsize, parts=1)
     heads = vllm_config.model_config.get_total_num_kv_heads()
     if heads < 1 or spec.num_kv_heads < 1:
         raise ValueError(f"kvshare: {heads} KV heads: nothing to store")
-    elem = spec.dtype.itemsize
     return StoredGeometry(layers=tuple(groups[0].layer_names), heads=heads,
                           head_dim=spec.head_size, block_size=spec.block_size,
-                          elem_bytes=elem)
+                          elem_bytes=spec.dtype.itemsize)
 
 
-# The attention backends whose KV content kvshare knows, by vLLM's backend name.
+# The attention backends whose KV content kvshare knows, by vLLM's backend name:
+# "blocks" per (block, head) its K rows then its V rows, "tokens" per token its
+# K then its V, "latent" (MLA) per token one latent vector.
 CONTENT = {"CPU_ATTN": "blocks", "FLASH_ATTN": "tokens", "FLASHINFER": "tokens",
-           "TRITON_ATTN": "tokens", "FLEX_ATTENTION": "tokens"}
+           "TRITON_ATTN": "tokens", "FLEX_ATTENTION": "tokens",
+           **{name: "latent" for name in ("CPU_MLA", "AMX_MLA", "TRITON_MLA", "FLASHMLA",
+                                          "FLASH_ATTN_MLA", "FLASHINFER_MLA", "CUTLASS_MLA")}}
 
 
 def kv_view(kv, content, geo):
-    """A layer's KV tensor (vLLM's logical (num_blocks, heads_of_rank,
-    block_size, 2 * head_dim), any strides) as (num_blocks, heads_of_rank, 2,
-    block_size, head_dim): [block, head] is one stored shard, K then V; a view
-    of kv (writes through).  ValueError naming what does not fit."""
-    want = (geo.block_size, 2 * geo.head_dim)
-    if kv.dim() != 4 or tuple(kv.shape[2:]) != want:
+    """A layer's KV tensor (vLLM's logical (blocks, heads_of_rank, tokens,
+    parts * head_dim), any strides; a backend whose kernels take smaller
+    blocks than the scheduler's has `ratio` kernel blocks per block, in
+    order) as (num_blocks, heads_of_rank, parts, ratio, tokens, head_dim):
+    [block, head] is one stored shard, K then V (MLA: the latent), token by
+    token; a view of kv (writes through).  ValueError naming what does not
+    fit."""
+    if (content == "latent") != (geo.parts == 1):
+        raise ValueError(f"a {content!r} attention backend for a KV spec of "
+                         f"{geo.parts} part(s) per token")
+    if content not in ("latent", "tokens", "blocks"):
+        raise ValueError(f"KV content {content!r} is not one kvshare knows")
+    if (kv.dim() != 4 or kv.shape[3] != geo.parts * geo.head_dim or kv.shape[2] < 1 or
+            geo.block_size % kv.shape[2] or kv.shape[0] % (geo.block_size // kv.shape[2])):
         raise ValueError(f"a KV cache of shape {tuple(kv.shape)}; vLLM's layout is "
-                         f"(num_blocks, heads, {want[0]}, {want[1]})")
+                         f"(num_blocks, heads, {geo.block_size} (or a divisor: kernel "
+                         f"blocks), {geo.parts * geo.head_dim})")
     if kv.element_size() != geo.elem_bytes:
         raise ValueError(f"{kv.element_size()}-byte elements, the KV spec says "
                          f"{geo.elem_bytes}")
-    if content == "tokens":  # per token: K (head_dim) then V (head_dim)
-        return kv.unflatten(3, (2, geo.head_dim)).permute(0, 1, 3, 2, 4)
-    if content == "blocks":  # per (block, head): block_size K rows, then V rows
-        if kv[0, 0].is_contiguous():
-            return kv.flatten(2).unflatten(2, (2, geo.block_size, geo.head_dim))
-        raise ValueError("the CPU backend's (block, head) is not contiguous in it")
-    raise ValueError(f"KV content {content!r} is not one kvshare knows")
+    ratio = geo.block_size // kv.shape[2]
+    if content == "blocks":
+        # per (block, head) all K rows, then all V rows: only without kernel
+        # blocks (the CPU backend's are the scheduler's)
+        if ratio != 1 or not kv[0, 0].is_contiguous():
+            raise ValueError("the CPU backend's (block, head) is not one contiguous run")
+        return kv.flatten(2).unflatten(2, (2, 1, geo.block_size, geo.head_dim))
+    # (num_blocks, ratio, heads, tokens, parts, head_dim): kernel blocks grouped
+    v = kv.unflatten(0, (kv.shape[0] // ratio, ratio)).unflatten(4, (geo.parts, geo.head_dim))
+    return v.permute(0, 2, 4, 1, 3, 5)
 
 
 def rank_heads(heads, tp_size, tp_rank, heads_of_rank):
