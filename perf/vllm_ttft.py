@@ -1,0 +1,660 @@
+#!/usr/bin/env python3
+"""perf/vllm_ttft.py [options] -- time to first token of real vLLM engines (CPU,
+vLLM 0.32, dummy weights) when a long prompt's prefix is loaded from kvshare
+instead of recomputed.  Each engine is its own process: this script re-runs
+itself as `--child SPEC.json OUT.json`; every TTFT is taken inside the child
+after the engine started and after one warm-up request of unrelated tokens
+(one-time costs out), as the wall time of llm.generate() of the one timed
+request with max_tokens=1.
+
+Per TP degree (--tp, default 1,2; TP=2 with VLLM_CPU_OMP_THREADS_BIND="0|1"),
+on the posix backend in a temp dir (kv_role kv_both):
+  store:  engine A computes prompt P (--prompt-tokens) and stores it;
+  kvshare_hit:  engine B, a fresh process on A's store and unique_id, gets P +
+          a --suffix-tokens suffix: P's full blocks come from kvshare;
+  recompute_kvshare_empty:  the same prompt, the connector on an empty store;
+  recompute_no_connector:  the same prompt, no connector.
+  vllm_ttft tp=<t> case=<case> ttft_s=<..> cached_tokens=<..> prompt_tokens=<..>
+            expected_cached=<..> hit=<1|0> startup_s=<..> ... load_errors_logged=<n>
+            block_writes_failed=<n>
+  vllm_ttft tp=<t> ratio recompute_no_connector/kvshare_hit=<..> recompute_kvshare_empty/kvshare_hit=<..> ...
+hit=0 (cached_tokens below P's full blocks on a hit case, or a load error in
+the engine's log) is flagged on the line (FLAG=no_hit) and in a "# vllm_ttft
+FLAG" line at the end, as is a storing engine whose log has the library's
+"store: block write of claim ..." lines (block_writes_failed, FLAG=
+blocks_not_stored); neither fails the script.
+
+Then 2 engines x TP=2 loading the same prefix at once, on a Redis backend (a
+redis-server on a unix socket that the script starts; skipped, saying why,
+without one): A (TP=2) stores P; B1 and B2 (TP=2 each, both bound "0|1": 4
+ranks on 2 cores, oversubscribed) start together, warm up, meet at a barrier
+and send P + a suffix of their own at the same moment.  The backend's reads
+are counted outside the library (INFO commandstats / INFO stats around the
+timed requests):
+  vllm_ttft tp=2 engines=2 case=shared_hit engine=b<i> ttft_s=<..> cached_tokens=<..> ...
+  vllm_ttft tp=2 engines=2 omp_bind=0|1 oversubscribed=1 backend=redis backend_gets=<n>
+            expected_gets=<n> reads_once=<1|0> backend_bytes=<..> net_output_bytes=<..>
+            stored_shards=<n> shard_bytes=<..> ...
+expected_gets = P's full blocks x layers x KV heads: each stored shard read
+once across the node, whichever engine's rank asked first.
+
+Model: a config.json only (load_format dummy, no tokenizer), a Llama of
+--layers 8, --hidden 1024, --heads 8 attention heads of --head-dim 128
+(default hidden/heads), --kv-heads 8, --intermediate 2816, --vocab 4096,
+float32; block_size 32 (the CPU attention backend needs a multiple of 32),
+max_model_len = prompt + suffix + 64, max_num_batched_tokens = max_model_len
+(one prefill step at every TP degree),
+kv_cache_memory_bytes computed from the blocks the engine needs.
+
+Engines A prefill P in one step by default (--store-batch-tokens N: in steps
+of N tokens).  One step is what found the library's pin-table bug: the last
+layer of a 4 K-token step completes 128 blocks at once, and the block writes
+past the process's pin table (KVS_RANK_PINS) failed while the dumps reported
+success (docs/store.md, "Write"); each line's block_writes_failed counts the
+library's log lines of failed block writes, and is 0 since the fix.
+A quick run: --layers 2 --hidden 256 --prompt-tokens 1024.
+
+Run (the venv: python/vllm/env.sh prints its path on its last line):
+  venv=$(python/vllm/env.sh | tail -n 1)
+  PYTHONPATH=python KVSHARE_LIBRARY=build/lib/libkvshare.so.1 "$venv/bin/python" perf/vllm_ttft.py
+(KVSHARE_LIBRARY defaults to build/lib/libkvshare.so.1 of this tree.)  Other
+options: --suffix-tokens 32 --tp 1,2 --no-shared --engine-timeout 1800
+--keep (leave the temp dir, logs included).  An engine that exits non-zero
+prints its log's tail and the script exits 1.  Redis is killed, the temp dir
+removed and /dev/shm (and /dev/hugepages) checked for kvshare files of this
+run's caches left behind (listed and removed: a leftover line, exit 1).  vLLM
+itself leaves /dev/shm/vllm_dist_* segments (its TP>1 CPU shm communicator)
+when it kills a worker at shutdown; those this run's engines mapped are
+removed and listed in a "#" line.
+
+Timings are single samples: compare ratios within one run, not runs.  About
+8 minutes on a 2-core machine with the default model (11 engines of 40-65 s
+each, start-up included; 4 K-token prefills of 4-9 s); 2-5 minutes with the
+quick model.  No timing is asserted.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BLOCK = 32
+WARMUP_TOKENS = 2 * BLOCK + 8     # two full blocks (the save path runs too) + 8
+TAG = "vllm_ttft"
+
+
+def options(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=8, help="attention heads")
+    p.add_argument("--head-dim", type=int, default=None, help="default hidden / heads")
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--intermediate", type=int, default=None,
+                   help="default 2816 at hidden 1024, scaled with --hidden")
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--prompt-tokens", type=int, default=4096)
+    p.add_argument("--suffix-tokens", type=int, default=32)
+    p.add_argument("--store-batch-tokens", type=int, default=0,
+                   help="engine A's max_num_batched_tokens (0: max_model_len, one step)")
+    p.add_argument("--tp", default="1,2", help="TP degrees of the single-engine cases")
+    p.add_argument("--no-shared", action="store_true", help="skip the 2 x TP=2 part")
+    p.add_argument("--engine-timeout", type=float, default=1800.0)
+    p.add_argument("--keep", action="store_true", help="keep the temp dir")
+    p.add_argument("--child", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    o = p.parse_args(argv)
+    if o.head_dim is None:
+        o.head_dim = o.hidden // o.heads
+    if o.intermediate is None:
+        o.intermediate = 2816 * o.hidden // 1024
+    return o
+
+
+# -- the child: one engine ------------------------------------------------------
+
+def child(spec_path, out_path):
+    t0 = time.monotonic()
+    with open(spec_path) as f:
+        spec = json.load(f)
+    from vllm import LLM, SamplingParams
+
+    transfer = None
+    if spec["connector"]:
+        transfer = {"kv_connector": "KVShareConnector",
+                    "kv_connector_module_path": "kvshare.vllm",
+                    "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+                    "kv_connector_extra_config": {
+                        "kvshare_config": spec["kvshare_config"],
+                        "kvshare_unique_id": spec["unique_id"]}}
+    llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
+              enforce_eager=True, dtype="float32", block_size=BLOCK,
+              max_model_len=spec["max_model_len"],
+              max_num_batched_tokens=spec.get("batch_tokens") or spec["max_model_len"],
+              kv_cache_memory_bytes=spec["kv_cache_memory_bytes"],
+              tensor_parallel_size=spec["tp"], enable_prefix_caching=True, seed=0,
+              kv_transfer_config=transfer)
+    started = time.monotonic()
+    params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+    llm.generate([{"prompt_token_ids": spec["warmup"]}], params, use_tqdm=False)
+    warm = time.monotonic()
+    barrier = spec.get("barrier")
+    if barrier:  # engines meant to send their request together
+        open(os.path.join(barrier, spec["name"] + ".ready"), "w").close()
+        go = os.path.join(barrier, "go")
+        deadline = time.monotonic() + spec.get("barrier_timeout", 1800)
+        while not os.path.exists(go):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{spec['name']}: no go at the barrier")
+            time.sleep(0.005)
+    t1 = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": spec["prompt"]}], params, use_tqdm=False)
+    ttft = time.perf_counter() - t1
+    result = {"ttft_s": ttft, "cached_tokens": outs[0].num_cached_tokens,
+              "prompt_tokens": len(spec["prompt"]), "startup_s": started - t0,
+              "warmup_s": warm - started, "tokens": list(outs[0].outputs[0].token_ids)}
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+# -- the parent ---------------------------------------------------------------
+
+class EngineFailed(Exception):
+    pass
+
+
+def log_tail(path, n=60):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError as e:
+        return f"(no log: {e})\n"
+
+
+class Engine:
+    """One child engine process (its own session: its engine core and workers
+    die with it)."""
+
+    def __init__(self, run, name, spec):
+        self.name, self.run = name, run
+        d = run.tmp
+        self.spec_path = os.path.join(d, f"{name}.json")
+        self.out = os.path.join(d, f"{name}.out")
+        self.log = os.path.join(d, f"{name}.log")
+        spec = {"name": name, **run.engine_base, **spec}
+        with open(self.spec_path, "w") as f:
+            json.dump(spec, f)
+        env = dict(run.env)
+        if spec["tp"] > 1:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+                str(c % os.cpu_count()) for c in range(spec["tp"]))
+        self.t0 = time.monotonic()
+        self.shm, self.next_scan = set(), 0.0
+        with open(self.log, "w") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--child", self.spec_path,
+                 self.out], env=env, stdout=logf, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        run.engines.append(self)
+
+    def session(self):
+        """Pids of the processes still in the child's session (its engine core,
+        its workers)."""
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        st = f.read().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if int(st[3]) == self.proc.pid:   # session id
+                    out.append(int(d))
+        return out
+
+    def settle(self, grace=30.0):
+        """Let the child's workers exit by themselves (a worker killed mid-exit
+        leaves vLLM's /dev/shm/vllm_dist_* segments behind), then kill the rest."""
+        deadline = time.monotonic() + grace
+        while self.session() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.kill()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        for pid in self.session():  # its engine core / workers, should any outlive it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for path in self.shm:  # vLLM's segments of this engine, should any be left
+            try:
+                os.unlink(path)
+                self.run.vllm_shm_left.append(path)
+            except OSError:
+                pass
+        self.shm = set()
+
+    def failed(self, why):
+        return EngineFailed(f"engine {self.name} {why}; its log's tail:\n"
+                            + log_tail(self.log))
+
+    def scan(self):
+        """Note the /dev/shm/vllm_dist_* segments its processes map (vLLM's CPU
+        shm communicator at TP > 1): a worker vLLM kills at shutdown leaves its
+        segment behind, and these names are the ones this engine made.  At
+        most every 2 s."""
+        if time.monotonic() < self.next_scan:
+            return
+        self.next_scan = time.monotonic() + 2.0
+        for pid in self.session():
+            try:
+                with open(f"/proc/{pid}/maps") as f:
+                    for line in f:
+                        i = line.find("/dev/shm/vllm_dist_")
+                        if i >= 0:
+                            self.shm.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
+            except OSError:
+                pass
+
+    def wait(self):
+        deadline = self.t0 + self.run.o.engine_timeout
+        while True:
+            try:
+                rc = self.proc.wait(timeout=2.0)
+                break
+            except subprocess.TimeoutExpired:
+                self.scan()
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise self.failed(f"ran past {self.run.o.engine_timeout:.0f} s")
+        self.settle()  # anything of its session left
+        if rc != 0:
+            raise self.failed(f"exited {rc}")
+        with open(self.out) as f:
+            r = json.load(f)
+        r["wall_s"] = time.monotonic() - self.t0
+        with open(self.log, errors="replace") as f:
+            text = f.read()
+        r["load_errors_logged"] = (text.count("blocks are recomputed") +
+                                   text.count("not submitted"))
+        # the library's own lines (stderr): block writes that never reached the backend
+        r["block_writes_failed"] = text.count("store: block write of claim")
+        return r
+
+
+class Redis:
+    """A redis-server on a unix socket in the temp dir, counted from outside."""
+
+    def __init__(self, exe, tmp):
+        self.sock = os.path.join(tmp, "redis.sock")
+        self.proc = subprocess.Popen([exe, "--port", "0", "--unixsocket", self.sock,
+                                      "--save", "", "--appendonly", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL)
+        for _ in range(400):
+            if os.path.exists(self.sock):
+                try:
+                    self.info("server")
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        self.close()
+        raise RuntimeError(f"{exe} did not come up on {self.sock}")
+
+    def _command(self, *words):
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(self.sock)
+            c.sendall(("*%d\r\n" % len(words) + "".join(
+                "$%d\r\n%s\r\n" % (len(w), w) for w in words)).encode())
+            data = b""
+            while b"\r\n" not in data:
+                chunk = c.recv(65536)
+                if not chunk:
+                    raise OSError("redis closed the connection")
+                data += chunk
+            head, _, body = data.partition(b"\r\n")
+            if head[:1] == b":":
+                return int(head[1:])
+            if head[:1] != b"$":
+                raise OSError(f"redis replied {head!r}")
+            while len(body) < int(head[1:]) + 2:
+                chunk = c.recv(65536)
+                if not chunk:
+                    raise OSError("redis closed the connection")
+                body += chunk
+            return body[:int(head[1:])].decode()
+
+    def info(self, section):
+        out = {}
+        for line in self._command("INFO", section).splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                out[k] = v
+        return out
+
+    def counts(self):
+        """{command: calls}, total_net_output_bytes, keys."""
+        calls = {}
+        for k, v in self.info("commandstats").items():
+            if k.startswith("cmdstat_"):
+                calls[k[len("cmdstat_"):]] = int(v.split("calls=")[1].split(",")[0])
+        net = int(self.info("stats").get("total_net_output_bytes", 0))
+        return calls, net, self._command("DBSIZE")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def kvshare_files():
+    out = set()
+    for d in ("/dev/shm", "/dev/hugepages"):
+        try:
+            out |= {os.path.join(d, n) for n in os.listdir(d) if "kvshare" in n}
+        except OSError:
+            pass
+    return out
+
+
+def fmt(x):
+    return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+class Run:
+    def __init__(self, o):
+        self.o = o
+        self.engines = []
+        self.redis = None
+        self.tmp = tempfile.mkdtemp(prefix="kvs-vllm-ttft.")
+        self.uid = f"perf-ttft-{os.getpid()}"
+        self.flags = []   # (what, why) of a measurement that did not hit
+        self.vllm_shm_left = []  # vLLM's /dev/shm segments of our engines, removed
+        rng = random.Random(4096)
+        tok = lambda n: [rng.randrange(3, o.vocab) for _ in range(n)]  # noqa: E731
+        self.prefix = tok(o.prompt_tokens)
+        self.suffixes = [tok(o.suffix_tokens) for _ in range(3)]
+        self.warmups = [tok(WARMUP_TOKENS) for _ in range(16)]
+        self.n_warm = 0
+        # geometry
+        self.full_blocks = o.prompt_tokens // BLOCK           # P's full blocks
+        self.shard_bytes = 2 * BLOCK * o.head_dim * 4         # a (layer, head), float32
+        self.spb = o.layers * o.kv_heads                      # shards per stored block
+        max_model_len = o.prompt_tokens + o.suffix_tokens + 64
+        # vLLM's blocks per rank: max_model_len's worth plus the warm-up, at TP=1
+        # (the most bytes per block; TP=2 ranks get twice the blocks)
+        vllm_blocks = (math.ceil(max_model_len / BLOCK) + math.ceil(WARMUP_TOKENS / BLOCK)
+                       + 8)
+        kv_bytes = vllm_blocks * self.spb * self.shard_bytes
+        # kvshare's shared cache: every block the node's engines of one phase
+        # store or load (A's P and warm-up, 2 engines' P + suffix + warm-up), x 1.5
+        node_blocks = (self.full_blocks + 2 * (math.ceil((o.prompt_tokens + o.suffix_tokens)
+                                                         / BLOCK) + 3) + 3)
+        cache_gb = node_blocks * self.spb * self.shard_bytes * 1.5 / 2**30 + 0.02
+        self.cache_gb = round(cache_gb, 3)
+        model = os.path.join(self.tmp, "model")
+        os.makedirs(model)
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump({
+                "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                "hidden_size": o.hidden, "intermediate_size": o.intermediate,
+                "num_hidden_layers": o.layers, "num_attention_heads": o.heads,
+                "num_key_value_heads": o.kv_heads, "head_dim": o.head_dim,
+                "hidden_act": "silu", "max_position_embeddings": max_model_len,
+                "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "vocab_size": o.vocab,
+                "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+                "torch_dtype": "float32"}, f)
+        self.engine_base = {"model": model, "max_model_len": max_model_len,
+                            "kv_cache_memory_bytes": kv_bytes}
+        lib = os.environ.get("KVSHARE_LIBRARY") or os.path.join(ROOT, "build", "lib",
+                                                                 "libkvshare.so.1")
+        self.env = dict(os.environ, KVSHARE_LIBRARY=lib, HF_HUB_OFFLINE="1",
+                        VLLM_NO_USAGE_STATS="1", PYTHONDONTWRITEBYTECODE="1")
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.join(ROOT, "python")] + [p for p in
+                                              os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                              if p])
+        self.env.pop("PYTHONHASHSEED", None)
+        self.lib = lib
+        self.max_model_len, self.kv_bytes = max_model_len, kv_bytes
+        sb = o.store_batch_tokens
+        self.store_batch = min(sb, max_model_len) if sb > 0 else None
+        self.store_batch_shown = self.store_batch or max_model_len
+
+    def warmup(self):
+        self.n_warm += 1
+        return self.warmups[self.n_warm % len(self.warmups)]
+
+    def engine(self, name, tp, prompt, store=None, uid=None, barrier=None, batch=None):
+        spec = {"tp": tp, "prompt": prompt, "warmup": self.warmup(),
+                "connector": store is not None, "batch_tokens": batch}
+        if store is not None:
+            spec.update(kvshare_config={"cache_buffer_capacity_gb": self.cache_gb, **store},
+                        unique_id=uid)
+        if barrier:
+            spec.update(barrier=barrier, barrier_timeout=self.o.engine_timeout)
+        return Engine(self, name, spec)
+
+    def line(self, tp, case, r, expected, extra=""):
+        hit_case = case.endswith("hit")
+        hit = int(r["cached_tokens"] >= expected and r["load_errors_logged"] == 0)
+        fields = (f"{TAG} tp={tp} {extra}case={case} ttft_s={r['ttft_s']:.3f} "
+                  f"cached_tokens={r['cached_tokens']} prompt_tokens={r['prompt_tokens']}")
+        if hit_case:
+            fields += f" expected_cached={expected} hit={hit}"
+            if not hit:
+                self.flags.append((f"tp={tp} {extra}case={case}",
+                                   f"no full hit: cached_tokens={r['cached_tokens']} < {expected}"
+                                   if r["cached_tokens"] < expected else
+                                   f"no full hit: {r['load_errors_logged']} load errors logged"))
+        fields += (f" startup_s={r['startup_s']:.1f} warmup_s={r['warmup_s']:.2f} "
+                   f"engine_wall_s={r['wall_s']:.1f} load_errors_logged={r['load_errors_logged']} "
+                   f"block_writes_failed={r['block_writes_failed']}")
+        if hit_case and not hit:
+            fields += " FLAG=no_hit"
+        if case == "store" and r["block_writes_failed"]:
+            fields += " FLAG=blocks_not_stored"
+            self.flags.append((f"tp={tp} {extra}case={case}",
+                               f"{r['block_writes_failed']} block writes failed in the "
+                               f"library (its log: 'store: block write of claim ...')"))
+        print(fields, flush=True)
+
+    def single(self, tp):
+        o = self.o
+        store_dir = os.path.join(self.tmp, f"posix-tp{tp}")
+        empty_dir = os.path.join(self.tmp, f"posix-tp{tp}-empty")
+        os.makedirs(store_dir)
+        os.makedirs(empty_dir)
+        posix = {"backend": "posix", "fsync": 0}
+        uid = f"{self.uid}-tp{tp}"
+        p = self.prefix
+        q = self.prefix + self.suffixes[0]
+        expected = self.full_blocks * BLOCK
+        a = self.engine(f"tp{tp}-a-store", tp, p, {**posix, "backend_roots": store_dir},
+                        uid, batch=self.store_batch).wait()
+        self.line(tp, "store", a, 0, extra=f"batch_tokens={self.store_batch_shown} ")
+        b = self.engine(f"tp{tp}-b-hit", tp, q, {**posix, "backend_roots": store_dir},
+                        uid).wait()
+        self.line(tp, "kvshare_hit", b, expected)
+        c = self.engine(f"tp{tp}-c-empty", tp, q, {**posix, "backend_roots": empty_dir},
+                        uid + "-empty").wait()
+        self.line(tp, "recompute_kvshare_empty", c, 0)
+        d = self.engine(f"tp{tp}-d-noconn", tp, q).wait()
+        self.line(tp, "recompute_no_connector", d, 0)
+        print(f"{TAG} tp={tp} ratio recompute_no_connector/kvshare_hit="
+              f"{d['ttft_s'] / b['ttft_s']:.2f} recompute_kvshare_empty/kvshare_hit="
+              f"{c['ttft_s'] / b['ttft_s']:.2f} recompute_kvshare_empty/recompute_no_connector="
+              f"{c['ttft_s'] / d['ttft_s']:.2f} store/recompute_no_connector="
+              f"{a['ttft_s'] / d['ttft_s']:.2f}", flush=True)
+        if b["tokens"] != d["tokens"]:  # dummy weights: a weak check (docs/vllm.md)
+            print(f"# {TAG} tp={tp}: the hit's token {b['tokens']} differs from the "
+                  f"recompute's {d['tokens']}", flush=True)
+
+    def shared(self):
+        exe = shutil.which("redis-server") or shutil.which("valkey-server")
+        if exe is None:
+            print(f"# {TAG} tp=2 engines=2: skipped: no redis-server or valkey-server on "
+                  f"PATH (apt-get install redis-server)", flush=True)
+            return
+        self.redis = Redis(exe, self.tmp)
+        store = {"backend": "redis", "redis_endpoints": self.redis.sock,
+                 "redis_key_prefix": "ttft:"}
+        uid = f"{self.uid}-shared"
+        expected = self.full_blocks * BLOCK
+        print(f"# {TAG} tp=2 engines=2: B1 and B2 are TP=2 each with "
+              f"VLLM_CPU_OMP_THREADS_BIND=0|1: 4 ranks on {os.cpu_count()} cores "
+              f"(oversubscribed); their timed requests start together at a barrier",
+              flush=True)
+        c0, n0, k0 = self.redis.counts()
+        a = self.engine("shared-a-store", 2, self.prefix, store, uid,
+                        batch=self.store_batch).wait()
+        self.line(2, "store", a, 0,
+                  extra=f"engines=1 backend=redis batch_tokens={self.store_batch_shown} ")
+        c1, n1, k1 = self.redis.counts()
+        barrier = os.path.join(self.tmp, "barrier")
+        os.makedirs(barrier)
+        bs = [self.engine(f"shared-b{i}", 2, self.prefix + self.suffixes[i], store, uid,
+                          barrier=barrier) for i in (1, 2)]
+        deadline = time.monotonic() + self.o.engine_timeout
+        while not all(os.path.exists(os.path.join(barrier, e.name + ".ready")) for e in bs):
+            for e in bs:
+                e.scan()
+                if e.proc.poll() is not None:
+                    for other in bs:
+                        other.kill()
+                    raise e.failed(f"exited {e.proc.returncode} before the barrier")
+            if time.monotonic() > deadline:
+                for e in bs:
+                    e.kill()
+                raise bs[0].failed("or its peer never reached the barrier")
+            time.sleep(0.05)
+        c2, n2, k2 = self.redis.counts()
+        open(os.path.join(barrier, "go"), "w").close()
+        rs = []
+        try:
+            for e in bs:
+                rs.append(e.wait())
+        finally:
+            for e in bs:
+                e.kill()
+        c3, n3, k3 = self.redis.counts()
+        for i, r in enumerate(rs, 1):
+            self.line(2, "shared_hit", r, expected, extra=f"engines=2 engine=b{i} ")
+        delta = {k: c3.get(k, 0) - c2.get(k, 0) for k in sorted(set(c3) | set(c2))
+                 if k not in ("info", "dbsize") and c3.get(k, 0) != c2.get(k, 0)}
+        gets = delta.get("get", 0)
+        want = self.full_blocks * self.spb
+        a_sets = c1.get("set", 0) - c0.get("set", 0)
+        warm_shards = (WARMUP_TOKENS // BLOCK) * self.spb
+        line = (f"{TAG} tp=2 engines=2 omp_bind=0|1 oversubscribed=1 backend=redis "
+                f"backend_gets={gets} expected_gets={want} reads_once={int(gets == want)} "
+                f"backend_bytes={gets * self.shard_bytes} "
+                f"net_output_bytes={n3 - n2} stored_shards={want} "
+                f"shard_bytes={self.shard_bytes} blocks={self.full_blocks} "
+                f"layers={self.o.layers} kv_heads={self.o.kv_heads} a_sets={a_sets} "
+                f"a_warmup_shards={warm_shards} keys_after_a={k1 - k0} "
+                f"cmds_during=" + ",".join(f"{k}:{v}" for k, v in delta.items())
+                + f" ttft_max_s={max(r['ttft_s'] for r in rs):.3f}")
+        if gets != want:
+            line += " FLAG=reads_not_once"
+            self.flags.append(("tp=2 engines=2",
+                               f"not each shard read once: backend_gets={gets} != {want}"))
+        print(line, flush=True)
+
+    def close(self):
+        for e in self.engines:
+            e.kill()
+        if self.redis is not None:
+            self.redis.close()
+        if self.o.keep:
+            print(f"# {TAG}: kept {self.tmp}", flush=True)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def main(argv):
+    o = options(argv)
+    if o.child:
+        child(*o.child)
+        return 0
+    tps = [int(t) for t in o.tp.split(",") if t.strip()]
+    if o.prompt_tokens < BLOCK or o.hidden % o.heads or o.heads % o.kv_heads:
+        print(f"{TAG}: need --prompt-tokens >= {BLOCK}, hidden % heads == 0 and "
+              f"heads % kv-heads == 0", file=sys.stderr)
+        return 2
+    shm0 = kvshare_files()
+    t0 = time.monotonic()
+    run = Run(o)
+    if not os.path.exists(run.lib):
+        print(f"{TAG}: no library at {run.lib} (make, or set KVSHARE_LIBRARY)",
+              file=sys.stderr)
+        return 1
+    try:
+        load = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        load = ["?"] * 3
+    print(f"{TAG} config layers={o.layers} hidden={o.hidden} heads={o.heads} "
+          f"kv_heads={o.kv_heads} head_dim={o.head_dim} intermediate={o.intermediate} "
+          f"vocab={o.vocab} dtype=float32 block_size={BLOCK} prompt_tokens={o.prompt_tokens} "
+          f"suffix_tokens={o.suffix_tokens} max_model_len={run.max_model_len} "
+          f"kv_cache_memory_bytes={run.kv_bytes} kvshare_cache_gb={run.cache_gb} "
+          f"shard_bytes={run.shard_bytes} shards_per_block={run.spb} cpus={os.cpu_count()} "
+          f"loadavg={'/'.join(load)} library={run.lib}", flush=True)
+    rc = 0
+    try:
+        for tp in tps:
+            run.single(tp)
+        if not o.no_shared:
+            run.shared()
+    except EngineFailed as e:
+        print(f"{TAG}: {e}", file=sys.stderr, flush=True)
+        rc = 1
+    except KeyboardInterrupt:
+        rc = 130
+    finally:
+        run.close()
+    new = kvshare_files() - shm0
+    left = {p for p in new if run.uid in p}   # ours; others' runs may make files too
+    if left:
+        print(f"{TAG} leftover files={','.join(sorted(left))} (removed)", flush=True)
+        for p in left:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        rc = rc or 1
+    if new - left:
+        print(f"# {TAG}: new kvshare files not of this run (left alone): "
+              f"{','.join(sorted(new - left))}", flush=True)
+    if run.vllm_shm_left:
+        print(f"# {TAG}: vLLM left {len(run.vllm_shm_left)} /dev/shm segments of this run's "
+              f"engines (its TP>1 shm communicator; not kvshare's), removed: "
+              f"{','.join(sorted(run.vllm_shm_left))}", flush=True)
+    for what, why in run.flags:
+        print(f"# {TAG} FLAG {what}: {why}", flush=True)
+    try:
+        load = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        load = ["?"] * 3
+    print(f"{TAG} done rc={rc} wall_s={time.monotonic() - t0:.0f} flags={len(run.flags)} "
+          f"loadavg={'/'.join(load)}", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
