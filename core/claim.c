@@ -173,52 +173,6 @@ int kvs_core_claims_init(struct kvs_cache *c)
 	return kvs_core_mutex_init(&h->claims_lock);
 }
 
-int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns)
-{
-	uint32_t complete = 0;
-
-	/* Nobody else is attached (relaxed: the lifecycle lock publishes it). */
-	for (uint32_t i = 0; i < c->slot_count; i++) {
-		struct kvs_shm_slot *s = &c->slots[i];
-		uint32_t b, k, n = 0;
-		struct kvs_shm_claim *e;
-		uint64_t gc;
-
-		if ((atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
-		    KVS_SHM_SLOT_DIRTY)
-			continue;
-		b = kvs_core_claim_chain(c, &s->block);
-		for (k = c->claim_heads[b]; k != KVS_IDX_NONE && n <= c->claim_mask;
-		     k = c->claims[k].next, n++)
-			if (memcmp(&c->claims[k].block, &s->block, sizeof(s->block)) == 0)
-				break;
-		if (k == KVS_IDX_NONE) {
-			k = c->hdr->claims_free;
-			if (k == KVS_IDX_NONE)
-				continue; /* no entry left: this one stays untagged, evictable */
-			e = &c->claims[k];
-			c->hdr->claims_free = e->next;
-			e->block = s->block;
-			atomic_store_explicit(&e->gencount, UINT64_C(1) << 32, memory_order_relaxed);
-			atomic_store_explicit(&e->writer, KVS_FILLER_NONE, memory_order_relaxed);
-			atomic_store_explicit(&e->designate, 0, memory_order_relaxed);
-			atomic_store_explicit(&e->error, 0, memory_order_relaxed);
-			atomic_store_explicit(&e->expires_ns, expires_ns, memory_order_relaxed);
-			atomic_store_explicit(&e->waiters, 0, memory_order_relaxed);
-			atomic_store_explicit(&e->state, KVS_SHM_CLAIM_OPEN, memory_order_relaxed);
-			e->next = c->claim_heads[b];
-			c->claim_heads[b] = k;
-		}
-		e = &c->claims[k];
-		gc = atomic_fetch_add_explicit(&e->gencount, 1, memory_order_relaxed) + 1;
-		atomic_store_explicit(&s->claim, kvs_core_claim_tag(&(struct kvs_claim_ref){
-					      .idx = k, .gen = gen_of(gc) }),
-				      memory_order_relaxed);
-		complete += count_of(gc) == c->shards_per_block;
-	}
-	return (int)complete;
-}
-
 /* ---- entries (lock held) ---- */
 
 /* Is entry e's writer alive?  (A writer that never was is not.) */
@@ -264,9 +218,10 @@ static void entry_free(struct kvs_cache *c, uint32_t b, uint32_t i)
 	kvs_wait_bump(&c->hdr->claims_bell); /* room for a dump waiting for a claim */
 }
 
-/* Start generation gen + 1 of entry e for block, OPEN, with one waiter (us). */
+/* Start generation gen + 1 of entry e for block, OPEN, with the waiters of
+ * the mask (us, for a join). */
 static void entry_start(struct kvs_cache *c, struct kvs_shm_claim *e, uint64_t deadline_ns,
-			struct kvs_claim_ref *ref)
+			uint64_t waiters, struct kvs_claim_ref *ref)
 {
 	/* relaxed: under the lock; the generation is CASed by counters, so an
 	 * atomic RMW keeps them from landing in the new one */
@@ -280,7 +235,7 @@ static void entry_start(struct kvs_cache *c, struct kvs_shm_claim *e, uint64_t d
 	atomic_store_explicit(&e->designate, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->error, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->expires_ns, deadline_ns, memory_order_relaxed);
-	atomic_store_explicit(&e->waiters, UINT64_C(1) << c->rank_idx, memory_order_relaxed);
+	atomic_store_explicit(&e->waiters, waiters, memory_order_relaxed);
 	/* release: lock-free readers that see OPEN see the new generation (and
 	 * reject the old one: claim_snapshot's double read of gencount) */
 	atomic_store_explicit(&e->state, KVS_SHM_CLAIM_OPEN, memory_order_release);
@@ -343,7 +298,7 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 		}
 		e = &c->claims[found];
 		e->block = *block;
-		entry_start(c, e, deadline_ns, ref);
+		entry_start(c, e, deadline_ns, UINT64_C(1) << c->rank_idx, ref);
 		e->next = c->claim_heads[b];
 		c->claim_heads[b] = found;
 		claims_unlock(c);
@@ -356,7 +311,7 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 	if (st == KVS_SHM_CLAIM_FAILED || (st == KVS_SHM_CLAIM_OPEN && now >= atomic_load_explicit(
 		&e->expires_ns, memory_order_relaxed))) {
 		/* a new attempt: the failed or expired one's counts are void */
-		entry_start(c, e, deadline_ns, ref);
+		entry_start(c, e, deadline_ns, UINT64_C(1) << c->rank_idx, ref);
 		st = KVS_SHM_CLAIM_OPEN;
 		*started = true;
 	} else {
@@ -371,6 +326,43 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 	}
 	claims_unlock(c);
 	return (int)st;
+}
+
+int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns)
+{
+	uint32_t complete = 0;
+
+	/* Nobody else is attached (relaxed: the lifecycle lock publishes it). */
+	for (uint32_t i = 0; i < c->slot_count; i++) {
+		struct kvs_shm_slot *s = &c->slots[i];
+		uint32_t b, k, n = 0;
+		struct kvs_claim_ref ref;
+		uint64_t gc;
+
+		if ((atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
+		    KVS_SHM_SLOT_DIRTY)
+			continue;
+		b = kvs_core_claim_chain(c, &s->block);
+		for (k = c->claim_heads[b]; k != KVS_IDX_NONE && k <= c->claim_mask && n <= c->claim_mask;
+		     k = c->claims[k].next, n++)
+			if (memcmp(&c->claims[k].block, &s->block, sizeof(s->block)) == 0)
+				break;
+		if (k == KVS_IDX_NONE || k > c->claim_mask) {
+			k = c->hdr->claims_free; /* just re-made by kvs_core_claims_init */
+			if (k == KVS_IDX_NONE)
+				continue; /* no entry left: this one stays untagged, evictable */
+			c->hdr->claims_free = c->claims[k].next;
+			c->claims[k].block = s->block;
+			entry_start(c, &c->claims[k], expires_ns, 0, &ref);
+			c->claims[k].next = c->claim_heads[b];
+			c->claim_heads[b] = k;
+		}
+		gc = atomic_fetch_add_explicit(&c->claims[k].gencount, 1, memory_order_relaxed) + 1;
+		ref = (struct kvs_claim_ref){ .idx = k, .gen = gen_of(gc) };
+		atomic_store_explicit(&s->claim, kvs_core_claim_tag(&ref), memory_order_relaxed);
+		complete += count_of(gc) == c->shards_per_block;
+	}
+	return (int)complete;
 }
 
 int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref)

@@ -367,9 +367,9 @@ void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d)
 	else if (n > 0)
 		kvs_log_info(&s->log, "store: %d block%s complete in the cache but not written "
 				      "(their writer died): this rank writes them", n, n == 1 ? "" : "s");
-	for (int i = 0; i < n && d; i++)
+	for (int i = 0; i < n; i++)
 		watch_add(s, d, &refs[i], &blocks[i], deadline);
-	if (d && n > 0)
+	if (n > 0)
 		d->stale = true;
 	free(refs);
 	free(blocks);

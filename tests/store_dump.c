@@ -458,6 +458,41 @@ static kvs_test_rc test_writer_killed_gather(void)
 	return kill_case(false, "killg");
 }
 
+/* The writer-dead cases' start: root, uid and gate of tag, the writes held, a
+ * watcher holding the cache unless w is NULL, then rank A (kill_writer, 300 ms
+ * deadline) dumping block 0 of KILL_TAG. */
+static kvs_test_rc held_writer(const char *tag, char root[static 256], char uid[static 96],
+			       char gate[static 320], struct kvs_store **w, pid_t *pid,
+			       struct fork_args *fa)
+{
+	KVS_TRY(st_root_init(root, 256, tag));
+	kvs_test_unique_id(uid, 96, tag);
+	snprintf(gate, 320, "%s.gate", root);
+	if (w)
+		KVS_TRY(open_watcher(uid, root, KILL_SPB, KILL_SLOTS, 2, w));
+	KVS_TRY(gate_set(gate, true));
+	{
+		const char *av[] = { uid, root, gate, "0", "300", NULL };
+		*pid = start_child(true, "kill_writer", kill_writer, av, fa);
+		KVS_CHECK(*pid > 0);
+	}
+	return KVS_TEST_PASS;
+}
+
+/* Block 0 of KILL_TAG reaches the backend within WAIT_MS, written by who. */
+static kvs_test_rc wait_written(const char *root, const char *who)
+{
+	uint64_t deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
+
+	int have;
+
+	while ((have = backend_count(root, KILL_SPB, KILL_TAG, 0, 1)) != 1 && kvs_now_ns() < deadline)
+		usleep(2000);
+	if (have != 1)
+		KVS_FAILF("%s: the block is not in the backend after %d ms", who, WAIT_MS);
+	return KVS_TEST_PASS;
+}
+
 /*
  * The writer is killed with its writes held and nobody left watching its claim;
  * once the claim's tasks are past their deadline its DIRTY slots are evictable,
@@ -476,16 +511,7 @@ static kvs_test_rc test_writer_dead_evicted(void)
 	pid_t pid;
 	char root[256], uid[96], gate[320];
 
-	KVS_TRY(st_root_init(root, sizeof(root), "kille"));
-	kvs_test_unique_id(uid, sizeof(uid), "kille");
-	snprintf(gate, sizeof(gate), "%s.gate", root);
-	KVS_TRY(open_watcher(uid, root, KILL_SPB, KILL_SLOTS, 2, &w));
-	KVS_TRY(gate_set(gate, true));
-	{
-		const char *av[] = { uid, root, gate, "0", "300", NULL };
-		pid = start_child(true, "kill_writer", kill_writer, av, &fa);
-		KVS_CHECK(pid > 0);
-	}
+	KVS_TRY(held_writer("kille", root, uid, gate, &w, &pid, &fa));
 	kvs_test_rc r = wait_cached(w, KILL_TAG, 0);
 	/* B opens while the writer lives (a rank that opens after it died would
 	 * take the orphaned claim over at once: writer_dead_adopted) */
@@ -534,20 +560,10 @@ static kvs_test_rc test_writer_dead_adopted(void)
 	struct kvs_store_config cfg;
 	struct kvs_store *w = NULL, *s = NULL;
 	struct fork_args fa;
-	uint64_t deadline;
 	pid_t pid;
 	char root[256], uid[96], gate[320];
 
-	KVS_TRY(st_root_init(root, sizeof(root), "killa"));
-	kvs_test_unique_id(uid, sizeof(uid), "killa");
-	snprintf(gate, sizeof(gate), "%s.gate", root);
-	KVS_TRY(open_watcher(uid, root, KILL_SPB, KILL_SLOTS, 2, &w));
-	KVS_TRY(gate_set(gate, true));
-	{
-		const char *av[] = { uid, root, gate, "0", "300", NULL };
-		pid = start_child(true, "kill_writer", kill_writer, av, &fa);
-		KVS_CHECK(pid > 0);
-	}
+	KVS_TRY(held_writer("killa", root, uid, gate, &w, &pid, &fa));
 	kvs_test_rc r = wait_cached(w, KILL_TAG, 0);
 	kill(pid, SIGKILL);
 	(void)kvs_test_reap(pid, 10000);
@@ -557,10 +573,7 @@ static kvs_test_rc test_writer_dead_adopted(void)
 	KVS_CHECK_EQ(backend_count(root, KILL_SPB, KILL_TAG, 0, 1), 0);
 	dump_cfg(&cfg, uid, 1, root, KILL_SPB, KILL_SLOTS, 2);
 	KVS_TRY(st_open(&cfg, &s));
-	deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
-	while (backend_count(root, KILL_SPB, KILL_TAG, 0, 1) != 1 && kvs_now_ns() < deadline)
-		usleep(2000);
-	KVS_TRY(check_durable(root, KILL_SPB, KILL_TAG, 0, 1, "the rank that came later"));
+	KVS_TRY(wait_written(root, "the rank that came later"));
 	kvs_store_close(s);
 	KVS_TRY(st_cache_clean(w, true));
 	KVS_TRY(close_watcher(w, uid));
@@ -587,15 +600,7 @@ static kvs_test_rc test_stale_dirty_written(void)
 	pid_t pid;
 	char root[256], uid[96], gate[320];
 
-	KVS_TRY(st_root_init(root, sizeof(root), "kills"));
-	kvs_test_unique_id(uid, sizeof(uid), "kills");
-	snprintf(gate, sizeof(gate), "%s.gate", root);
-	KVS_TRY(gate_set(gate, true));
-	{
-		const char *av[] = { uid, root, gate, "0", "300", NULL };
-		pid = start_child(true, "kill_writer", kill_writer, av, &fa);
-		KVS_CHECK(pid > 0);
-	}
+	KVS_TRY(held_writer("kills", root, uid, gate, NULL, &pid, &fa));
 	/* X in the cache (a watcher looks, and leaves before A dies: A is then
 	 * the cache's only process) */
 	dump_cfg(&wcfg, uid, -1, root, KILL_SPB, KILL_SLOTS, 2);
@@ -617,10 +622,7 @@ static kvs_test_rc test_stale_dirty_written(void)
 	KVS_TRY(st_open(&cfg, &s));
 	KVS_CHECK_OK(kvs_cache_lookup(kvs_store_cache(s), &x, 1, KVS_ALL_SHARDS, &hit));
 	KVS_CHECK(hit); /* the dead rank's dumped bytes, kept */
-	deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
-	while (backend_count(root, KILL_SPB, KILL_TAG, 0, 1) != 1 && kvs_now_ns() < deadline)
-		usleep(2000);
-	KVS_TRY(check_durable(root, KILL_SPB, KILL_TAG, 0, 1, "the rank that adopted the cache"));
+	KVS_TRY(wait_written(root, "the rank that adopted the cache"));
 	kvs_store_close(s); /* the last rank: the cache goes */
 	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "kills_v"));
 	st_root_fini(root);

@@ -295,9 +295,9 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def _units(self, name, pairs, shards):
         """(kvshare id, shard, address) of a layer's heads of the given blocks,
-        shards the (n, heads_of_rank, 2, block_size, head_dim) tensor that holds
-        them, pair after pair: the layer's view when in place (indexed by vLLM
-        block id), else a staging buffer (indexed by pair)."""
+        shards the tensor that holds them in layout.kv_view's shape: the
+        layer's view when in place (indexed by vLLM block id), else a staging
+        buffer (indexed by pair)."""
         index, base, size = self._layers[name][0], shards.data_ptr(), shards.element_size()
         by_row, by_head = shards.stride(0) * size, shards.stride(1) * size
         heads = [(self._geo.shard(index, h), j * by_head) for j, h in enumerate(self._heads)]

@@ -24,8 +24,7 @@ block's K rows then its V rows (per block and head, exactly a stored shard:
 loaded and dumped in place), the GPU backends (FLASH_ATTN, FLASHINFER,
 TRITON_ATTN, FLEX_ATTENTION) as one token's K then its V, the MLA backends as
 one token's latent (one "head", the same on every rank: one shard per layer).
-kv_view() turns each into a (num_blocks, heads_of_rank, parts, block_size,
-head_dim) view whose [block, head] is a stored shard; where that is not
+kv_view() turns each into a view whose [block, head] is a stored shard; where that is not
 contiguous the connector gathers through a staging buffer (docs/vllm.md,
 "Other layouts").
 
