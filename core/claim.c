@@ -349,7 +349,7 @@ int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns)
 				break;
 		if (k == KVS_IDX_NONE || k > c->claim_mask) {
 			k = c->hdr->claims_free; /* just re-made by kvs_core_claims_init */
-			if (k == KVS_IDX_NONE)
+			if (k == KVS_IDX_NONE || k > c->claim_mask)
 				continue; /* no entry left: this one stays untagged, evictable */
 			c->hdr->claims_free = c->claims[k].next;
 			c->claims[k].block = s->block;
