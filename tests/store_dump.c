@@ -50,170 +50,7 @@
  */
 #include <dirent.h>
 
-#include "store_gate.h"
-#include "store_proc.h"
-
-#define SHARD (4 * 1024)
-#define WAIT_MS 20000
-
-/* ---- configs, tasks, checks ---- */
-
-/* A rank over posix root: spb shards per block, slots slots, local_rank_size lrs. */
-static void dump_cfg(struct kvs_store_config *cfg, const char *uid, int32_t device,
-		     const char *root, uint32_t spb, uint64_t slots, uint32_t lrs)
-{
-	st_cfg(cfg, uid, device, SHARD, slots, spb);
-	cfg->cache.local_rank_size = lrs;
-	st_posix(cfg, root);
-	cfg->prealloc = 0; /* no LOADING slots nobody asked for: the census stays exact */
-}
-
-/* Shards [shard0, shard0 + nshards) of blocks [first, first + n) of tag, one task. */
-static kvs_test_rc shards_task(struct st_task *t, uint32_t tag, uint32_t first, uint32_t n,
-			       uint32_t shard0, uint32_t nshards)
-{
-	KVS_TRY(st_task_whole(t, n * nshards, 1, SHARD));
-	for (uint32_t i = 0; i < n * nshards; i++) {
-		struct kvs_block_id b = st_block(tag, first + i / nshards);
-
-		st_task_set(t, i, &b, shard0 + i % nshards);
-	}
-	return KVS_TEST_PASS;
-}
-
-/* Submit a dump of t (content filled in); *task its id. */
-static kvs_test_rc dump_submit(struct kvs_store *s, struct st_task *t, uint64_t *task)
-{
-	int rc;
-
-	st_task_fill(t);
-	rc = kvs_store_dump(s, t->shards, t->n, NULL, task);
-	if (rc)
-		KVS_FAILF("kvs_store_dump(%u shards): %d (%s); log: %s", t->n, rc, kvs_strerror(rc),
-			  st_last_log);
-	return KVS_TEST_PASS;
-}
-
-/* How many of blocks [first, first + n) of tag the posix backend at root holds
- * (its own handle: what any node would see). */
-static int backend_count(const char *root, uint32_t spb, uint32_t tag, uint32_t first, uint32_t n)
-{
-	struct kvs_backend_config bc;
-	struct kvs_backend *b = NULL;
-	int count = 0, rc;
-
-	kvs_backend_config_init(&bc);
-	bc.nroots = 1;
-	bc.roots[0] = root;
-	bc.shard_bytes = SHARD;
-	bc.shards_per_block = spb;
-	bc.io_engine = KVS_IO_ENGINE_POOL;
-	rc = kvs_backend_open(&bc, &b);
-	if (rc)
-		return rc;
-	for (uint32_t k = 0; k < n; k++) {
-		struct kvs_block_id id = st_block(tag, first + k);
-
-		rc = kvs_backend_lookup(b, &id);
-		if (rc < 0)
-			break;
-		count += rc;
-	}
-	kvs_backend_close(b);
-	return rc < 0 ? rc : count;
-}
-
-/* A durable dump returned 0: its blocks must be in the backend now. */
-static kvs_test_rc check_durable(const char *root, uint32_t spb, uint32_t tag, uint32_t first,
-				 uint32_t n, const char *who)
-{
-	int have = backend_count(root, spb, tag, first, n);
-
-	if (have != (int)n)
-		KVS_FAILF("%s: a durable dump returned 0 but the backend holds %d of its %u blocks",
-			  who, have, n);
-	return KVS_TEST_PASS;
-}
-
-/* Load every shard of blocks [first, first + n) of tag through a fresh cache
- * (its own unique_id) over root: byte-exact. */
-static kvs_test_rc verify_fresh(const char *root, uint32_t spb, uint32_t tag, uint32_t first,
-				uint32_t n, const char *utag)
-{
-	struct kvs_store_config cfg;
-	struct kvs_store *s = NULL;
-	struct st_task t;
-	char uid[96];
-
-	dump_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), utag), 0, root, spb,
-		 (uint64_t)n * spb + 8, 1);
-	KVS_TRY(st_open(&cfg, &s));
-	KVS_TRY(shards_task(&t, tag, first, n, 0, spb));
-	KVS_TRY(st_load(s, &t, WAIT_MS, 0));
-	kvs_store_close(s);
-	st_task_free(&t);
-	return KVS_TEST_PASS;
-}
-
-/* Wait (bounded) until the cache of watcher w shows at least n slots in state
- * field (loading or failed). */
-static kvs_test_rc wait_census(struct kvs_store *w, bool failed, uint64_t n, const char *what)
-{
-	struct kvs_cache_stats cs;
-	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
-
-	for (;;) {
-		KVS_CHECK_OK(kvs_cache_stats(kvs_store_cache(w), KVS_STATS_NODE, &cs));
-		if ((failed ? cs.slots_failed : cs.slots_loading) >= n)
-			return KVS_TEST_PASS;
-		if (kvs_now_ns() >= deadline)
-			KVS_FAILF("%s: %llu slots %s after 10 s, want %llu", what,
-				  (unsigned long long)(failed ? cs.slots_failed : cs.slots_loading),
-				  failed ? "FAILED" : "LOADING", (unsigned long long)n);
-		usleep(1000);
-	}
-}
-
-/* Wait (bounded) until every shard of block (tag, k) is in the cache of w. */
-static kvs_test_rc wait_cached(struct kvs_store *w, uint32_t tag, uint32_t k)
-{
-	struct kvs_block_id b = st_block(tag, k);
-	uint64_t deadline = kvs_deadline_after(10 * ST_SEC);
-	bool hit = false;
-
-	while (kvs_cache_lookup(kvs_store_cache(w), &b, 1, KVS_ALL_SHARDS, &hit) >= 0 && !hit) {
-		if (kvs_now_ns() >= deadline)
-			KVS_FAILF("block %u of tag %u not in the cache after 10 s", k, tag);
-		usleep(1000);
-	}
-	KVS_CHECK(hit);
-	return KVS_TEST_PASS;
-}
-
-/* A watcher store that creates cache uid and keeps it between children: a
- * watcher alone does not keep a cache (the last rank's close removes it), so
- * the cache is persistent, and close_watcher removes it. */
-static kvs_test_rc open_watcher(const char *uid, const char *root, uint32_t spb, uint64_t slots,
-				uint32_t lrs, struct kvs_store **w)
-{
-	struct kvs_store_config cfg;
-
-	dump_cfg(&cfg, uid, -1, root, spb, slots, lrs);
-	watcher_of(&cfg);
-	cfg.cache.flags |= KVS_CACHE_PERSIST;
-	return st_open(&cfg, w);
-}
-
-static kvs_test_rc close_watcher(struct kvs_store *w, const char *uid)
-{
-	struct kvs_cache_config cc;
-
-	kvs_store_close(w);
-	kvs_cache_config_init(&cc);
-	snprintf(cc.unique_id, sizeof(cc.unique_id), "%s", uid);
-	KVS_CHECK_OK(kvs_cache_remove(&cc));
-	return KVS_TEST_PASS;
-}
+#include "store_dump_util.h"
 
 /* ------------------------------------------------------------------------ */
 /* A dump meets a peer's failing load                                        */
@@ -251,7 +88,7 @@ static kvs_test_rc meet_loader(int argc, char **argv)
 
 		st_task_set(&t, 0, &x, 0);
 	}
-	KVS_TRY(st_load(s, &t, WAIT_MS, -EIO));
+	KVS_TRY(st_load(s, &t, DUMP_WAIT_MS, -EIO));
 	kvs_store_close(s);
 	st_task_free(&t);
 	return KVS_TEST_PASS;
@@ -274,7 +111,7 @@ static kvs_test_rc meet_dumper(int argc, char **argv)
 	dump_cfg(&cfg, argv[0], 0, argv[1], 1, MEET_SLOTS, 2);
 	KVS_TRY(st_open(&cfg, &s));
 	KVS_TRY(shards_task(&t, MEET_TAG, first, n, 0, 1));
-	KVS_TRY(st_dump(s, &t, WAIT_MS));
+	KVS_TRY(st_dump(s, &t, DUMP_WAIT_MS));
 	KVS_TRY(st_stats(s, st_rank(s), &st));
 	st_print("dumper", &st);
 	KVS_TRY(check_durable(argv[1], 1, MEET_TAG, first, n, "dumper"));
@@ -389,9 +226,9 @@ static kvs_test_rc kill_survivor(int argc, char **argv)
 		KVS_TRY(check_durable(argv[1], KILL_SPB, KILL_TAG, 0, 1, "survivor (writer alive)"));
 	KVS_CHECK_EQ(rc, 1);
 	KVS_TRY(st_write_full((int)arg_l(argv[2]), &ch, 1)); /* now kill the writer */
-	KVS_TRY(st_wait_expect(s, task, WAIT_MS, 0, "survivor's dump"));
+	KVS_TRY(st_wait_expect(s, task, DUMP_WAIT_MS, 0, "survivor's dump"));
 	KVS_TRY(check_durable(argv[1], KILL_SPB, KILL_TAG, 0, 1, "survivor"));
-	KVS_TRY(st_dump(s, &t, WAIT_MS)); /* again: durable at once */
+	KVS_TRY(st_dump(s, &t, DUMP_WAIT_MS)); /* again: durable at once */
 	KVS_TRY(check_durable(argv[1], KILL_SPB, KILL_TAG, 0, 1, "survivor, again"));
 	KVS_TRY(st_stats(s, st_rank(s), &st));
 	st_print("survivor", &st);
@@ -479,17 +316,11 @@ static kvs_test_rc held_writer(const char *tag, char root[static 256], char uid[
 	return KVS_TEST_PASS;
 }
 
-/* Block 0 of KILL_TAG reaches the backend within WAIT_MS, written by who. */
+/* Block 0 of KILL_TAG reaches the backend within DUMP_WAIT_MS, written by who. */
 static kvs_test_rc wait_written(const char *root, const char *who)
 {
-	uint64_t deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
-
-	int have;
-
-	while ((have = backend_count(root, KILL_SPB, KILL_TAG, 0, 1)) != 1 && kvs_now_ns() < deadline)
-		usleep(2000);
-	if (have != 1)
-		KVS_FAILF("%s: the block is not in the backend after %d ms", who, WAIT_MS);
+	if (wait_backend(root, KILL_SPB, KILL_TAG, 0, 1, DUMP_WAIT_MS) != 1)
+		KVS_FAILF("%s: the block is not in the backend after %d ms", who, DUMP_WAIT_MS);
 	return KVS_TEST_PASS;
 }
 
@@ -530,13 +361,13 @@ static kvs_test_rc test_writer_dead_evicted(void)
 	kvs_store_close(reaper);
 	usleep(1500 * 1000); /* past the claim's expiry and grace: nothing protects X */
 	KVS_TRY(shards_task(&other, KILL_TAG + 1, 0, 4 * KILL_SLOTS / KILL_SPB, 0, KILL_SPB));
-	KVS_TRY(st_load(s, &other, WAIT_MS, -ENOENT)); /* misses, each evicting */
+	KVS_TRY(st_load(s, &other, DUMP_WAIT_MS, -ENOENT)); /* misses, each evicting */
 	KVS_CHECK_EQ(kvs_cache_exists(kvs_store_cache(w), &x, 0), 0);
 	KVS_CHECK_EQ(kvs_cache_exists(kvs_store_cache(w), &x, 1), 0);
 	KVS_TRY(shards_task(&t, KILL_TAG, 0, 1, 0, KILL_SPB));
-	KVS_TRY(st_dump(s, &t, WAIT_MS));
+	KVS_TRY(st_dump(s, &t, DUMP_WAIT_MS));
 	KVS_TRY(check_durable(root, KILL_SPB, KILL_TAG, 0, 1, "the later dump"));
-	KVS_TRY(st_dump(s, &t, WAIT_MS)); /* again: durable at once */
+	KVS_TRY(st_dump(s, &t, DUMP_WAIT_MS)); /* again: durable at once */
 	kvs_store_close(s);
 	KVS_TRY(st_cache_clean(w, true));
 	KVS_TRY(close_watcher(w, uid));
@@ -658,7 +489,7 @@ static kvs_test_rc split_rank(int argc, char **argv)
 	KVS_TRY(st_open(&cfg, &s));
 	KVS_TRY(shards_task(&t, SPLIT_TAG, blk, 1, (uint32_t)device, 1));
 	KVS_TRY(barrier_child((int)arg_l(argv[5]), (int)arg_l(argv[6])));
-	KVS_TRY(st_dump(s, &t, WAIT_MS));
+	KVS_TRY(st_dump(s, &t, DUMP_WAIT_MS));
 	if (!cached)
 		KVS_TRY(check_durable(argv[1], SPLIT_SPB, SPLIT_TAG, blk, 1, "split rank"));
 	kvs_store_close(s);
@@ -722,23 +553,6 @@ static kvs_test_rc test_split_shards(void)
 	return KVS_TEST_PASS;
 }
 
-/* Any temp file of a dump left under root? */
-static int temp_files(const char *root)
-{
-	char cmd[512];
-	int n = 0;
-	FILE *p;
-
-	snprintf(cmd, sizeof(cmd), "find '%s' -name '*.tmp.*' | wc -l", root);
-	p = popen(cmd, "r");
-	if (!p)
-		return -errno;
-	if (fscanf(p, "%d", &n) != 1)
-		n = -EIO;
-	pclose(p);
-	return n;
-}
-
 static kvs_test_rc test_partial_block(void)
 {
 	struct kvs_store_config cfg;
@@ -755,7 +569,7 @@ static kvs_test_rc test_partial_block(void)
 	KVS_TRY(shards_task(&t, 40, 0, 1, 0, 1)); /* shard 0 of 4 */
 	t0 = kvs_now_ns();
 	KVS_TRY(dump_submit(s, &t, &task));
-	rc = st_wait(s, task, WAIT_MS);
+	rc = st_wait(s, task, DUMP_WAIT_MS);
 	printf("  durable dump of 1 of 4 shards: %d (%s) after %llu ms\n", rc, kvs_strerror(rc),
 	       (unsigned long long)((kvs_now_ns() - t0) / ST_MS));
 	KVS_CHECK_ERR(rc, -KVS_EINCOMPLETE);
@@ -816,7 +630,7 @@ static kvs_test_rc test_writes_many_pins(void)
 	struct kvs_store_config cfg;
 	struct kvs_store *s = NULL;
 	struct st_task t[PINS_LAYERS];
-	uint64_t task[PINS_LAYERS], deadline;
+	uint64_t task[PINS_LAYERS];
 	char root[256], uid[96];
 	int have;
 
@@ -834,11 +648,7 @@ static kvs_test_rc test_writes_many_pins(void)
 	}
 	for (uint32_t l = 0; l < PINS_LAYERS; l++)
 		KVS_TRY(st_wait_expect(s, task[l], 60000, 0, "a layer's dump"));
-	deadline = kvs_deadline_after((uint64_t)WAIT_MS * ST_MS);
-	while (backend_count(root, PINS_SPB, PINS_TAG, 0, PINS_BLOCKS) != PINS_BLOCKS &&
-	       kvs_now_ns() < deadline)
-		usleep(10000);
-	have = backend_count(root, PINS_SPB, PINS_TAG, 0, PINS_BLOCKS);
+	have = wait_backend(root, PINS_SPB, PINS_TAG, 0, PINS_BLOCKS, DUMP_WAIT_MS);
 	printf("  %d of %d blocks in the backend\n", have, PINS_BLOCKS);
 	KVS_CHECK_EQ(have, PINS_BLOCKS);
 	kvs_store_close(s);
@@ -870,10 +680,10 @@ static kvs_test_rc dup_round(const char *root, uint32_t blk, bool cached)
 		KVS_TRY(shards_task(&t[k], 60, blk, 1, order[k], 1));
 		KVS_TRY(dump_submit(s, &t[k], &ids[k]));
 		if (cached)
-			KVS_TRY(st_wait_expect(s, ids[k], WAIT_MS, 0, "cached layer-wise dump"));
+			KVS_TRY(st_wait_expect(s, ids[k], DUMP_WAIT_MS, 0, "cached layer-wise dump"));
 	}
 	for (int k = 0; !cached && k < 4; k++)
-		KVS_TRY(st_wait_expect(s, ids[k], WAIT_MS, 0, "durable layer-wise dump"));
+		KVS_TRY(st_wait_expect(s, ids[k], DUMP_WAIT_MS, 0, "durable layer-wise dump"));
 	KVS_TRY(st_cache_clean(s, true));
 	kvs_store_close(s);
 	for (int k = 0; k < 4; k++)
@@ -1023,7 +833,7 @@ static kvs_test_rc spread_rank(int argc, char **argv)
 	device = (uint32_t)arg_l(argv[2]);
 	dump_cfg(&cfg, argv[0], (int)device, argv[1], SPREAD_SPB, SPREAD_SLOTS, SPREAD_RANKS);
 	KVS_TRY(st_open(&cfg, &s));
-	KVS_TRY(st_task_whole(&t, SPREAD_BLOCKS * per, 1, SHARD));
+	KVS_TRY(st_task_whole(&t, SPREAD_BLOCKS * per, 1, DUMP_SHARD));
 	for (uint32_t i = 0; i < SPREAD_BLOCKS * per; i++) {
 		struct kvs_block_id b = st_block(SPREAD_TAG, i / per);
 
