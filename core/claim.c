@@ -143,7 +143,7 @@ static int claims_lock(struct kvs_cache *c)
 		kvs_log_error(&c->log, "claim table: lock not recoverable");
 		return -KVS_ECORRUPT;
 	}
-	if (rc == ETIMEDOUT)
+	if (rc == ETIMEDOUT && !kvs_core_lock_wait_short(c)) /* a short wait's caller retries */
 		kvs_log_warn(&c->log, "claim table: lock not had within %llu ns (a stopped peer?)",
 			     (unsigned long long)c->cfg.lock_timeout_ns);
 	return rc > 0 ? -rc : rc;
@@ -279,15 +279,20 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 	*started = false;
 	if (rc)
 		return rc;
-	/* The block's claim; expired ones on the way are freed. */
+	/* The block's claim; expired ones on the way are freed.  A DURABLE one is
+	 * only its own waiters' record: the stored copy it speaks of may have
+	 * vanished since (removed, expired), and a dump that joins now holds bytes
+	 * no write of it contained, so it starts a claim of its own beside it. */
 	for (uint32_t k = c->claim_heads[b], n = 0; k != KVS_IDX_NONE && k <= c->claim_mask &&
 	     n <= c->claim_mask; n++) {
 		uint32_t next = c->claims[k].next;
 
-		if (memcmp(&c->claims[k].block, block, sizeof(*block)) == 0)
-			found = k;
-		else if (reclaimable(c, &c->claims[k], now))
+		if (reclaimable(c, &c->claims[k], now))
 			entry_free(c, b, k);
+		else if (memcmp(&c->claims[k].block, block, sizeof(*block)) == 0 &&
+			 atomic_load_explicit(&c->claims[k].state, memory_order_relaxed) !=
+				 KVS_SHM_CLAIM_DURABLE)
+			found = k;
 		k = next;
 	}
 	if (found == KVS_IDX_NONE) {
@@ -315,12 +320,9 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 		st = KVS_SHM_CLAIM_OPEN;
 		*started = true;
 	} else {
-		if (st != KVS_SHM_CLAIM_DURABLE) {
-			if (atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < deadline_ns)
-				atomic_store_explicit(&e->expires_ns, deadline_ns, memory_order_relaxed);
-			atomic_fetch_or_explicit(&e->waiters, UINT64_C(1) << c->rank_idx,
-						 memory_order_relaxed);
-		}
+		if (atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < deadline_ns)
+			atomic_store_explicit(&e->expires_ns, deadline_ns, memory_order_relaxed);
+		atomic_fetch_or_explicit(&e->waiters, UINT64_C(1) << c->rank_idx, memory_order_relaxed);
 		ref->idx = found;
 		ref->gen = gen_of(atomic_load_explicit(&e->gencount, memory_order_relaxed));
 	}
@@ -365,11 +367,46 @@ int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns)
 	return (int)complete;
 }
 
-int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref)
+/* Count slot i (its bucket b locked) in ref's generation: as
+ * kvs_core_claim_count. */
+static int count_locked(struct kvs_cache *c, uint32_t i, const struct kvs_claim_ref *ref,
+			bool ready_counts)
 {
-	struct kvs_shm_claim *e;
+	struct kvs_shm_claim *e = &c->claims[ref->idx];
 	uint64_t tag = kvs_core_claim_tag(ref), gc;
-	uint32_t i, b;
+	/* relaxed: under the slot's bucket lock (tags change only under it) */
+	uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
+	uint64_t f;
+
+	if (st != KVS_SHM_SLOT_DIRTY && !(ready_counts && st == KVS_SHM_SLOT_READY))
+		return -ENODATA; /* written and cleaned meanwhile (READY), or another state */
+	if (atomic_load_explicit(&c->slots[i].claim, memory_order_relaxed) == tag)
+		return 0; /* counted already, in this generation */
+	/* The block's designated shard names its preferred writer: the rank that
+	 * gathered it (the slot's filler, whoever counts it; relaxed: ordered for
+	 * the completer by the count's release below).  A stale generation's store
+	 * is harmless: the new generation's own count of that shard stores again. */
+	f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
+	if (c->slots[i].shard == kvs_core_claim_designated(c, &c->slots[i].block) &&
+	    f != KVS_FILLER_NONE && (f >> 32) < KVS_MAX_RANKS)
+		atomic_store_explicit(&e->designate, (uint32_t)(f >> 32) + 1, memory_order_relaxed);
+	/* acq_rel: the completing count (the last RMW) sees every earlier counter's
+	 * designate store; the CAS fails on another generation */
+	gc = atomic_load_explicit(&e->gencount, memory_order_relaxed);
+	do {
+		if (gen_of(gc) != ref->gen ||
+		    atomic_load_explicit(&e->state, memory_order_relaxed) != KVS_SHM_CLAIM_OPEN)
+			return -ESTALE;
+	} while (!atomic_compare_exchange_weak_explicit(&e->gencount, &gc, gc + 1, memory_order_acq_rel,
+							memory_order_relaxed));
+	atomic_store_explicit(&c->slots[i].claim, tag, memory_order_relaxed);
+	return (int)count_of(gc + 1);
+}
+
+int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref,
+			 bool ready_counts)
+{
+	uint32_t b;
 	int rc;
 
 	if (ref->idx > c->claim_mask)
@@ -377,51 +414,59 @@ int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struc
 	rc = kvs_core_slot_lock_pinned(c, slot, &b);
 	if (rc)
 		return rc;
-	i = slot->index;
-	e = &c->claims[ref->idx];
-	/* relaxed: under the slot's bucket lock (tags change only under it) */
-	if ((atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
-	    KVS_SHM_SLOT_DIRTY) {
-		rc = -ENODATA; /* written and cleaned meanwhile (READY), or another state */
-	} else if (atomic_load_explicit(&c->slots[i].claim, memory_order_relaxed) == tag) {
-		rc = 0; /* counted already, in this generation */
-	} else {
-		/* The block's designated shard names its preferred writer: the rank
-		 * that gathered it (the slot's filler, whoever counts it; relaxed:
-		 * ordered for the completer by the count's release below).  A stale
-		 * generation's store is harmless: the new generation's own count of
-		 * that shard stores again. */
-		uint64_t f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
-
-		if (c->slots[i].shard == kvs_core_claim_designated(c, &c->slots[i].block) &&
-		    f != KVS_FILLER_NONE && (f >> 32) < KVS_MAX_RANKS)
-			atomic_store_explicit(&e->designate, (uint32_t)(f >> 32) + 1,
-					      memory_order_relaxed);
-		/* acq_rel: the completing count (the last RMW) sees every earlier
-		 * counter's designate store; the CAS fails on another generation */
-		gc = atomic_load_explicit(&e->gencount, memory_order_relaxed);
-		do {
-			if (gen_of(gc) != ref->gen ||
-			    atomic_load_explicit(&e->state, memory_order_relaxed) != KVS_SHM_CLAIM_OPEN) {
-				rc = -ESTALE;
-				break;
-			}
-		} while (!atomic_compare_exchange_weak_explicit(&e->gencount, &gc, gc + 1,
-								memory_order_acq_rel,
-								memory_order_relaxed));
-		if (rc == 0) {
-			atomic_store_explicit(&c->slots[i].claim, tag, memory_order_relaxed);
-			rc = (int)count_of(gc + 1);
-		}
-	}
+	rc = count_locked(c, slot->index, ref, ready_counts);
 	kvs_core_bucket_unlock(c, b);
 	return rc;
+}
+
+int kvs_core_claim_recount(struct kvs_cache *c, const struct kvs_claim_ref *ref,
+			   const struct kvs_block_id *block, bool ready_counts, bool *stored)
+{
+	int counted = 0;
+
+	*stored = false;
+	if (ref->idx > c->claim_mask)
+		return -EINVAL;
+	for (uint32_t s = 0; s < c->shards_per_block; s++) {
+		uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, s)), i, st;
+		int rc = kvs_core_bucket_lock(c, b);
+
+		if (rc)
+			return rc;
+		i = kvs_core_find(c, b, block, s);
+		/* relaxed: under the bucket lock */
+		st = i == KVS_IDX_NONE ? KVS_SHM_SLOT_EMPTY
+				       : atomic_load_explicit(&c->states[i], memory_order_relaxed) &
+						 KVS_WAIT_VALUE_MASK;
+		if (st == KVS_SHM_SLOT_READY && !ready_counts) {
+			kvs_core_bucket_unlock(c, b);
+			*stored = true; /* read from, or written whole to, an atomic backend */
+			return counted;
+		}
+		rc = i == KVS_IDX_NONE ? -ENODATA : count_locked(c, i, ref, ready_counts);
+		kvs_core_bucket_unlock(c, b);
+		if (rc == -ESTALE)
+			return rc;
+		if (rc > 0)
+			counted = rc;
+	}
+	return counted;
 }
 
 uint32_t kvs_core_claim_designated(const struct kvs_cache *c, const struct kvs_block_id *block)
 {
 	/* another key than the chain's (shard UINT32_MAX - 1 names no shard) */
 	return (uint32_t)(kvs_core_hash(block, UINT32_MAX - 1) % c->shards_per_block);
+}
+
+/* Ring the bells of the rank entries in mask, ours excepted (the writer's rank
+ * learns from its own hand). */
+static void ring_mask(struct kvs_cache *c, uint64_t mask)
+{
+	mask &= ~(UINT64_C(1) << c->rank_idx);
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
+		if (mask >> r & 1)
+			kvs_wait_bump(&c->ranks[r].bell);
 }
 
 void kvs_core_claim_ring(struct kvs_cache *c, uint32_t rank)
@@ -468,13 +513,17 @@ int kvs_core_claim_elect(struct kvs_cache *c, const struct kvs_claim_ref *ref)
 	return rc;
 }
 
-void kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err)
+int kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err)
 {
 	struct kvs_shm_claim *e;
 	uint64_t mask = 0;
+	int rc;
 
-	if (ref->idx > c->claim_mask || claims_lock(c))
-		return; /* the claim expires; its waiters time out */
+	if (ref->idx > c->claim_mask)
+		return -EINVAL;
+	rc = claims_lock(c);
+	if (rc)
+		return rc;
 	e = &c->claims[ref->idx];
 	/* relaxed: under the lock */
 	if (gen_of(atomic_load_explicit(&e->gencount, memory_order_relaxed)) == ref->gen &&
@@ -490,11 +539,44 @@ void kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, in
 		mask = atomic_exchange_explicit(&e->waiters, 0, memory_order_relaxed);
 	}
 	claims_unlock(c);
-	/* not our own bell: the writer's rank learns from its own hand */
-	mask &= ~(UINT64_C(1) << c->rank_idx);
-	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
-		if (mask >> r & 1)
-			kvs_wait_bump(&c->ranks[r].bell);
+	ring_mask(c, mask);
+	return 0;
+}
+
+void kvs_core_claim_retry(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err)
+{
+	struct kvs_shm_claim *e;
+	uint64_t mask = 0;
+
+	if (ref->idx > c->claim_mask || claims_lock(c))
+		return; /* the waiters learn it at the end, or at their deadline */
+	e = &c->claims[ref->idx];
+	/* relaxed: under the lock; a waiter reads the error with the state it
+	 * snapshots (still WRITING: the error is the last attempt's) */
+	if (gen_of(atomic_load_explicit(&e->gencount, memory_order_relaxed)) == ref->gen &&
+	    atomic_load_explicit(&e->state, memory_order_relaxed) == KVS_SHM_CLAIM_WRITING &&
+	    atomic_load_explicit(&e->writer, memory_order_relaxed) == self_writer(c)) {
+		atomic_store_explicit(&e->error, err, memory_order_relaxed);
+		mask = atomic_load_explicit(&e->waiters, memory_order_relaxed);
+	}
+	claims_unlock(c);
+	ring_mask(c, mask);
+}
+
+bool kvs_core_claim_wrote(struct kvs_cache *c, uint64_t tag, const struct kvs_block_id *block)
+{
+	struct kvs_shm_claim *e;
+	bool wrote;
+
+	if (tag == 0 || (tag >> 32) - 1 > c->claim_mask || claims_lock(c))
+		return false; /* not known: the caller counts the shard again */
+	e = &c->claims[(tag >> 32) - 1];
+	/* relaxed: under the lock */
+	wrote = gen_of(atomic_load_explicit(&e->gencount, memory_order_relaxed)) == (uint32_t)tag &&
+		atomic_load_explicit(&e->state, memory_order_relaxed) == KVS_SHM_CLAIM_DURABLE &&
+		memcmp(&e->block, block, sizeof(*block)) == 0;
+	claims_unlock(c);
+	return wrote;
 }
 
 int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
@@ -526,10 +608,7 @@ int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 		break;
 	}
 	claims_unlock(c);
-	mask &= ~(UINT64_C(1) << c->rank_idx);
-	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
-		if (mask >> r & 1)
-			kvs_wait_bump(&c->ranks[r].bell);
+	ring_mask(c, mask);
 	return found;
 }
 

@@ -156,11 +156,17 @@ static inline uint32_t kvs_core_bucket_of(const struct kvs_cache *c, uint64_t ha
 }
 /* Slices of a contended bucket lock (index.c says why). */
 #define KVS_LOCK_SLICE_NS (10ull * 1000000ull)
+/* Bound this thread's waits for shared locks (bucket, claim table) to ns, when
+ * that is less than the cache's lock_timeout_ns (0: lock_timeout_ns again).  A
+ * wait so bounded that times out is not logged: the caller retries. */
+void kvs_core_lock_wait_set(uint64_t ns);
+/* Are this thread's lock waits bounded below lock_timeout_ns? */
+bool kvs_core_lock_wait_short(const struct kvs_cache *c);
 /* Take a robust process-shared mutex of the control segment (named what and id,
  * KVS_IDX_NONE for none, in logs): trylock, then timed slices up to
- * lock_timeout_ns.  Returns 0, or the positive EOWNERDEAD / ENOTRECOVERABLE /
- * ETIMEDOUT (the caller repairs or reports), or -KVS_ECORRUPT (not such a
- * mutex: never taken). */
+ * lock_timeout_ns (or this thread's bound).  Returns 0, or the positive
+ * EOWNERDEAD / ENOTRECOVERABLE / ETIMEDOUT (the caller repairs or reports), or
+ * -KVS_ECORRUPT (not such a mutex: never taken). */
 int kvs_core_mutex_lock(struct kvs_cache *c, pthread_mutex_t *m, const char *what, uint32_t id);
 /* Give back a mutex kvs_core_mutex_lock took (ordering it for TSan: index.c). */
 void kvs_core_mutex_unlock(struct kvs_cache *c, pthread_mutex_t *m);
@@ -234,9 +240,6 @@ int kvs_core_slot_state(struct kvs_cache *c, struct kvs_slot *slot);
 /* A FAILED slot we pin becomes ours to fill (LOADING, our pin the owner's): 0;
  * -EAGAIN when it is not FAILED any more; the handle's and lock's errors. */
 int kvs_core_slot_refill(struct kvs_cache *c, struct kvs_slot *slot);
-/* Is any shard of block READY (not DIRTY): read from the backend, or written
- * there?  Then the backend holds the block.  1, 0, or a bucket lock's error. */
-int kvs_core_block_read_back(struct kvs_cache *c, const struct kvs_block_id *block);
 /* The claim tag of a slot we pin (0: none, or a bad handle). */
 uint64_t kvs_core_slot_tag(struct kvs_cache *c, const struct kvs_slot *slot);
 /* Lock the bucket of a slot we pin (the handle is checked first): 0 and *b. */
@@ -271,22 +274,44 @@ int kvs_core_claims_init(struct kvs_cache *c);
 uint32_t kvs_core_claim_chain(const struct kvs_cache *c, const struct kvs_block_id *block);
 /* The claim of block for a dump with deadline: found (our rank joins its
  * waiters, the expiry extended to the deadline), or a new generation started
- * (none, an expired OPEN one, a FAILED one: *started).  Returns the state
- * (OPEN, WRITING, DURABLE: the block is known written) and *ref; -ENOSPC (the
- * table is full of live claims); -ETIMEDOUT / -KVS_ECORRUPT (its lock). */
+ * (none, an expired OPEN one, a FAILED one, or only DURABLE ones: those are
+ * their waiters' records, never proof for a new dump: *started).  Returns the
+ * state (OPEN or WRITING) and *ref; -ENOSPC (the table is full of live
+ * claims); -ETIMEDOUT / -KVS_ECORRUPT (its lock). */
 int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, uint64_t deadline_ns,
 			struct kvs_claim_ref *ref, bool *started);
-/* Count the DIRTY slot we pin in ref's generation (tag it).  Returns the count
- * after it (>= 1), 0 when it was counted already, -ENODATA when the slot is not
- * DIRTY (a writer cleaned it: READY), -ESTALE when the claim is no longer that
- * OPEN generation; the slot handle's and bucket lock's errors. */
-int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref);
+/* Count the DIRTY slot we pin in ref's generation (tag it); with ready_counts a
+ * READY one too (a backend whose blocks are not atomic: a shard read from it
+ * proves only itself, so the block write rewrites it).  Returns the count after
+ * it (>= 1), 0 when it was counted already, -ENODATA when the slot is not DIRTY
+ * (a writer cleaned it: READY), -ESTALE when the claim is no longer that OPEN
+ * generation; the slot handle's and bucket lock's errors. */
+int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref,
+			 bool ready_counts);
+/* A claim generation we just started for block: count in it every shard of the
+ * block the cache already holds as kvs_core_claim_count would (DIRTY ones a
+ * claim that expired, failed or was freed had counted; READY ones with
+ * ready_counts), so that the block can complete.  Without ready_counts a READY
+ * shard stops the scan: *stored (the backend holds the block: it was read from
+ * it, or written whole).  Returns the count reached (0: none counted), -ESTALE
+ * (the generation moved on), or a bucket lock's error. */
+int kvs_core_claim_recount(struct kvs_cache *c, const struct kvs_claim_ref *ref,
+			   const struct kvs_block_id *block, bool ready_counts, bool *stored);
 /* Become the writer: when ref's generation is OPEN and complete, or WRITING by a
  * dead writer.  1: we are (WRITING); 0: not complete, or a live writer has it;
  * -ESTALE: the generation is gone; the lock's errors. */
 int kvs_core_claim_elect(struct kvs_cache *c, const struct kvs_claim_ref *ref);
-/* The writer's end: DURABLE (err 0) or FAILED(err); every waiter's bell rung. */
-void kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err);
+/* The writer's end: DURABLE (err 0) or FAILED(err); every waiter's bell rung.
+ * 0 (also when ref is not ours to end any more), or the lock's error (-ETIMEDOUT:
+ * try again, the claim stays ours). */
+int kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err);
+/* An attempt of our block write of ref failed with err and will be retried: the
+ * claim stays WRITING, its error says err (a durable dump reports it at its
+ * deadline), its waiters rung. */
+void kvs_core_claim_retry(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err);
+/* Was the slot tagged tag (a READY one) written by a claim of block that ended
+ * DURABLE and is still known?  false when not, or not known (its lock). */
+bool kvs_core_claim_wrote(struct kvs_cache *c, uint64_t tag, const struct kvs_block_id *block);
 /* A dump found a shard of block READY: the block is in the backend; its OPEN
  * claim (if any) ends DURABLE, its waiters rung.  Returns 1 (and *ref: that
  * claim), 0 (none open), or the lock's errors. */
@@ -315,7 +340,8 @@ void kvs_core_claim_ring(struct kvs_cache *c, uint32_t rank);
 bool kvs_core_claim_writer_alive(struct kvs_cache *c, const struct kvs_claim_view *v);
 /* A slot's tag for ref. */
 uint64_t kvs_core_claim_tag(const struct kvs_claim_ref *ref);
-/* Does a DIRTY slot tagged tag belong to a live claim (CLOCK must keep it)? */
+/* Does a slot tagged tag (DIRTY, or READY counted) belong to a live claim
+ * (CLOCK must keep it)? */
 bool kvs_core_claim_protects(struct kvs_cache *c, uint64_t tag, uint64_t now_ns);
 /* kvs_cache_check's part: chains, free list.  Returns the number of broken
  * invariants (logged, at most max_reports) or the lock's error. */

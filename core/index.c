@@ -212,8 +212,8 @@ static int bucket_acquired(struct kvs_cache *c, uint32_t b, int rc)
 		kvs_log_error(&c->log, "bucket %u: lock not recoverable", b);
 		return -KVS_ECORRUPT;
 	} else if (rc) {
-		if (rc == ETIMEDOUT)
-			log_lock_timeout(c, b);
+		if (rc == ETIMEDOUT && !kvs_core_lock_wait_short(c))
+			log_lock_timeout(c, b); /* a short wait's caller retries, and says so */
 		return -rc;
 	}
 	/* relaxed: diagnostics only */
@@ -263,6 +263,25 @@ static int lock_slice(pthread_mutex_t *m, uint64_t until)
  * at the word again.  A fresh attempt every KVS_LOCK_SLICE_NS re-reads the word
  * and re-arms FUTEX_WAITERS, so such a wake costs one slice, not the deadline.
  */
+/*
+ * How long this thread waits for one shared lock: the cache's lock_timeout_ns,
+ * or less for a thread that must not wait on a peer that long (the store's
+ * copier: a stopped holder costs it one short wait per attempt, then the
+ * operation is retried later while other work goes on).  Thread-local: every
+ * lock the thread takes, through whatever call, has the same bound.
+ */
+static __thread uint64_t lock_wait_ns; /* 0: lock_timeout_ns */
+
+void kvs_core_lock_wait_set(uint64_t ns)
+{
+	lock_wait_ns = ns;
+}
+
+bool kvs_core_lock_wait_short(const struct kvs_cache *c)
+{
+	return lock_wait_ns && lock_wait_ns < c->cfg.lock_timeout_ns;
+}
+
 int kvs_core_mutex_lock(struct kvs_cache *c, pthread_mutex_t *m, const char *what, uint32_t id)
 {
 	int rc;
@@ -271,7 +290,8 @@ int kvs_core_mutex_lock(struct kvs_cache *c, pthread_mutex_t *m, const char *wha
 		return -KVS_ECORRUPT;
 	rc = pthread_mutex_trylock(m);
 	if (rc == EBUSY) {
-		uint64_t deadline = kvs_deadline_after(c->cfg.lock_timeout_ns);
+		uint64_t deadline = kvs_deadline_after(kvs_core_lock_wait_short(c) ? lock_wait_ns
+										   : c->cfg.lock_timeout_ns);
 
 		for (;;) {
 			uint64_t now = kvs_now_ns();

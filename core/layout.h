@@ -72,7 +72,9 @@
  * shard counts once); the rank that dumped the block's designated shard (a hash of
  * the block picks it, spreading the writes over the ranks) writes the block once
  * it is complete, or the one that completed it if that rank is gone.  A DIRTY
- * slot tagged with a live claim is never evicted.
+ * slot tagged with a live claim is never evicted; nor is a READY one so tagged
+ * (counted in a claim over a backend whose blocks are not atomic, so that its
+ * writer rewrites it).  A slot's tag is cleared when it is evicted.
  *
  * Any change to a struct here, to the offsets or to the protocol bumps
  * KVS_LAYOUT_VERSION in the same commit.
@@ -88,7 +90,10 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 7u /* 7: joins counted per rank; task latency sum.  6: dump claims (claim
+#define KVS_LAYOUT_VERSION 8u /* 8: claims: a DURABLE one never joined, a new generation counts the
+				* cache's shards of its block, READY slots counted (and kept by
+				* CLOCK) for backends without atomic blocks, tags cleared at
+				* eviction.  7: joins counted per rank; task latency sum.  6: dump claims (claim
 				* table, slot tags, DIRTY, rank bells).  5: segment pre-fault record; store
 				* registration and staging counters.  4: refbits hold
 				* CLOCK weights 0..2 */

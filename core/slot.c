@@ -593,25 +593,6 @@ static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 	return touch ? found : 1;
 }
 
-int kvs_core_block_read_back(struct kvs_cache *c, const struct kvs_block_id *block)
-{
-	for (uint32_t s = 0; s < c->shards_per_block; s++) {
-		uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, s)), i;
-		int rc = kvs_core_bucket_lock(c, b), clean = 0;
-
-		if (rc)
-			return rc;
-		i = kvs_core_find(c, b, block, s);
-		/* relaxed: under the bucket lock */
-		if (i != KVS_IDX_NONE && state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_READY)
-			clean = 1;
-		kvs_core_bucket_unlock(c, b);
-		if (clean)
-			return 1;
-	}
-	return 0;
-}
-
 KVS_API int kvs_cache_exists(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard)
 {
 	if (!c || !block || shard == KVS_ALL_SHARDS)

@@ -131,13 +131,48 @@ void kvs_store_sh_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
 		task_complete(s, t);
 }
 
-void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot)
+/* A release whose bucket lock was not had within the copier's short wait (a
+ * peer holds it, stopped?): kept, and tried again by kvs_store_release_retry.
+ * false: no memory (the release is lost: the pin stays until close). */
+static bool release_later(struct kvs_store *s, const struct kvs_slot *slot, bool task)
+{
+	if (s->nrel_later == s->rel_later_cap) {
+		uint32_t cap = s->rel_later_cap ? 2 * s->rel_later_cap : 16;
+		struct kvs_store_release *v = realloc(s->rel_later, cap * sizeof(*v));
+
+		if (!v)
+			return false;
+		s->rel_later = v;
+		s->rel_later_cap = cap;
+	}
+	s->rel_later[s->nrel_later++] = (struct kvs_store_release){ *slot, task };
+	return true;
+}
+
+bool kvs_store_release_retry(struct kvs_store *s)
+{
+	uint32_t n = s->nrel_later;
+
+	s->nrel_later = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvs_store_release r = s->rel_later[i];
+
+		kvs_store_release(s, &r.slot, r.task); /* kept again (below i) while not had */
+	}
+	return s->nrel_later < n;
+}
+
+void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot, bool task)
 {
 	bool blocked;
 	int rc = kvs_slot_release(s->cache, slot);
 
+	if (rc == -ETIMEDOUT && release_later(s, slot, task))
+		return; /* still pinned (a task's: in the budget too) until had */
 	if (rc)
 		kvs_log_error(&s->log, "store: releasing a slot: %s", kvs_strerror(rc));
+	if (!task)
+		return;
 	/* relaxed: a budget (the dispatcher re-reads it after its wake) */
 	atomic_fetch_sub_explicit(&s->pins, 1, memory_order_relaxed);
 	pthread_mutex_lock(&s->mu);
@@ -156,7 +191,7 @@ bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh)
 		return false;
 	if (sh->flags & KVS_SH_GOT) {
 		sh->flags &= ~KVS_SH_GOT;
-		kvs_store_release(s, &sh->slot);
+		kvs_store_release(s, &sh->slot, true);
 	}
 	kvs_store_sh_done(s, sh, 0);
 	task_unref(t);
@@ -635,6 +670,7 @@ static void tensor_table(struct kvs_store *s, const struct kvs_cache_config *cc)
  */
 static int backend_open(struct kvs_store *s)
 {
+	struct kvs_backend_info info;
 	int rc;
 
 	kvs_backend_close(s->backend);
@@ -654,9 +690,13 @@ static int backend_open(struct kvs_store *s)
 		return -EINVAL;
 	}
 	rc = kvs_backend_open(&s->cfg.backend, &s->backend);
-	if (rc)
+	if (rc) {
 		kvs_log_error(&s->log, "store: opening the backend: %s", kvs_strerror(rc));
-	return rc;
+		return rc;
+	}
+	if (kvs_backend_info(s->backend, &info) == 0)
+		s->block_atomic = info.flags & KVS_BACKEND_INFO_BLOCK_ATOMIC;
+	return 0;
 }
 
 /* The cache is open: its geometry is the truth.  Reopen the backend if that is
@@ -837,8 +877,13 @@ static int threads_start(struct kvs_store *s)
 	rc = kvs_store_dumps_init(s, &s->dumps0);
 	if (rc)
 		kvs_log_error(&s->log, "store: %s (dumps fail)", kvs_strerror(rc));
-	else if (s->cache->cfg.device_id >= 0) /* a watcher writes nothing */
+	else if (s->cache->cfg.device_id >= 0) { /* a watcher writes nothing */
+		/* a peer stopped holding the claim table's lock must not hold the
+		 * open: the copier looks again, later */
+		kvs_core_lock_wait_set(KVS_STORE_LOCK_WAIT_NS);
 		kvs_store_dumps_adopt(s, s->dumps0);
+		kvs_core_lock_wait_set(0);
+	}
 	s->threads_alive = 2;
 	rc = thread_start(s, &s->disp_thr, kvs_store_dispatcher, "kvs-dispatch");
 	if (rc) {
@@ -1012,6 +1057,7 @@ static void teardown(struct kvs_store *s)
 		close(s->wake_fd);
 	free(s->tasks);
 	free(s->ring);
+	free(s->rel_later);
 	pthread_cond_destroy(&s->reg_cv);
 	pthread_cond_destroy(&s->done_cv);
 	pthread_cond_destroy(&s->copier_cv);

@@ -43,6 +43,11 @@
 /* The staging buffer for copies of slots not registered yet: a shard larger
  * than this goes through it in pieces. */
 #define KVS_STORE_STAGING_MAX (8ull << 20)
+/* The longest the copier (and the open's look for a dead rank's blocks) waits
+ * for one shared lock before it parks what needed it and goes on with other
+ * work (store_dump.c): a peer stopped inside a critical section costs this per
+ * attempt, never the cache's lock_timeout_ns. */
+#define KVS_STORE_LOCK_WAIT_NS (2ull * 1000000ull)
 
 /*
  * Resolve and validate a store config into *out (a copy of cfg):
@@ -87,6 +92,8 @@ enum kvs_store_op {
 #define KVS_SH_JOINED (1u << 3) /* dump: counted in sh->claim (a durable wait follows) */
 #define KVS_SH_ASIDE (1u << 4)  /* dump: waits on a claim being written without its slot
 				   (a failed write is retried, not its error) */
+#define KVS_SH_RECOUNT (1u << 5) /* dump: started sh->claim; the cache's shards of the
+				    block are still to be counted in it */
 
 /* kvs_store_xfer.result while the transfer is queued or in flight. */
 #define KVS_XFER_PENDING 1
@@ -154,18 +161,30 @@ struct kvs_store_task {
 };
 
 /* A block this rank writes as its claim's writer: every shard pinned, one write
- * each (store_dump.c builds it, the dispatcher writes it). */
+ * each (store_dump.c builds it, the dispatcher writes it).  A write has no
+ * deadline: the dumps of the block may have been acknowledged (dump_wait=
+ * cached), so an attempt that fails is retried (store_dump.c decides, with a
+ * backoff) and the pins stay until the block is stored or given up. */
 struct kvs_store_job {
 	struct kvs_claim_ref claim;
 	struct kvs_block_id block;
 	uint32_t n;                    /* shards (the cache's shards per block) */
 	uint32_t next_submit;          /* dispatcher: shards handed to the backend */
 	uint32_t inflight;             /* dispatcher: writes not yet completed */
-	int32_t err;                   /* the first failed write */
-	uint64_t deadline_ns;          /* writes are not started past it */
-	struct kvs_store_job *next;    /* the dispatcher's queue, then the copier's */
+	bool queued;                   /* dispatcher: on its write queue (shards to submit) */
+	int32_t err;                   /* this attempt's first failed write */
+	uint32_t attempts;             /* copier: attempts that failed so far */
+	uint64_t first_fail_ns;        /* copier: when the first attempt failed */
+	uint64_t retry_ns;             /* dispatcher: not submitted before (a retry's backoff) */
+	struct kvs_store_job *next;    /* the dispatcher's queues, then the copier's */
 	struct kvs_slot *slots;        /* n pins (inside the job's allocation) */
 	struct kvs_store_xfer xf[];    /* n writes */
+};
+
+/* A release kept for later (kvs_store_release). */
+struct kvs_store_release {
+	struct kvs_slot slot;
+	bool task;
 };
 
 /* The dispatcher's memory of preallocated keys. */
@@ -203,6 +222,9 @@ struct kvs_store {
 	pid_t opener;                  /* the process that opened the store (fork) */
 	uint32_t spb;                  /* shards per block */
 	uint32_t copy_kind;            /* the engine copy_open chose: KVS_COPY_ENGINE_HOST/_CUDA */
+	bool block_atomic;             /* the backend's blocks are atomic
+					  (KVS_BACKEND_INFO_BLOCK_ATOMIC): a READY shard
+					  proves its block stored */
 	uint64_t slot_bytes;
 	uint32_t rank_slice;           /* device_id % local_rank_size */
 	uint32_t lrs;                  /* local_rank_size */
@@ -210,9 +232,11 @@ struct kvs_store {
 	uint64_t tensor_bytes[KVS_MAX_TENSORS];
 	uint64_t tensor_off[KVS_MAX_TENSORS];
 	bool threads;
-	/* Pins this store holds (every get +1, every release -1; relaxed: a
-	 * budget, not a synchronisation), and the most the dispatcher keeps (a
-	 * share of the cache no set of ranks can exhaust, within the pin table). */
+	/* Pins this store's tasks hold (every visit's get +1, every release -1;
+	 * relaxed: a budget, not a synchronisation), and the most the dispatcher
+	 * keeps (a share of the cache no set of ranks can exhaust, within the pin
+	 * table).  Block writes count their pins apart (store_dump.c), within the
+	 * rest of the table: they never hold up a visit. */
 	_Atomic uint32_t pins;
 	uint32_t pin_budget;
 
@@ -234,6 +258,11 @@ struct kvs_store {
 	pthread_cond_t reg_cv;         /* kvs_store_ready: reg_done */
 	void *staging;                 /* copier: pinned bounce buffer (kvs_copy_host_alloc) */
 	uint64_t staging_bytes;
+
+	/* Releases the copier could not make yet (a bucket held by a peer): copier
+	 * only. */
+	struct kvs_store_release *rel_later;
+	uint32_t nrel_later, rel_later_cap;
 
 	/* Everything below is guarded by mu. */
 	pthread_mutex_t mu;
@@ -257,6 +286,8 @@ struct kvs_store {
 					    that outlived its shard's copier) */
 	struct kvs_store_job *jobs_in, *jobs_done;
 	bool disp_exited;              /* the dispatcher has left (the copier finishes last) */
+	bool copier_idle;              /* stopping, the copier has no dump work left: it hands
+					  the dispatcher no more block writes */
 	struct kvs_store_sh **ring;    /* dispatcher -> copier, in visiting order */
 	uint32_t ring_cap, ring_head, ring_count;
 	bool disp_blocked;             /* the dispatcher waits for ring room or pins */
@@ -295,8 +326,13 @@ bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh);
 /* Finish sh with err and drop the caller's reference: released before done
  * when it was the last, done now (the pin left to the other holder) when not. */
 void kvs_store_sh_finish(struct kvs_store *s, struct kvs_store_sh *sh, int err);
-/* Release a pin of this store (the budget goes down); errors logged. */
-void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot);
+/* Release a pin of this store (task: a task's, the budget goes down; else a
+ * block write's); errors logged.  A bucket lock not had within the copier's
+ * short wait keeps the release for kvs_store_release_retry. */
+void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot, bool task);
+/* Copier: try the kept releases again.  Returns whether any was made; the ones
+ * left are s->nrel_later. */
+bool kvs_store_release_retry(struct kvs_store *s);
 /* Wake the dispatcher (its eventfd). */
 void kvs_store_wake_dispatcher(struct kvs_store *s);
 /* Wake the copier: its bell (futex sleepers) and its condition (mu held or not). */
@@ -356,7 +392,12 @@ unsigned kvs_store_dumps_words(struct kvs_store *s, struct kvs_store_dumps *d,
  * the cache: dump_wait=cached returned, the write had not landed), so that
  * this rank writes it (core/claim.c, "elect"). */
 void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d);
-/* Dumps waiting, or writes of ours not finished: the copier may not exit. */
+/* The store closes and its tasks are done: write every complete block this rank
+ * watches, and every one nobody may write any more, now (no writer's grace);
+ * let the watches of incomplete blocks go. */
+void kvs_store_dumps_close(struct kvs_store *s, struct kvs_store_dumps *d);
+/* Dumps waiting, writes of ours not finished, claim work waiting for the table's
+ * lock, or (closing) complete blocks still to write: the copier may not exit. */
 bool kvs_store_dumps_busy(const struct kvs_store_dumps *d);
 
 /* ---- store_register.c ---- */

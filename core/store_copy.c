@@ -67,6 +67,10 @@
 #define COPIER_SYNC_GRACE_NS (100ull * KVS_NSEC_PER_MSEC)
 /* How long one look at a poisoned engine waits. */
 #define COPIER_POISON_SLICE_NS (10ull * KVS_NSEC_PER_MSEC)
+/* A bucket lock held by a peer past the copier's short wait: tried again after a
+ * backoff doubling from the first to the last. */
+#define COPIER_LOCK_RETRY_MIN_NS (2ull * KVS_NSEC_PER_MSEC)
+#define COPIER_LOCK_RETRY_MAX_NS (100ull * KVS_NSEC_PER_MSEC)
 
 /* One fill of the staging buffer: its copy segments (host_off within the
  * buffer) and where each piece is in the slot. */
@@ -86,7 +90,19 @@ struct copier {
 	uint32_t nbatch;
 	uint64_t batch_deadline;       /* the earliest task deadline in the batch */
 	bool poisoned;                 /* a sync timed out: the batch may still be copied */
+	/* A bucket lock not had within KVS_STORE_LOCK_WAIT_NS (a slow get, a
+	 * release): when to try again, and the backoff doubling up to that. */
+	uint64_t lock_retry_ns, lock_backoff_ns;
 };
+
+/* Copier: a get or a release did not have its bucket's lock: again later. */
+static void bucket_busy(struct copier *cp, uint64_t now)
+{
+	cp->lock_backoff_ns = cp->lock_backoff_ns ? 2 * cp->lock_backoff_ns : COPIER_LOCK_RETRY_MIN_NS;
+	if (cp->lock_backoff_ns > COPIER_LOCK_RETRY_MAX_NS)
+		cp->lock_backoff_ns = COPIER_LOCK_RETRY_MAX_NS;
+	cp->lock_retry_ns = now + cp->lock_backoff_ns;
+}
 
 static uint64_t sync_deadline(uint64_t deadline_ns)
 {
@@ -334,6 +350,10 @@ static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		}
 		/* FAILED: the fill failed, but a dump holds the bytes */
 		st = kvs_core_slot_refill(s->cache, &sh->slot);
+		if (st == -ETIMEDOUT && now < sh->task->deadline_ns) {
+			bucket_busy(cp, now); /* its bucket held by a peer: again later */
+			return false;
+		}
 		if (st == -EAGAIN)
 			return false; /* refilled by another: look again */
 		if (st) {
@@ -358,9 +378,18 @@ static bool resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
 	struct kvs_store *s = cp->s;
 
 	if (sh->flags & KVS_SH_SLOWGET) {
-		/* the dispatcher found the bucket busy: this thread may wait for it */
-		int rc = kvs_store_visit_get(s, sh, 0, queue_handoff, NULL);
+		/* the dispatcher found the bucket busy: this thread waits for it, a
+		 * little (KVS_STORE_LOCK_WAIT_NS), and tries again later till the
+		 * task's deadline (a peer stopped inside holds only its own shards) */
+		int rc;
 
+		if (cp->lock_retry_ns && now < cp->lock_retry_ns && now < sh->task->deadline_ns)
+			return false;
+		rc = kvs_store_visit_get(s, sh, 0, queue_handoff, NULL);
+		if (rc == -ETIMEDOUT && now < sh->task->deadline_ns) {
+			bucket_busy(cp, now);
+			return false;
+		}
 		sh->flags &= ~KVS_SH_SLOWGET;
 		if (rc)
 			sh->err = rc;
@@ -500,6 +529,8 @@ static void copier_sleep(struct copier *cp, uint32_t bell)
 			deadline = sh->task->deadline_ns;
 	}
 	n += kvs_store_dumps_words(s, cp->dumps, words + n, busy + n, WAIT_EXTRA - 1, &deadline);
+	if (cp->lock_retry_ns && cp->lock_retry_ns < deadline)
+		deadline = cp->lock_retry_ns;
 	if (cp->poisoned) {
 		uint64_t look = kvs_deadline_after(COPIER_POISON_SLICE_NS);
 
@@ -536,7 +567,7 @@ static bool copier_take(struct copier *cp)
 	struct kvs_store *s = cp->s;
 	struct kvs_store_sh *rel;
 	struct kvs_store_job *done;
-	bool exit;
+	bool exit, stopping, idle, wake;
 
 	pthread_mutex_lock(&s->mu);
 	while (cp->nwork < WORK_MAX && s->ring_count) {
@@ -548,13 +579,12 @@ static bool copier_take(struct copier *cp)
 	done = s->jobs_done;
 	s->release_in = NULL;
 	s->jobs_done = NULL;
-	exit = s->stop && s->active == 0 && s->disp_exited && s->ring_count == 0 && !rel && !done;
-	if (s->disp_blocked) {
-		pthread_mutex_unlock(&s->mu);
+	stopping = s->stop && s->active == 0;
+	exit = stopping && s->disp_exited && s->ring_count == 0 && !rel && !done;
+	wake = s->disp_blocked;
+	pthread_mutex_unlock(&s->mu);
+	if (wake)
 		kvs_store_wake_dispatcher(s); /* ring room */
-	} else {
-		pthread_mutex_unlock(&s->mu);
-	}
 	while (rel) {
 		struct kvs_store_sh *next = rel->next;
 
@@ -567,8 +597,22 @@ static bool copier_take(struct copier *cp)
 		kvs_store_job_finish(s, cp->dumps, done);
 		done = next;
 	}
-	return !(exit && cp->nwork == 0 && cp->nbatch == 0 && !cp->poisoned &&
-		 !kvs_store_dumps_busy(cp->dumps));
+	if (!stopping)
+		return true;
+	/* Closing, every task done: what is complete in the cache is written now;
+	 * once nothing of that is left, the dispatcher may leave. */
+	kvs_store_dumps_close(s, cp->dumps);
+	idle = cp->nwork == 0 && cp->nbatch == 0 && !cp->poisoned && s->nrel_later == 0 &&
+	       !kvs_store_dumps_busy(cp->dumps);
+	if (idle) {
+		pthread_mutex_lock(&s->mu);
+		wake = !s->copier_idle;
+		s->copier_idle = true;
+		pthread_mutex_unlock(&s->mu);
+		if (wake)
+			kvs_store_wake_dispatcher(s);
+	}
+	return !(exit && idle);
 }
 
 void *kvs_store_copier(void *arg)
@@ -577,6 +621,8 @@ void *kvs_store_copier(void *arg)
 	struct copier cp = { .s = arg, .dumps = ((struct kvs_store *)arg)->dumps0 };
 	struct kvs_store *s = cp.s;
 
+	/* no shared lock holds this thread past a short wait (store_dump.c) */
+	kvs_core_lock_wait_set(KVS_STORE_LOCK_WAIT_NS);
 	for (;;) {
 		/* acquire: pairs with the hand-offs' bump; read before looking, so
 		 * that a hand-off after the look changes the word we sleep on */
@@ -591,6 +637,14 @@ void *kvs_store_copier(void *arg)
 		if (cp.poisoned)
 			poison_drain(&cp);
 		now = kvs_now_ns();
+		if (cp.lock_retry_ns && now >= cp.lock_retry_ns) {
+			/* slow gets are tried again below, with the working set */
+			if (kvs_store_release_retry(s) && s->nrel_later == 0)
+				cp.lock_backoff_ns = 0;
+			cp.lock_retry_ns = 0;
+			if (s->nrel_later)
+				bucket_busy(&cp, now);
+		}
 		before = cp.nwork;
 		for (uint32_t i = 0; i < cp.nwork; i++) {
 			struct kvs_store_sh *sh = cp.work[i];
@@ -599,6 +653,8 @@ void *kvs_store_copier(void *arg)
 				cp.work[kept++] = sh;
 		}
 		cp.nwork = kept;
+		if (s->nrel_later && !cp.lock_retry_ns)
+			bucket_busy(&cp, now); /* a release was kept: its lock, later */
 		progress = kept != before;
 		progress |= kvs_store_dumps_poll(s, cp.dumps, now, false);
 		if (cp.nbatch && !cp.poisoned) {

@@ -26,17 +26,20 @@
  * waiting on its slot: a task past its deadline reports at the deadline, the
  * read drains into the cache).  Writes (the blocks this rank writes as their
  * claim's writer, store_dump.c) may take at most write_cap of the backend's
- * queue, so reads always find room; a block write not started by its deadline
- * fails.  Completions are reaped as they arrive and each owned slot is published
- * READY or FAILED right then, so peers never wait for this rank's copier; a
- * finished block write cleans its slots (DIRTY -> READY) and goes back to the
- * copier, which ends its claim.
+ * queue, so reads always find room.  A block write has no deadline (its dumps
+ * may be acknowledged already): it waits in the queue as long as the backend
+ * takes, and an attempt ends exactly once, when it is off the queue with
+ * nothing in flight.  Completions are reaped as they arrive and each owned slot
+ * is published READY or FAILED right then, so peers never wait for this rank's
+ * copier; a block write's attempt that is over cleans its slots (DIRTY ->
+ * READY) when it succeeded and goes back to the copier, which ends its claim or
+ * hands it back for another attempt after a backoff (the retry list).
  *
  * Sleeping.  In epoll on the wake eventfd (submits, hand-offs, released pins,
  * room in the ring, close) and the backend's wait descriptor
  * (kvs_backend_wait_fd: readable when a completion may be reaped), with a
  * timeout only for what has a time: the earliest deadline of a task still being
- * visited, a block write's start deadline, a backoff after a failed poll.  A
+ * visited, a block write's retry, a backoff after a failed poll.  A
  * backend without a wait descriptor (a user table without wait_fd) is slept on in
  * its own poll, 1 ms at a time, while it has transfers in flight: completions
  * are reaped as they come, a submit waits 1 ms at most.  Nothing in flight and nothing to visit: it
@@ -78,6 +81,7 @@ struct disp {
 	uint64_t def_next_ns;            /* the earliest deadline among them (or later) */
 	struct kvs_store_xfer *rq_head, *rq_tail; /* reads waiting for the backend */
 	struct kvs_store_job *wq_head, *wq_tail;  /* block writes with shards to submit */
+	struct kvs_store_job *retries;   /* block writes waiting out a retry's backoff */
 	uint32_t reads_inflight, writes_inflight, write_cap;
 	uint32_t jobs;                   /* block writes not finished */
 	bool blocked;                    /* visits wait for pins or ring room */
@@ -400,24 +404,42 @@ static void read_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 	}
 }
 
+static void wq_push(struct disp *d, struct kvs_store_job *job)
+{
+	job->next = NULL;
+	job->queued = true;
+	if (d->wq_tail)
+		d->wq_tail->next = job;
+	else
+		d->wq_head = job;
+	d->wq_tail = job;
+}
+
 static void wq_pop(struct disp *d)
 {
+	d->wq_head->queued = false;
 	d->wq_head = d->wq_head->next;
 	if (!d->wq_head)
 		d->wq_tail = NULL;
 }
 
-/* A block write has every write back (or gave up): clean its slots (durable),
- * then the copier ends its claim. */
+/* A block write's attempt is over -- every write back, or a failure and nothing
+ * left in flight -- and it is off the write queue: exactly once per attempt.
+ * Durable: clean its DIRTY slots (READY ones were clean already: a backend
+ * whose blocks are not atomic rewrites them).  Then the copier ends its claim,
+ * or retries it. */
 static void job_end(struct disp *d, struct kvs_store_job *job)
 {
 	struct kvs_store *s = d->s;
 
 	for (uint32_t i = 0; job->err == 0 && i < job->n; i++) {
-		int rc = kvs_core_slot_clean(s->cache, &job->slots[i]);
+		int rc = job->slots[i].state == KVS_SHM_SLOT_DIRTY
+				 ? kvs_core_slot_clean(s->cache, &job->slots[i])
+				 : 0;
 
-		if (rc)
-			job->err = rc;
+		if (rc) /* our own pin: never; the block is stored all the same */
+			kvs_log_error(&s->log, "store: cleaning slot %u of a written block: %s",
+				      job->slots[i].index, kvs_strerror(rc));
 	}
 	d->jobs--;
 	kvs_store_handoff_job_done(s, job);
@@ -430,18 +452,18 @@ static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 
 	if (err) {
 		KVS_STORE_COUNT(s, write_errors, 1);
-		kvs_log_error(&s->log, "store: backend write of shard %u: %s", xf->shard,
-			      kvs_strerror(err));
-		if (!job->err)
-			job->err = err;
+		if (!job->err) { /* the attempt's first: the copier says the rest */
+			kvs_log_error(&s->log, "store: backend write of shard %u of claim %u: %s",
+				      xf->shard, job->claim.idx, kvs_strerror(err));
+			job->err = err; /* a job still queued leaves it in submit_writes */
+		}
 	} else {
 		KVS_STORE_COUNT(s, backend_writes, 1);
 	}
 	job->inflight--;
-	if (job->inflight == 0 && (job->next_submit == job->n || job->err))
+	if (job->inflight == 0 && !job->queued)
 		job_end(d, job);
 }
-
 static bool submit_reads(struct disp *d)
 {
 	struct kvs_store *s = d->s;
@@ -471,28 +493,42 @@ static bool submit_reads(struct disp *d)
 	return progress;
 }
 
+/* Retries whose backoff is over join the write queue. */
+static bool retries_due(struct disp *d)
+{
+	struct kvs_store_job **link = &d->retries, *job;
+	uint64_t now = kvs_now_ns();
+	bool any = false;
+
+	while ((job = *link)) {
+		if (now < job->retry_ns) {
+			link = &job->next;
+			continue;
+		}
+		*link = job->next;
+		wq_push(d, job);
+		any = true;
+	}
+	return any;
+}
+
+/* Hand writes to the backend, block by block in queue order, within write_cap.
+ * A block whose attempt failed leaves the queue at once (its writes in flight
+ * still end it, in write_done). */
 static bool submit_writes(struct disp *d)
 {
 	struct kvs_store *s = d->s;
 	struct kvs_store_job *job;
-	bool progress = false;
+	bool progress = retries_due(d);
 
-	while ((job = d->wq_head) && d->writes_inflight < d->write_cap) {
+	while ((job = d->wq_head) && (job->err || d->writes_inflight < d->write_cap)) {
 		struct kvs_store_xfer *xf = &job->xf[job->next_submit];
 		struct kvs_backend_io io = {
 			.block = xf->block, .shard = xf->shard, .buf = xf->buf,
 			.len = s->slot_bytes, .token = (uint64_t)(uintptr_t)xf,
 		};
-		int rc;
+		int rc = job->err ? job->err : kvs_backend_submit_write(s->backend, &io);
 
-		if (job->next_submit == 0 && kvs_now_ns() >= job->deadline_ns) {
-			job->err = -ETIMEDOUT; /* never started: nothing to drain */
-			wq_pop(d);
-			job_end(d, job);
-			progress = true;
-			continue;
-		}
-		rc = kvs_backend_submit_write(s->backend, &io);
 		if (rc == -EAGAIN)
 			break;
 		progress = true;
@@ -632,7 +668,7 @@ static bool take_inputs(struct disp *d)
 	jobs = s->jobs_in;
 	s->reads_in = s->revisit_in = NULL;
 	s->jobs_in = NULL;
-	leave = s->stop && s->active == 0 && !reads && !revisits && !jobs;
+	leave = s->stop && s->active == 0 && s->copier_idle && !reads && !revisits && !jobs;
 	pthread_mutex_unlock(&s->mu);
 
 	for (struct kvs_store_sh *sh = reverse_sh(reads); sh;) {
@@ -656,15 +692,15 @@ static bool take_inputs(struct disp *d)
 		rev = jobs;
 		jobs = next;
 	}
-	while (rev) {
+	while (rev) { /* new, or an attempt again after its backoff (copier) */
 		struct kvs_store_job *next = rev->next;
 
-		rev->next = NULL;
-		if (d->wq_tail)
-			d->wq_tail->next = rev;
-		else
-			d->wq_head = rev;
-		d->wq_tail = rev;
+		if (rev->retry_ns) {
+			rev->next = d->retries;
+			d->retries = rev;
+		} else {
+			wq_push(d, rev);
+		}
 		d->jobs++;
 		rev = next;
 	}
@@ -682,9 +718,9 @@ static int sleep_ms(struct disp *d)
 	for (struct kvs_store_task *t = d->vis_head; t; t = t->next)
 		if (t->deadline_ns < until)
 			until = t->deadline_ns;
-	for (struct kvs_store_job *j = d->wq_head; j; j = j->next)
-		if (j->next_submit == 0 && j->deadline_ns < until)
-			until = j->deadline_ns;
+	for (struct kvs_store_job *j = d->retries; j; j = j->next)
+		if (j->retry_ns < until)
+			until = j->retry_ns;
 	if (d->def_head && d->def_next_ns < until)
 		until = d->def_next_ns;
 	if (inflight && d->poll_err && d->poll_retry_ns < until)

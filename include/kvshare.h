@@ -842,6 +842,13 @@ struct kvs_backend_buffer {
 #define KVS_BACKEND_INFO_FALLBACK (1u << 0)      /* io_uring refused, the pool is used */
 #define KVS_BACKEND_INFO_FIXED_BUFFERS (1u << 1) /* registered buffers in use */
 #define KVS_BACKEND_INFO_IO_DIRECT (1u << 2)     /* O_DIRECT in use */
+/* A block's shards become readable together, never some without the others
+ * (posix: the block file is renamed into place once whole; latency: every block
+ * is there), so a shard read from the backend proves its whole block is stored.
+ * Without it (redis: a key per shard, each its own TTL; a user backend that
+ * does not say) a shard proves only itself, and a dump of a block whose other
+ * shards it finds READY writes the whole block again (docs/store.md, "Dumps"). */
+#define KVS_BACKEND_INFO_BLOCK_ATOMIC (1u << 3)
 
 struct kvs_backend_info {
 	uint32_t kind;          /* enum kvs_backend_kind */

@@ -137,6 +137,13 @@ static void latency_close(void *state)
 	free(l);
 }
 
+/* Every block is there, whole (content from its id): reads prove blocks. */
+static void latency_info(void *state, struct kvs_backend_info *info)
+{
+	(void)state;
+	info->flags = KVS_BACKEND_INFO_BLOCK_ATOMIC;
+}
+
 const struct kvs_backend_ops kvs_io_latency_ops = {
 	.abi = KVS_BACKEND_OPS_ABI,
 	.size = sizeof(struct kvs_backend_ops),
@@ -147,4 +154,5 @@ const struct kvs_backend_ops kvs_io_latency_ops = {
 	.poll = latency_poll,
 	.close = latency_close,
 	.wait_fd = latency_wait_fd,
+	.info = latency_info,
 };

@@ -985,7 +985,8 @@ static void posix_info(void *state, struct kvs_backend_info *info)
 
 	info->io_engine = p->eng->kind;
 	info->flags = p->eng->info_flags | (p->fallback_err ? KVS_BACKEND_INFO_FALLBACK : 0) |
-		      ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? KVS_BACKEND_INFO_IO_DIRECT : 0);
+		      ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? KVS_BACKEND_INFO_IO_DIRECT : 0) |
+		      KVS_BACKEND_INFO_BLOCK_ATOMIC; /* one file, renamed in once whole */
 	info->fallback_err = p->fallback_err;
 	info->dio_mem_align = p->dio_mem;
 	info->dio_offset_align = p->dio_off;

@@ -11,6 +11,8 @@
 #                 many claims, timeouts, writes spread over the ranks
 #   store_open    an open that fails fast and safe: a capacity the node cannot
 #                 hold refused before anything is allocated, naming the key
+#   store_ack     what an acknowledged dump promises, against failing and slow
+#                 writes, closes, expired claims, vanished stored copies
 #   store_tasks   tasks of any size on small caches, no head-of-line blocking, one
 #                 rank's deadline, lookups, the reserved pool, fork, a failing
 #                 poll, a stopped lock holder, copy engine timeouts, no polling
@@ -20,4 +22,5 @@ kvs_test(store_mp SOURCES store_mp.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 30
 kvs_test(store_geometry SOURCES store_geometry.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 60)
 kvs_test(store_dump SOURCES store_dump.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
 kvs_test(store_open SOURCES store_open.c LIBS kvs_store LABELS unit TIMEOUT 60)
+kvs_test(store_ack SOURCES store_ack.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
 kvs_test(store_tasks SOURCES store_tasks.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)

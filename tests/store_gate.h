@@ -166,6 +166,15 @@ static inline void gate_close(void *state)
 	free(g);
 }
 
+/* What the posix backend underneath says: its blocks are atomic (a held write
+ * never makes part of a block readable). */
+static inline void gate_info(void *state, struct kvs_backend_info *info)
+{
+	struct gate *g = state;
+
+	kvs_backend_info(g->inner, info);
+}
+
 static const struct kvs_backend_ops gate_ops = {
 	.abi = KVS_BACKEND_OPS_ABI,
 	.size = sizeof(struct kvs_backend_ops),
@@ -175,6 +184,7 @@ static const struct kvs_backend_ops gate_ops = {
 	.submit_write = gate_submit_write,
 	.poll = gate_poll,
 	.close = gate_close,
+	.info = gate_info,
 };
 
 /* Use the gated backend over root with gate file path gate (conf must outlive
