@@ -691,6 +691,11 @@ bool kvs_core_claim_protects(struct kvs_cache *c, uint64_t tag, uint64_t now_ns)
 	       now_ns < v.expires_ns + KVS_CLAIM_GRACE_NS;
 }
 
+int kvs_core_test_hold_claims(struct kvs_cache *c)
+{
+	return claims_lock(c);
+}
+
 /* ---- kvs_cache_check ---- */
 
 int kvs_core_claims_check(struct kvs_cache *c, int max_reports)

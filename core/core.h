@@ -130,6 +130,12 @@ void kvs_core_fold_stats(struct kvs_shm_stats *dst, struct kvs_shm_stats *src);
  * holding a bucket lock. */
 int kvs_core_reap_locked(struct kvs_cache *c);
 int kvs_core_reap_dead(struct kvs_cache *c);
+/* Reap the dead entries if there are any and the lifecycle lock is free right
+ * now (never waits for it): the number reaped, 0 (none dead), -EBUSY (the
+ * lock is held: try later), or -errno.  The pins' bucket locks are waited for
+ * within this thread's bound (kvs_core_lock_wait_set).  Not under a bucket
+ * lock. */
+int kvs_core_reap_try(struct kvs_cache *c);
 /* Take a free rank entry and lock its byte (lifecycle lock held): 0, -EBUSY. */
 int kvs_core_rank_attach(struct kvs_cache *c);
 /* Drop our pins and free our entry (lifecycle lock held).  false: a bucket
@@ -359,6 +365,9 @@ extern void (*kvs_core_test_create_hook)(enum kvs_core_test_point point);
  * about to be killed).  Returns 0 or the lock's error. */
 int kvs_core_test_hold_bucket(struct kvs_cache *c, const struct kvs_block_id *block,
 			      uint32_t shard);
+/* Take the claim table's lock and never release it (the caller is about to be
+ * stopped or killed).  Returns 0 or the lock's error. */
+int kvs_core_test_hold_claims(struct kvs_cache *c);
 /* The shared header (tests corrupt it to provoke attach errors). */
 struct kvs_shm_header *kvs_core_test_header(struct kvs_cache *c);
 

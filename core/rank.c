@@ -21,7 +21,12 @@
  *
  * Reaping a dead entry drops its pins under the bucket locks (pin.c), folds its
  * statistics into the node's and frees it.  An entry whose pins could not all be
- * dropped (a bucket lock timed out) stays ATTACHED for the next reaper.
+ * dropped (a bucket lock timed out) stays ATTACHED for the next reaper.  Who
+ * reaps: every attach; a waiter whose filler died; a takeover of a dead
+ * writer's claim; a get that found every candidate slot pinned; and each
+ * rank's store, once a second (kvs_core_reap_try: it never waits for the
+ * lifecycle lock), so a dead rank's pins never outlive it by long however long
+ * the survivors run without a new attach.
  *
  * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
  * else is commented where it happens.
@@ -173,17 +178,20 @@ static int reap_rank(struct kvs_cache *c, uint32_t r)
 	return 0;
 }
 
+/* Is rank entry r another process's, attached, with nobody holding its
+ * liveness byte: dead, not reaped yet? */
+static bool entry_dead(struct kvs_cache *c, uint32_t r)
+{
+	return (int)r != c->rank_idx && entry_attached(c, r) && !ofd_locked(c->ctl_fd, (off_t)r, 1);
+}
+
 int kvs_core_reap_locked(struct kvs_cache *c)
 {
 	int n = 0;
 
-	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
-		if ((int)r == c->rank_idx || !entry_attached(c, r) ||
-		    ofd_locked(c->ctl_fd, (off_t)r, 1))
-			continue;
-		if (reap_rank(c, r) == 0)
+	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
+		if (entry_dead(c, r) && reap_rank(c, r) == 0)
 			n++;
-	}
 	return n;
 }
 
@@ -202,6 +210,28 @@ void kvs_core_lifecycle_exit(struct kvs_cache *c)
 {
 	kvs_core_lifecycle_unlock(c->ctl_fd);
 	pthread_mutex_unlock(&c->reap_mu);
+}
+
+int kvs_core_reap_try(struct kvs_cache *c)
+{
+	uint32_t r = 0;
+	int rc;
+
+	while (r < KVS_MAX_RANKS && !entry_dead(c, r))
+		r++;
+	if (r == KVS_MAX_RANKS)
+		return 0; /* the common case: a few loads and F_OFD_GETLKs */
+	if (pthread_mutex_trylock(&c->reap_mu))
+		return -EBUSY;
+	rc = kvs_core_ofd_lock(c->ctl_fd, KVS_LOCK_LIFECYCLE_BYTE, F_WRLCK);
+	if (rc == 0) {
+		rc = kvs_core_reap_locked(c);
+		kvs_core_lifecycle_unlock(c->ctl_fd);
+	} else if (rc == -EAGAIN || rc == -EACCES) {
+		rc = -EBUSY; /* an attach, a detach or a reap under way: later */
+	}
+	pthread_mutex_unlock(&c->reap_mu);
+	return rc;
 }
 
 int kvs_core_reap_dead(struct kvs_cache *c)

@@ -105,8 +105,23 @@ static void make_owner(struct kvs_cache *c, uint32_t i)
 	kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
 }
 
+static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		    uint32_t flags, struct kvs_slot *slot);
+
+/* A get that found every candidate slot pinned: if a dead rank's pins are among
+ * them, they go (reaped; not for a get that must not block), and it tries again. */
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot)
+{
+	int rc = get_once(c, block, shard, flags, slot);
+
+	if (rc == -ENOSPC && !(flags & KVS_CORE_GET_TRY) && kvs_core_reap_try(c) > 0)
+		rc = get_once(c, block, shard, flags, slot);
+	return rc;
+}
+
+static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		    uint32_t flags, struct kvs_slot *slot)
 {
 	uint32_t b, i, pin, st, ref;
 	bool owner;

@@ -45,7 +45,13 @@
  * claims being waited on.  With nothing shared to wait on (only this rank's own
  * reads and writes: the dispatcher hands their completions over), it sleeps on
  * its condition variable instead, in both builds, so the plain build spins only
- * for other processes.
+ * for other processes.  Its idle sleep is bounded (COPIER_IDLE_NS); once a
+ * second, awake anyway, it reaps dead ranks (their pins: kvs_core_reap_try).
+ *
+ * Shared locks: this thread waits for one at most KVS_STORE_LOCK_WAIT_NS
+ * (kvs_core_lock_wait_set).  A slow get or a release whose bucket a peer holds
+ * past that (stopped inside?) is tried again after a backoff, while every other
+ * shard goes on; the dump protocol parks its own work the same way.
  */
 #include <errno.h>
 #include <string.h>
@@ -67,6 +73,9 @@
 #define COPIER_SYNC_GRACE_NS (100ull * KVS_NSEC_PER_MSEC)
 /* How long one look at a poisoned engine waits. */
 #define COPIER_POISON_SLICE_NS (10ull * KVS_NSEC_PER_MSEC)
+/* How often the copier reaps the entries of dead ranks (their pins), when it
+ * is awake anyway (an idle copier's sleep is bounded by COPIER_IDLE_NS). */
+#define COPIER_REAP_NS KVS_NSEC_PER_SEC
 /* A bucket lock held by a peer past the copier's short wait: tried again after a
  * backoff doubling from the first to the last. */
 #define COPIER_LOCK_RETRY_MIN_NS (2ull * KVS_NSEC_PER_MSEC)
@@ -93,6 +102,7 @@ struct copier {
 	/* A bucket lock not had within KVS_STORE_LOCK_WAIT_NS (a slow get, a
 	 * release): when to try again, and the backoff doubling up to that. */
 	uint64_t lock_retry_ns, lock_backoff_ns;
+	uint64_t reap_ns;              /* the next look for dead ranks */
 };
 
 /* Copier: a get or a release did not have its bucket's lock: again later. */
@@ -637,6 +647,11 @@ void *kvs_store_copier(void *arg)
 		if (cp.poisoned)
 			poison_drain(&cp);
 		now = kvs_now_ns();
+		if (now >= cp.reap_ns) {
+			/* a dead rank's pins go without waiting for the next attach */
+			kvs_core_reap_try(s->cache);
+			cp.reap_ns = now + COPIER_REAP_NS;
+		}
 		if (cp.lock_retry_ns && now >= cp.lock_retry_ns) {
 			/* slow gets are tried again below, with the working set */
 			if (kvs_store_release_retry(s) && s->nrel_later == 0)

@@ -28,6 +28,11 @@
  *   loads_beside_writes a load of a cached block while this rank's block writes
  *                       of 4 x 512 shards are held: served at once (before:
  *                       -ETIMEDOUT, the writes' pins counted against the loads')
+ *   stopped_claims      a peer stopped (SIGSTOP) holding the claim table's lock:
+ *                       a rank's open, a load of a cached block and a 500 ms
+ *                       durable dump each report by their time (before: 10 s,
+ *                       20 s, 20 s), and once the peer is killed the table works
+ *                       again
  */
 #include "core/core.h"
 #include "store_dump_util.h"
@@ -336,6 +341,88 @@ static kvs_test_rc test_loads_beside_writes(void)
 	return KVS_TEST_PASS;
 }
 
+/* ------------------------------------------------------------------------ */
+/* A peer stopped holding the claim table's lock                             */
+
+#define STOP_TAG 66u
+
+/* --child claims_holder <uid> <root> <ready fd>: a rank that takes the claim
+ * table's lock, says so, and stops. */
+static kvs_test_rc claims_holder(int argc, char **argv)
+{
+	struct kvs_store *s = NULL;
+	char ch = 'h';
+
+	if (argc != 3)
+		KVS_FAILF("usage: --child claims_holder <uid> <root> <ready fd>");
+	KVS_TRY(ack_open(argv[0], 2, argv[1], 2, 64, 4, NULL, &s));
+	KVS_CHECK_OK(kvs_core_test_hold_claims(kvs_store_cache(s)));
+	KVS_TRY(st_write_full((int)arg_l(argv[2]), &ch, 1));
+	raise(SIGSTOP);
+	pause();
+	return KVS_TEST_FAIL;
+}
+
+static kvs_test_rc test_stopped_claims(void)
+{
+	struct kvs_store *a = NULL, *b = NULL;
+	struct st_task x, y;
+	uint64_t dump = 0, load = 0, t0, open_ms, load_ms, dump_ms;
+	char root[256], uid[96], fd_s[16], ch;
+	int sig[2], rc_load, rc_dump;
+	pid_t holder;
+
+	KVS_TRY(st_root_init(root, sizeof(root), "stopcl"));
+	kvs_test_unique_id(uid, sizeof(uid), "stopcl");
+	KVS_TRY(ack_open(uid, 0, root, 2, 64, 4, "timeout_ms=500", &a));
+	KVS_TRY(shards_task(&x, STOP_TAG, 0, 1, 0, 2));
+	KVS_TRY(st_dump(a, &x, DUMP_WAIT_MS)); /* X stored, READY in the cache */
+	KVS_CHECK(pipe(sig) == 0);
+	snprintf(fd_s, sizeof(fd_s), "%d", sig[1]);
+	{
+		const char *av[] = { uid, root, fd_s, NULL };
+		holder = kvs_test_spawn("claims_holder", av);
+		KVS_CHECK(holder > 0);
+	}
+	KVS_TRY(st_read_full(sig[0], &ch, 1, 20000));
+	t0 = kvs_now_ns();
+	KVS_TRY(ack_open(uid, 1, root, 2, 64, 4, "timeout_ms=500", &b));
+	open_ms = (kvs_now_ns() - t0) / ST_MS;
+	KVS_TRY(shards_task(&y, STOP_TAG, 1, 1, 0, 2));
+	st_task_fill(&y);
+	t0 = kvs_now_ns();
+	KVS_CHECK_OK(kvs_store_dump(b, y.shards, y.n, NULL, &dump)); /* its claim: the lock */
+	st_task_poison(&x);
+	KVS_CHECK_OK(kvs_store_load(b, x.shards, x.n, &load)); /* needs no claim */
+	rc_load = st_wait(b, load, DUMP_WAIT_MS);
+	load_ms = (kvs_now_ns() - t0) / ST_MS;
+	rc_dump = st_wait(b, dump, DUMP_WAIT_MS);
+	dump_ms = (kvs_now_ns() - t0) / ST_MS;
+	printf("  claim table's lock held by a stopped peer: open %llu ms; load of a cached "
+	       "block %d (%s) after %llu ms; 500 ms durable dump %d (%s) after %llu ms\n",
+	       (unsigned long long)open_ms, rc_load, kvs_strerror(rc_load),
+	       (unsigned long long)load_ms, rc_dump, kvs_strerror(rc_dump),
+	       (unsigned long long)dump_ms);
+	kill(holder, SIGKILL);
+	(void)kvs_test_reap(holder, 10000);
+	KVS_CHECK_EQ(rc_load, 0);
+	KVS_TRY(st_task_verify(&x));
+	KVS_CHECK_ERR(rc_dump, -ETIMEDOUT);
+	/* by their time, give or take this machine's scheduling */
+	KVS_CHECK(open_ms < 2000 && load_ms < 1000 && dump_ms < 2000);
+	/* the holder dead: its lock repaired by the next taker, the table works */
+	KVS_TRY(st_dump(b, &y, DUMP_WAIT_MS));
+	KVS_TRY(check_durable(root, 2, STOP_TAG, 1, 1, "after the holder died"));
+	kvs_store_close(b);
+	kvs_store_close(a);
+	close(sig[0]);
+	close(sig[1]);
+	st_task_free(&x);
+	st_task_free(&y);
+	st_root_fini(root);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "writes_fail", test_writes_fail },
 	{ "two_closes", test_two_closes },
@@ -343,6 +430,11 @@ static const struct kvs_test_case cases[] = {
 	{ "expired_between", test_expired_between },
 	{ "slow_backend", test_slow_backend },
 	{ "loads_beside_writes", test_loads_beside_writes },
+	{ "stopped_claims", test_stopped_claims },
 };
 
-KVS_TEST_MAIN(cases)
+static const struct kvs_test_child children[] = {
+	{ "claims_holder", claims_holder },
+};
+
+KVS_TEST_MAIN_WITH_CHILDREN(cases, children)

@@ -26,6 +26,10 @@
  *                     their timeout; the cache is consistent and serves a new rank.
  *   watcher_process   watcher processes' lookups (cache and backend) agree with
  *                     the rank's, and a watcher cannot load.
+ *   dead_pins_reaped  a rank holding 48 pins is killed -9 while a survivor is
+ *                     attached and working: the survivor's store reaps it within
+ *                     seconds, without any new attach (before: the 48 slots
+ *                     stayed pinned until the next process attached).
  */
 #include "store_proc.h"
 
@@ -818,12 +822,122 @@ static kvs_test_rc test_watcher_process(void)
 	return KVS_TEST_PASS;
 }
 
+/* ------------------------------------------------------------------------ */
+/* A dead rank's pins, reaped by a survivor already attached                  */
+
+#define DP_SLOTS 64
+#define DP_PINS 48
+#define DP_TAG 140u
+
+static void dp_cfg(struct kvs_store_config *cfg, const char *uid, int32_t device)
+{
+	st_cfg(cfg, uid, device, SHARD, DP_SLOTS, 1);
+	cfg->cache.local_rank_size = 2;
+	st_latency(cfg, ST_MS);
+}
+
+/* --child dp_pinner <uid> <ready fd>: pin DP_PINS slots (READY, held), say so,
+ * wait to be killed. */
+static kvs_test_rc dp_pinner(int argc, char **argv)
+{
+	static struct kvs_slot slots[DP_PINS];
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	char ch = 'p';
+
+	if (argc != 2)
+		KVS_FAILF("usage: --child dp_pinner <uid> <ready fd>");
+	dp_cfg(&cfg, argv[0], 1);
+	KVS_TRY(st_open(&cfg, &s));
+	for (uint32_t i = 0; i < DP_PINS; i++) {
+		struct kvs_block_id b = st_block(DP_TAG, 1000 + i);
+
+		KVS_CHECK_OK(kvs_cache_get(kvs_store_cache(s), &b, 0, 0, &slots[i]));
+		KVS_CHECK_OK(kvs_slot_publish_ready(kvs_store_cache(s), &slots[i]));
+	}
+	KVS_TRY(st_write_full((int)arg_l(argv[1]), &ch, 1));
+	pause();
+	return KVS_TEST_FAIL;
+}
+
+/* --child dp_survivor <uid> <ready fd> <go fd>: attached before the pinner dies;
+ * after it died, loads and waits (bounded) for no slot to be pinned. */
+static kvs_test_rc dp_survivor(int argc, char **argv)
+{
+	struct kvs_store_config cfg;
+	struct kvs_cache_stats cs;
+	struct kvs_store *s = NULL;
+	struct st_task t;
+	uint64_t t0, deadline;
+
+	if (argc != 3)
+		KVS_FAILF("usage: --child dp_survivor <uid> <ready fd> <go fd>");
+	dp_cfg(&cfg, argv[0], 0);
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(blocks_task(&t, DP_TAG, 0, 8, 1, 1, SHARD));
+	KVS_TRY(barrier_child((int)arg_l(argv[1]), (int)arg_l(argv[2]))); /* the pinner is dead */
+	t0 = kvs_now_ns();
+	deadline = kvs_deadline_after(5 * ST_SEC);
+	do {
+		KVS_TRY(st_load(s, &t, WAIT_MS, 0));
+		KVS_CHECK_OK(kvs_cache_stats(kvs_store_cache(s), KVS_STATS_NODE, &cs));
+	} while (cs.slots_pinned > 0 && kvs_now_ns() < deadline && usleep(50 * 1000) == 0);
+	printf("  a dead rank's %u pins: %llu left after %llu ms of a survivor's loads\n", DP_PINS,
+	       (unsigned long long)cs.slots_pinned, (unsigned long long)((kvs_now_ns() - t0) / ST_MS));
+	KVS_CHECK_EQ(cs.slots_pinned, 0);
+	KVS_TRY(st_cache_clean(s, true));
+	kvs_store_close(s);
+	st_task_free(&t);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_dead_pins_reaped(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *w = NULL;
+	struct barrier b;
+	pid_t pinner, survivor;
+	char uid[96], ch;
+
+	kvs_test_unique_id(uid, sizeof(uid), "deadpins");
+	dp_cfg(&cfg, uid, 0);
+	watcher_of(&cfg);
+	cfg.cache.flags |= KVS_CACHE_PERSIST;
+	KVS_TRY(st_open(&cfg, &w));
+	KVS_TRY(barrier_init(&b));
+	{
+		const char *av[] = { uid, b.ready_s, b.go_s, NULL };
+		survivor = kvs_test_spawn("dp_survivor", av);
+		KVS_CHECK(survivor > 0);
+	}
+	KVS_TRY(st_read_full(b.ready[0], &ch, 1, BARRIER_MS)); /* attached */
+	{
+		const char *av[] = { uid, b.ready_s, NULL };
+		pinner = kvs_test_spawn("dp_pinner", av);
+		KVS_CHECK(pinner > 0);
+	}
+	KVS_TRY(st_read_full(b.ready[0], &ch, 1, BARRIER_MS)); /* pinned */
+	kill(pinner, SIGKILL);
+	(void)kvs_test_reap(pinner, 10000);
+	KVS_TRY(st_write_full(b.go[1], "g", 1));
+	KVS_TRY(reap_all(&survivor, 1, REAP_MS));
+	barrier_fini(&b);
+	kvs_store_close(w);
+	struct kvs_cache_config cc;
+
+	kvs_cache_config_init(&cc);
+	snprintf(cc.unique_id, sizeof(cc.unique_id), "%.64s", uid);
+	KVS_CHECK_OK(kvs_cache_remove(&cc));
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "none_8ranks", test_none_8ranks },
 	{ "posix_cold", test_posix_cold },
 	{ "head_slices_tp", test_head_slices_tp },
 	{ "kill9_mid_load", test_kill9_mid_load },
 	{ "watcher_process", test_watcher_process },
+	{ "dead_pins_reaped", test_dead_pins_reaped },
 };
 
 static const struct kvs_test_child children[] = {
@@ -838,6 +952,8 @@ static const struct kvs_test_child children[] = {
 	{ "w_dump", w_dump },
 	{ "w_rank", w_rank },
 	{ "watcher", watcher },
+	{ "dp_pinner", dp_pinner },
+	{ "dp_survivor", dp_survivor },
 };
 
 KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
