@@ -769,6 +769,28 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 	return 0;
 }
 
+/*
+ * The cache is about to be removed: say what dumped bytes go with it.  The
+ * store writes every complete block before its close reaches here
+ * (docs/store.md, "Dumps"); what is still DIRTY now belongs to blocks that never
+ * completed (some shard of them dumped by no rank) or whose writes were given
+ * up: never in the backend, and gone now.
+ */
+static void log_unwritten(struct kvs_cache *c)
+{
+	uint64_t dirty = 0;
+
+	for (uint32_t i = 0; i < c->slot_count; i++)
+		/* relaxed: a census for the log (no rank is left to change it) */
+		dirty += (atomic_load_explicit(&c->states[i], memory_order_relaxed) &
+			  KVS_WAIT_VALUE_MASK) == KVS_SHM_SLOT_DIRTY;
+	if (dirty)
+		kvs_log_warn(&c->log, "%s: removed with %llu slots dumped but never written to the "
+				      "backend (their blocks never completed: other shards of them "
+				      "were dumped by no rank; or their writes were given up)",
+			     c->cfg.unique_id, (unsigned long long)dirty);
+}
+
 KVS_API void kvs_cache_close(struct kvs_cache *c)
 {
 	char name[128];
@@ -790,6 +812,7 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 
 		if (detached && (last_rank || last_clean) &&
 		    !((c->hdr->flags | c->cfg.flags) & KVS_CACHE_PERSIST)) {
+			log_unwritten(c);
 			unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
 			ctl_name(name, sizeof(name), c->cfg.unique_id);
 			shm_unlink(name);

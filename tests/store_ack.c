@@ -14,7 +14,8 @@
  *                       free of the block write)
  *   two_closes          cached mode: rank A dumps each block's designated shard
  *                       and closes; rank B dumps the rest and closes at once:
- *                       every block is written (before: 0 of 8)
+ *                       every block is written (before: 0 of 8); the last close
+ *                       says what it drops (a block nobody completed)
  *   durable_vanished    a durably dumped block's file is removed and its shards
  *                       evicted; a second durable dump writes it again (before:
  *                       0, nothing written)
@@ -37,13 +38,16 @@
 #include "core/core.h"
 #include "store_dump_util.h"
 
-/* The store's log, counting the lines that say a block write was given up. */
-static _Atomic int given_up;
+/* The store's log, counting the lines that say a block write was given up and
+ * that a cache went with dumped bytes never written. */
+static _Atomic int given_up, never_written;
 
 static void ack_log(void *arg, int level, const char *msg)
 {
 	if (strstr(msg, "given up"))
 		atomic_fetch_add(&given_up, 1);
+	if (strstr(msg, "dumped but never written"))
+		atomic_fetch_add(&never_written, 1);
 	st_log(arg, level, msg);
 }
 
@@ -144,7 +148,7 @@ static kvs_test_rc close_task(struct kvs_cache *c, struct st_task *t, bool desig
 static kvs_test_rc test_two_closes(void)
 {
 	struct kvs_store *a = NULL, *b = NULL;
-	struct st_task ta, tb;
+	struct st_task ta, tb, half;
 	char root[256], uid[96];
 	int have;
 
@@ -157,7 +161,11 @@ static kvs_test_rc test_two_closes(void)
 	KVS_TRY(st_dump(a, &ta, DUMP_WAIT_MS));
 	kvs_store_close(a);
 	KVS_TRY(st_dump(b, &tb, DUMP_WAIT_MS)); /* completes every block, rings A */
-	kvs_store_close(b);                     /* the last rank: the cache goes */
+	KVS_TRY(shards_task(&half, CLOSE_TAG, CLOSE_BLOCKS, 1, 0, 1));
+	KVS_TRY(st_dump(b, &half, DUMP_WAIT_MS)); /* one shard of a block nobody completes */
+	atomic_store(&never_written, 0);
+	kvs_store_close(b);                     /* the last rank: the cache goes, and says */
+	KVS_CHECK_EQ(atomic_load(&never_written), 1);
 	KVS_TRY(st_no_segments(uid));
 	have = backend_count(root, CLOSE_SPB, CLOSE_TAG, 0, CLOSE_BLOCKS);
 	printf("  %d of %u blocks in the backend after both closes\n", have, CLOSE_BLOCKS);
@@ -165,6 +173,7 @@ static kvs_test_rc test_two_closes(void)
 	KVS_TRY(verify_fresh(root, CLOSE_SPB, CLOSE_TAG, 0, CLOSE_BLOCKS, "closes_v"));
 	st_task_free(&ta);
 	st_task_free(&tb);
+	st_task_free(&half);
 	st_root_fini(root);
 	return KVS_TEST_PASS;
 }
