@@ -1270,13 +1270,17 @@ KVS_API int kvs_store_load(struct kvs_store *store, const struct kvs_store_shard
  * block is written once all its shards were dumped.  Completes per
  * cfg->dump_wait: durable (default) once every block of the task is in the
  * backend, whoever wrote it (a writer that died is replaced); cached once its
- * shards are in the cache.  The tensors are read until the task completes (a
- * shard whose claim restarts is gathered again).  Returns as kvs_store_load.
- * Head slices are not dumped: every tensor must be whole (offset 0, len 0 or the
- * tensor's size), else -EINVAL.  The task's outcome (kvs_store_check) may also
- * be -KVS_EINCOMPLETE (durable: a block of it was not completed, by any rank,
- * before the deadline; its dumped shards stay in the cache), -ETIMEDOUT (the
- * block's write did not finish by the deadline) or the backend write's error.
+ * shards are in the cache, and then written: a block complete in the cache is
+ * written whatever closes or expiries follow, a failed write retried for
+ * timeout_ms and then given up with an ERROR line (docs/store.md, "Dumps").
+ * The tensors are read until the task completes (a shard whose claim restarts
+ * is gathered again).  Returns as kvs_store_load.  Head slices are not dumped:
+ * every tensor must be whole (offset 0, len 0 or the tensor's size), else
+ * -EINVAL.  The task's outcome (kvs_store_check) may also be -KVS_EINCOMPLETE
+ * (durable: a block of it was not completed on this node, by any rank, before
+ * the deadline; its dumped shards stay in the cache; kvs_store_lookup says
+ * whether another node stored it), the last failed write attempt's error or
+ * -ETIMEDOUT (the block's write did not finish by the deadline; it goes on).
  */
 KVS_API int kvs_store_dump(struct kvs_store *store, const struct kvs_store_shard *shards,
 			   uint32_t n, void *cuda_event, uint64_t *task);
