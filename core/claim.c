@@ -279,19 +279,17 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 	*started = false;
 	if (rc)
 		return rc;
-	/* The block's claim; expired ones on the way are freed.  A DURABLE one is
-	 * only its own waiters' record: the stored copy it speaks of may have
-	 * vanished since (removed, expired), and a dump that joins now holds bytes
-	 * no write of it contained, so it starts a claim of its own beside it. */
+	/* The block's claim; expired ones on the way are freed, the block's own
+	 * too: a DURABLE one is proof that the block is stored only within its
+	 * grace (the stored copy it speaks of may have vanished since: removed, a
+	 * TTL), so past it a dump starts a claim of its own. */
 	for (uint32_t k = c->claim_heads[b], n = 0; k != KVS_IDX_NONE && k <= c->claim_mask &&
 	     n <= c->claim_mask; n++) {
 		uint32_t next = c->claims[k].next;
 
 		if (reclaimable(c, &c->claims[k], now))
 			entry_free(c, b, k);
-		else if (memcmp(&c->claims[k].block, block, sizeof(*block)) == 0 &&
-			 atomic_load_explicit(&c->claims[k].state, memory_order_relaxed) !=
-				 KVS_SHM_CLAIM_DURABLE)
+		else if (memcmp(&c->claims[k].block, block, sizeof(*block)) == 0)
 			found = k;
 		k = next;
 	}
@@ -320,9 +318,12 @@ int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, u
 		st = KVS_SHM_CLAIM_OPEN;
 		*started = true;
 	} else {
-		if (atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < deadline_ns)
-			atomic_store_explicit(&e->expires_ns, deadline_ns, memory_order_relaxed);
-		atomic_fetch_or_explicit(&e->waiters, UINT64_C(1) << c->rank_idx, memory_order_relaxed);
+		if (st != KVS_SHM_CLAIM_DURABLE) { /* a DURABLE one keeps its grace, and no waiter */
+			if (atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < deadline_ns)
+				atomic_store_explicit(&e->expires_ns, deadline_ns, memory_order_relaxed);
+			atomic_fetch_or_explicit(&e->waiters, UINT64_C(1) << c->rank_idx,
+						 memory_order_relaxed);
+		}
 		ref->idx = found;
 		ref->gen = gen_of(atomic_load_explicit(&e->gencount, memory_order_relaxed));
 	}
@@ -579,6 +580,46 @@ bool kvs_core_claim_wrote(struct kvs_cache *c, uint64_t tag, const struct kvs_bl
 	return wrote;
 }
 
+/*
+ * No claim of block is OPEN, and a READY shard of it says it is stored: keep
+ * that for a grace (a DURABLE entry, or the grace of the one there renewed), so
+ * that a dump of its other shards starting a moment later -- the next layer's
+ * task, whose slot was evicted meanwhile -- learns it is stored from the join,
+ * not from a shard that may be gone by then.  Only when the free list has an
+ * entry: a record is worth no scan and no live claim's room.  (Lock held.)
+ */
+static void durable_record(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block)
+{
+	uint64_t until = kvs_now_ns() + KVS_CLAIM_GRACE_NS;
+	struct kvs_claim_ref ref;
+	uint32_t i;
+
+	for (uint32_t k = c->claim_heads[b], n = 0; k != KVS_IDX_NONE && k <= c->claim_mask &&
+	     n <= c->claim_mask; k = c->claims[k].next, n++) {
+		struct kvs_shm_claim *e = &c->claims[k];
+
+		/* relaxed: under the lock */
+		if (memcmp(&e->block, block, sizeof(*block)) == 0 &&
+		    atomic_load_explicit(&e->state, memory_order_relaxed) != KVS_SHM_CLAIM_FREE) {
+			if (atomic_load_explicit(&e->state, memory_order_relaxed) ==
+				    KVS_SHM_CLAIM_DURABLE &&
+			    atomic_load_explicit(&e->expires_ns, memory_order_relaxed) < until)
+				atomic_store_explicit(&e->expires_ns, until, memory_order_relaxed);
+			return; /* the block's claim is there (WRITING, FAILED: theirs to end) */
+		}
+	}
+	i = c->hdr->claims_free;
+	if (i == KVS_IDX_NONE || i > c->claim_mask)
+		return;
+	c->hdr->claims_free = c->claims[i].next;
+	c->claims[i].block = *block;
+	entry_start(c, &c->claims[i], until, 0, &ref);
+	/* release: as kvs_core_claim_end (nobody holds its generation yet) */
+	atomic_store_explicit(&c->claims[i].state, KVS_SHM_CLAIM_DURABLE, memory_order_release);
+	c->claims[i].next = c->claim_heads[b];
+	c->claim_heads[b] = i;
+}
+
 int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 			 struct kvs_claim_ref *ref)
 {
@@ -607,6 +648,8 @@ int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 		found = 1;
 		break;
 	}
+	if (!found)
+		durable_record(c, b, block);
 	claims_unlock(c);
 	ring_mask(c, mask);
 	return found;

@@ -280,10 +280,10 @@ int kvs_core_claims_init(struct kvs_cache *c);
 uint32_t kvs_core_claim_chain(const struct kvs_cache *c, const struct kvs_block_id *block);
 /* The claim of block for a dump with deadline: found (our rank joins its
  * waiters, the expiry extended to the deadline), or a new generation started
- * (none, an expired OPEN one, a FAILED one, or only DURABLE ones: those are
- * their waiters' records, never proof for a new dump: *started).  Returns the
- * state (OPEN or WRITING) and *ref; -ENOSPC (the table is full of live
- * claims); -ETIMEDOUT / -KVS_ECORRUPT (its lock). */
+ * (none, an expired OPEN one, a FAILED one, a DURABLE one past its grace:
+ * *started).  Returns the state (OPEN, WRITING, DURABLE: the block was written,
+ * or found stored, within the grace) and *ref; -ENOSPC (the table is full of
+ * live claims); -ETIMEDOUT / -KVS_ECORRUPT (its lock). */
 int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, uint64_t deadline_ns,
 			struct kvs_claim_ref *ref, bool *started);
 /* Count the DIRTY slot we pin in ref's generation (tag it); with ready_counts a
@@ -319,8 +319,9 @@ void kvs_core_claim_retry(struct kvs_cache *c, const struct kvs_claim_ref *ref, 
  * DURABLE and is still known?  false when not, or not known (its lock). */
 bool kvs_core_claim_wrote(struct kvs_cache *c, uint64_t tag, const struct kvs_block_id *block);
 /* A dump found a shard of block READY: the block is in the backend; its OPEN
- * claim (if any) ends DURABLE, its waiters rung.  Returns 1 (and *ref: that
- * claim), 0 (none open), or the lock's errors. */
+ * claim (if any) ends DURABLE, its waiters rung; with none, a DURABLE record of
+ * it is kept for the grace (when the table has a free entry).  Returns 1 (and
+ * *ref: that claim), 0 (none open), or the lock's errors. */
 int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
 			 struct kvs_claim_ref *ref);
 /* A stale cache's adopter, nobody else attached (claims just re-made): a claim

@@ -81,6 +81,12 @@
  * to the last, for timeout_ms after the first failure. */
 #define WRITE_RETRY_MIN_NS (50ull * KVS_NSEC_PER_MSEC)
 #define WRITE_RETRY_MAX_NS (2ull * KVS_NSEC_PER_SEC)
+/* How many blocks found stored a rank remembers, and for how long: a dump of a
+ * block's other shards a moment later (the next layer's task, whose slot was
+ * evicted meanwhile) is durable by that finding, not by shards that may be gone
+ * by then; past the claims' grace it proves nothing (the copy may be gone). */
+#define FOUND_RECENT 64u
+#define FOUND_FOR_NS KVS_CLAIM_GRACE_NS
 /* What could not take the claim table's lock tries again after this backoff. */
 #define LOCK_RETRY_MIN_NS (2ull * KVS_NSEC_PER_MSEC)
 #define LOCK_RETRY_MAX_NS (100ull * KVS_NSEC_PER_MSEC)
@@ -115,8 +121,13 @@ struct kvs_store_dumps {
 					  * room (only .ref and .block used), oldest first */
 	uint32_t npend, pcap;
 	uint32_t job_pins;             /* slots our block writes pin */
-	struct kvs_block_id found;     /* the last block a dump found READY */
-	bool found_valid;
+	/* Blocks a dump of this rank found stored (a READY shard over an atomic
+	 * backend) lately: a ring, each entry proof for FOUND_FOR_NS. */
+	struct found {
+		struct kvs_block_id block;
+		uint64_t at_ns;        /* 0: unused */
+	} found[FOUND_RECENT];
+	uint32_t found_next;
 };
 
 int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out)
@@ -544,6 +555,25 @@ static void try_elect(struct kvs_store *s, struct kvs_store_dumps *d, const stru
 		lock_busy(d, kvs_now_ns());
 }
 
+/* ---- blocks found stored ---- */
+
+/* Was block found stored by this rank within FOUND_FOR_NS? */
+static bool found_lately(const struct kvs_store_dumps *d, const struct kvs_block_id *block,
+			 uint64_t now)
+{
+	for (uint32_t i = 0; i < FOUND_RECENT; i++)
+		if (d->found[i].at_ns && now < d->found[i].at_ns + FOUND_FOR_NS &&
+		    memcmp(&d->found[i].block, block, sizeof(*block)) == 0)
+			return true;
+	return false;
+}
+
+static void found_now(struct kvs_store_dumps *d, const struct kvs_block_id *block, uint64_t now)
+{
+	d->found[d->found_next] = (struct found){ *block, now };
+	d->found_next = (d->found_next + 1) % FOUND_RECENT;
+}
+
 /* ---- settling ---- */
 
 /*
@@ -606,6 +636,13 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 	bool started;
 	int st, n = -ESTALE, reached = 0;
 
+	if (s->block_atomic && found_lately(d, &sh->block, kvs_now_ns())) {
+		/* in the backend: a dump of ours found it there a moment ago */
+		if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
+			kvs_core_slot_clean(c, &sh->slot);
+		finish(s, sh, 0);
+		return;
+	}
 	for (int tries = 0; tries < 4 && n == -ESTALE; tries++) {
 		/* acquire: read before the join, so a claim freed after it rings a
 		 * bell value we sleep on */
@@ -625,6 +662,13 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 			finish(s, sh, st);
 			return;
 		}
+		if (st == KVS_SHM_CLAIM_DURABLE) {
+			/* written, or found stored, within the grace: these bytes are its */
+			if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
+				kvs_core_slot_clean(c, &sh->slot);
+			finish(s, sh, 0);
+			return;
+		}
 		if (started)
 			sh->flags |= KVS_SH_RECOUNT;
 		if (sh->flags & KVS_SH_RECOUNT) {
@@ -638,15 +682,26 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 			}
 			if (reached == -ESTALE)
 				continue;
-			sh->flags &= ~KVS_SH_RECOUNT;
-			if (stored && kvs_core_claim_found(c, &sh->block, &ref) == 1) {
-				claim_ended(s, d, &ref);
-				/* in the backend already: these bytes are its bytes */
+			if (stored) {
+				/* a READY shard: in the backend already, these bytes are
+				 * its bytes; our new claim ends DURABLE (its lock not had:
+				 * all of this again, later) */
+				int rc = kvs_core_claim_found(c, &sh->block, &ref);
+
+				if (rc == -ETIMEDOUT) {
+					park(d, sh);
+					return;
+				}
+				sh->flags &= ~KVS_SH_RECOUNT;
+				if (rc == 1)
+					claim_ended(s, d, &ref);
+				found_now(d, &sh->block, kvs_now_ns());
 				if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
 					kvs_core_slot_clean(c, &sh->slot);
 				finish(s, sh, 0);
 				return;
 			}
+			sh->flags &= ~KVS_SH_RECOUNT;
 		}
 		n = kvs_core_claim_count(c, &sh->slot, &sh->claim, ready);
 		if (n == -ETIMEDOUT) {
@@ -684,10 +739,10 @@ void kvs_store_dump_found(struct kvs_store *s, struct kvs_store_dumps *d, struct
 			settle(s, d, sh);
 		return;
 	}
-	/* once per block in a row (a task's shards of one block come together) */
-	if (d && !(d->found_valid && memcmp(&d->found, &sh->block, sizeof(sh->block)) == 0)) {
-		d->found = sh->block;
-		d->found_valid = true;
+	/* once per block lately (a task's shards of one block come together, and
+	 * the other layers' tasks soon after) */
+	if (d && !found_lately(d, &sh->block, kvs_now_ns())) {
+		found_now(d, &sh->block, kvs_now_ns());
 		if (kvs_core_claim_found(s->cache, &sh->block, &ref) == 1)
 			claim_ended(s, d, &ref);
 	}
