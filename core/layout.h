@@ -90,9 +90,10 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 8u /* 8: claims: a DURABLE one never joined, a new generation counts the
-				* cache's shards of its block, READY slots counted (and kept by
-				* CLOCK) for backends without atomic blocks, tags cleared at
+#define KVS_LAYOUT_VERSION 8u /* 8: claims: a DURABLE one proof only within its grace (and
+				* recorded for a block found stored), a new generation counts
+				* the cache's shards of its block, READY slots counted (and kept
+				* by CLOCK) for backends without atomic blocks, tags cleared at
 				* eviction.  7: joins counted per rank; task latency sum.  6: dump claims (claim
 				* table, slot tags, DIRTY, rank bells).  5: segment pre-fault record; store
 				* registration and staging counters.  4: refbits hold
