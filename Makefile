@@ -94,13 +94,13 @@ test-asan: deps
 	$(call kvs_build,build-asan,-DKVS_SANITIZE=asan -DKVS_CUDA=OFF)
 	@rc=0; ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --test-dir build-asan $(CTEST_FLAGS) -j $(JOBS) -LE slow || rc=$$?; \
+		ctest --test-dir build-asan $(CTEST_FLAGS) -j $(JOBS) -LE 'slow|perf' || rc=$$?; \
 	tests/skips.sh build-asan; exit $$rc
 
 test-tsan: deps
 	$(call kvs_build,build-tsan,-DKVS_SANITIZE=tsan -DKVS_CUDA=OFF)
 	@rc=0; TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		ctest --test-dir build-tsan $(CTEST_FLAGS) -j $(JOBS) -LE slow || rc=$$?; \
+		ctest --test-dir build-tsan $(CTEST_FLAGS) -j $(JOBS) -LE 'slow|perf' || rc=$$?; \
 	tests/skips.sh build-tsan; exit $$rc
 
 test test-asan test-tsan: DEB_PACKAGES += $(TEST_DEB_PACKAGES)

@@ -1,12 +1,16 @@
 #!/bin/bash
 # perf/backend_bench.sh [builddir] — posix backend reads vs fio on the same files.
 #
-# Creates 1 GiB of block files (64 blocks x 16 MiB, the backend's own names and
-# layout) under $KVS_BENCH_DIR (default /var/tmp: not tmpfs), then for shard sizes
-# 256 KiB and 1 MiB and queue depths 8 and 32, buffered and O_DIRECT, reads them
-# all with: the io_uring and pool engines of the kernel build, the pool of the
-# plain build, and fio (ioengine=io_uring, same files, bs = shard size, same
-# iodepth, files read one after another like the backend).  The page cache is
+# For each shard size, 256 KiB and 1 MiB, writes 1 GiB of block files (64 blocks
+# x 16 MiB, the backend's own names and layout) written with that shard size
+# under $KVS_BENCH_DIR (default /var/tmp: not tmpfs): a block file's header
+# records its geometry and a backend of another shard size refuses it
+# (-KVS_ECONFIG; docs/io.md, "Block headers"), so each shard size reads a set of
+# its own.  Then for each shard size and queue depths 8 and 32, buffered and
+# O_DIRECT, reads its set with: the io_uring and pool engines of the kernel
+# build, the pool of the plain build, and fio where it is installed
+# (ioengine=io_uring, same files, bs = shard size, same iodepth, files read one
+# after another like the backend; without fio a "#" line says so).  The page cache is
 # dropped before every run (echo 1 > /proc/sys/vm/drop_caches as root, else
 # POSIX_FADV_DONTNEED on the bench files; the output says which).  One line per run:
 #   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1> mem=<..>
@@ -28,13 +32,24 @@
 # (cpu: the client process; server_cpu: the redis-server process, both over the
 # read phase; sleeps: the client's waits for the server, about one per GET without
 # pipelining).  KVS_BENCH_POSIX=0 skips the posix and fio part.
+#
+# Smoke mode (KVS_PERF_SMOKE=1; the perf.backend_bench CTest entry,
+# tests/perf_smoke.sh): every loop and every line as above, on 4 blocks x 4 MiB
+# per set, one run per line (KVS_BENCH_REPEAT still wins), and the cache dropped
+# with POSIX_FADV_DONTNEED on the bench files even as root (other tests run
+# beside it: not the machine's whole page cache).  A few seconds.
 set -euo pipefail
 
 build=${1:-build}
 kern=$build/kernel/perf/backend_bench
 plain=$build/plain/perf/backend_bench
-nblocks=64
-block_mib=16
+smoke=${KVS_PERF_SMOKE:-0}
+if [ "$smoke" = 1 ]; then
+	nblocks=4 block_mib=4 repeat=${KVS_BENCH_REPEAT:-1}
+else
+	nblocks=64 block_mib=16 repeat=${KVS_BENCH_REPEAT:-3}
+fi
+kibs=(256 1024) # the posix shard sizes: one set of block files each, $root/<kib>k
 for b in "$kern" "$plain"; do
 	[ -x "$b" ] || { echo "backend_bench: $b not built (cmake --build $build)" >&2; exit 1; }
 done
@@ -42,31 +57,49 @@ root=""
 rdir=""
 rpid=""
 trap '[ -n "$rpid" ] && kill "$rpid" 2>/dev/null; rm -rf ${root:+"$root"} ${rdir:+"$rdir"}' EXIT
-repeat=${KVS_BENCH_REPEAT:-3}
 
 # Median of $repeat runs per point (runs of the readers interleaved): this kind of
 # machine (shared VM disk) swings +-30 % from run to run.
 median() {
-	python3 -c '
-import statistics, sys
-rows = [dict(kv.split("=", 1) for kv in l.split()[1:]) for l in sys.stdin if l.strip()]
-if not rows:
-    sys.exit(1)
-out = dict(rows[0])
-for k in ("gbps", "cpu_ms_per_gib", "server_cpu_ms_per_gib", "sleeps_per_gib"):
-    if k not in out:
-        continue
-    out[k] = "%.2f" % statistics.median(float(r[k]) for r in rows) if k == "gbps" else \
-             "%.1f" % statistics.median(float(r[k]) for r in rows)
-print("backend " + " ".join("%s=%s" % kv for kv in out.items()))
-'
+	awk '
+	function med(k,   n, i, j, t, v) { # of field k over the rows (insertion sort: a few)
+		n = 0
+		for (i = 1; i <= rows; i++)
+			if ((i, k) in f)
+				v[++n] = f[i, k] + 0
+		for (i = 2; i <= n; i++)
+			for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
+				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+			}
+		return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+	}
+	NF {
+		rows++
+		for (i = 2; i <= NF; i++) {
+			split($i, kv, "="); f[rows, kv[1]] = kv[2]
+			if (rows == 1)
+				key[i] = kv[1] # the first row names the fields and their order
+		}
+	}
+	END {
+		if (!rows)
+			exit 1
+		line = "backend"
+		for (i = 2; i in key; i++) {
+			k = key[i]; x = f[1, k]
+			if (k == "gbps")
+				x = sprintf("%.2f", med(k))
+			else if (k ~ /^(cpu_ms_per_gib|server_cpu_ms_per_gib|sleeps_per_gib)$/)
+				x = sprintf("%.1f", med(k))
+			line = line " " k "=" x
+		}
+		print line
+	}'
 }
 
 # The posix engines and fio on block files (KVS_BENCH_POSIX=0 skips it); the body
-# keeps the script's top-level indentation (its here-documents end at column 0).
+# keeps the script's top-level indentation.
 posix_bench() {
-command -v fio >/dev/null || { echo "backend_bench: fio not installed" >&2; exit 1; }
-
 root=$(mktemp -d "${KVS_BENCH_DIR:-/var/tmp}/kvs-backend-bench.XXXXXX")
 fstype=$(stat -f -c %T "$root")
 if [ "$fstype" = tmpfs ]; then
@@ -74,44 +107,48 @@ if [ "$fstype" = tmpfs ]; then
 	exit 1
 fi
 
-"$kern" write "$root" $nblocks $block_mib
+for kib in "${kibs[@]}"; do
+	mkdir "$root/${kib}k"
+	"$kern" write "$root/${kib}k" $nblocks $block_mib $kib
+done
 sync
 
 # Page cache only (1, not 3): fio opens every file before its clock starts, the
 # backend opens each block file when its first shard is read; with dentries and
 # inodes dropped too, those opens would read directories from disk inside our
 # timing only.
-if (echo 1 >/proc/sys/vm/drop_caches) 2>/dev/null; then
+if [ "$smoke" = 0 ] && (echo 1 >/proc/sys/vm/drop_caches) 2>/dev/null; then
 	drop_how="drop_caches=1"
 	drop() { sync; echo 1 >/proc/sys/vm/drop_caches; }
 else
-	drop_how="fadvise_dontneed (drop_caches not allowed)"
-	drop() {
-		python3 - "$root" <<'PY'
-import os, sys
-for d, _, fs in os.walk(sys.argv[1]):
-    for f in fs:
-        fd = os.open(os.path.join(d, f), os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-PY
-	}
+	drop_how="fadvise_dontneed ($([ "$smoke" = 1 ] && echo smoke mode || echo drop_caches not allowed))"
+	drop() { find "$root" -type f -exec dd iflag=nocache count=0 status=none if={} \;; }
 fi
-echo "# backend_bench: $((nblocks * block_mib)) MiB in $nblocks files on $fstype ($root); cache: $drop_how"
+echo "# backend_bench: ${#kibs[@]} sets (${kibs[*]} KiB shards) of $((nblocks * block_mib)) MiB in" \
+     "$nblocks files on $fstype ($root); cache: $drop_how"
+fio=1
+if ! command -v fio >/dev/null; then
+	fio=0
+	echo "# backend_bench: fio not installed: no engine=fio lines"
+fi
 
 direct_ok=1
-if ! "$kern" read "$root" 1 $block_mib pool 1024 1 1 >/dev/null 2>&1; then
+if ! "$kern" read "$root/${kibs[0]}k" 1 $block_mib pool "${kibs[0]}" 1 1 >/dev/null 2>&1; then
 	direct_ok=0
 	echo "# backend_bench: O_DIRECT not supported on $fstype: buffered runs only"
 fi
 
 fio_line() { # shard_kib qd direct
 	local out mem=hugetlb
-	local args=(--name=kvs --opendir="$root" --rw=read --bs="${1}k" --iodepth="$2"
+	local args=(--name=kvs --opendir="$root/${1}k" --rw=read --bs="${1}k" --iodepth="$2"
 		--ioengine=io_uring --direct="$3" --registerfiles=1 --fixedbufs=1
 		--file_service_type=sequential --output-format=json)
-	# Same buffer pages as the backend's (hugetlb); plain malloc if the pool is short.
-	if ! out=$(fio "${args[@]}" --mem=mmaphuge 2>/dev/null); then
+	# Same buffer pages as the backend's (hugetlb); plain malloc if the pool is short
+	# (not even tried when it has fewer free 2 MiB pages than qd x shard).
+	local free
+	free=$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo)
+	if [ "${free:-0}" -lt $(( ($1 * $2 + 2047) / 2048 )) ] ||
+	   ! out=$(fio "${args[@]}" --mem=mmaphuge 2>/dev/null); then
 		mem=malloc
 		out=$(fio "${args[@]}" 2>/dev/null)
 	fi
@@ -130,16 +167,17 @@ print("backend engine=fio shard_kib=%s qd=%s gbps=%.2f cpu_ms_per_gib=%.1f varia
 
 for direct in 0 1; do
 	[ $direct = 1 ] && [ $direct_ok = 0 ] && continue
-	for kib in 256 1024; do
+	for kib in "${kibs[@]}"; do
+		set=$root/${kib}k
 		for qd in 8 32; do
 			u=""; p=""; q=""; f=""
 			for ((r = 0; r < repeat; r++)); do
-				drop; u+=$("$kern" read "$root" $nblocks $block_mib uring $kib $qd $direct)$'\n'
-				drop; p+=$("$kern" read "$root" $nblocks $block_mib pool $kib $qd $direct)$'\n'
-				drop; q+=$("$plain" read "$root" $nblocks $block_mib pool $kib $qd $direct)$'\n'
-				drop; f+=$(fio_line $kib $qd $direct)$'\n'
+				drop; u+=$("$kern" read "$set" $nblocks $block_mib uring $kib $qd $direct)$'\n'
+				drop; p+=$("$kern" read "$set" $nblocks $block_mib pool $kib $qd $direct)$'\n'
+				drop; q+=$("$plain" read "$set" $nblocks $block_mib pool $kib $qd $direct)$'\n'
+				[ $fio = 0 ] || { drop; f+=$(fio_line $kib $qd $direct)$'\n'; }
 			done
-			for lines in "$u" "$p" "$q" "$f"; do median <<<"$lines"; done
+			for lines in "$u" "$p" "$q" ${f:+"$f"}; do median <<<"$lines"; done
 		done
 	done
 done

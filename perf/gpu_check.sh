@@ -26,6 +26,13 @@
 # Environment: CUDA_HOME (/usr/local/cuda), KVS_CUDA_ARCHS (90),
 # KVS_BENCH_SECONDS (0.3 s per measurement), KVS_BENCH_STREAMS (1),
 # KVS_GPU_CHECK_DIRECT=1 (skip CMake: the direct build only).
+#
+# Smoke mode (KVS_PERF_SMOKE=1; the perf.gpu_check CTest entry,
+# tests/perf_smoke.sh): steps 2-4 as above on builddir's own kernel/tests/io_copy
+# and kernel/perf/copy_bench (no build: builddir is the caller's, never
+# reconfigured here; io_copy --cuda run directly, as the direct build does: a
+# nested ctest would overwrite the caller's test log), 0.02 s per measurement.
+# No GPU (nvidia-smi lists none) or no CUDA build there: "SKIP:" and exit 77.
 set -u
 
 cd "$(dirname "$0")/.." || exit 2
@@ -33,7 +40,20 @@ B=${1:-build-gpu}
 OUT=${KVS_GPU_CHECK_OUT:-$B/gpu_check}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 ARCHS=${KVS_CUDA_ARCHS:-90}
-SECS=${KVS_BENCH_SECONDS:-0.3}
+SMOKE=${KVS_PERF_SMOKE:-0}
+if [ "$SMOKE" = 1 ]; then
+	SECS=${KVS_BENCH_SECONDS:-0.02}
+	if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+		echo "SKIP: gpu_check: no GPU (nvidia-smi lists none)"
+		exit 77
+	fi
+	if [ ! -x "$B/kernel/perf/copy_bench" ]; then
+		echo "SKIP: gpu_check: $B has no CUDA build (kernel/perf/copy_bench: KVS_CUDA)"
+		exit 77
+	fi
+else
+	SECS=${KVS_BENCH_SECONDS:-0.3}
+fi
 STREAMS=${KVS_BENCH_STREAMS:-1}
 JOBS=$(nproc 2>/dev/null || echo 4)
 PATH=$CUDA/bin:$PATH
@@ -57,15 +77,20 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
 	echo "gpu_check: no nvidia-smi on PATH"
 fi
-if ! command -v nvcc >/dev/null 2>&1; then
+if command -v nvcc >/dev/null 2>&1; then
+	echo "gpu_check: $(nvcc --version | tail -1)"
+elif [ "$SMOKE" = 0 ]; then
 	fail "build: no nvcc under $CUDA/bin (set CUDA_HOME)"
 	finish
 fi
-echo "gpu_check: $(nvcc --version | tail -1)"
 
 # --- 1. build ---------------------------------------------------------------
 mode=cmake
-if [ "${KVS_GPU_CHECK_DIRECT:-0}" != 1 ] &&
+if [ "$SMOKE" = 1 ]; then
+	mode=prebuilt
+	TEST=$B/kernel/tests/io_copy
+	BENCH=$B/kernel/perf/copy_bench
+elif [ "${KVS_GPU_CHECK_DIRECT:-0}" != 1 ] &&
 	timeout 120 cmake -S . -B "$B" -DKVS_VARIANT=kernel -DKVS_CUDA=ON \
 	-DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_BUILD_TYPE=Release \
 	>"$OUT/configure.log" 2>&1 &&

@@ -16,7 +16,12 @@ drivers run alternately --repeat times and each one's best run (most tasks
 per second) is printed: on a shared machine the best is the least disturbed.
 Exit 1 if a run fails.  Options: --blocks 128 --spb 8 --shard-kib 64
 --tensors 2 --rounds 20 --window 8 --repeat 3 --tensor torch|numpy.  About
-40 s on an idle 2-core machine.
+40 s on an idle 2-core machine.  Neither torch nor numpy importable: "SKIP:"
+and exit 77.
+
+Smoke mode (KVS_PERF_SMOKE=1; the perf.python_load CTest entry,
+tests/perf_smoke.sh): every driver, mode and line as above with --blocks 8
+--rounds 2 --repeat 1 as the defaults (options given still win).  About 2 s.
 """
 import argparse
 import importlib.util
@@ -30,14 +35,15 @@ ROOT = os.path.dirname(HERE)
 
 
 def options(argv):
+    smoke = os.environ.get("KVS_PERF_SMOKE") == "1"
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("builddir", nargs="?", default=os.path.join(ROOT, "build"))
-    p.add_argument("--blocks", type=int, default=128)
+    p.add_argument("--blocks", type=int, default=8 if smoke else 128)
     p.add_argument("--spb", type=int, default=8)
     p.add_argument("--shard-kib", type=int, default=64)
     p.add_argument("--tensors", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2 if smoke else 20)
+    p.add_argument("--repeat", type=int, default=1 if smoke else 3)
     p.add_argument("--window", type=int, default=8)
     p.add_argument("--tensor", choices=["torch", "numpy"], default=None)
     p.add_argument("--driver", nargs=2, metavar=("UNIQUE_ID", "MODE"), help=argparse.SUPPRESS)
@@ -98,6 +104,10 @@ def main(argv):
     o = options(argv)
     if o.tensor is None:
         o.tensor = "torch" if importlib.util.find_spec("torch") else "numpy"
+    if not importlib.util.find_spec(o.tensor):
+        print(f"SKIP: python_load: {sys.executable} has no {o.tensor} "
+              f"(apt-get install python3-{o.tensor})")
+        return 77
     if o.driver:
         drive(o)
         return 0

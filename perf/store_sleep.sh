@@ -17,8 +17,15 @@
 # a run failed.  CPU and wakeups come from `perf stat --per-thread` on the two
 # threads; without a usable perf, from /proc/<tid>/schedstat (src=schedstat).
 # About 11 s (each run: store start-up, a 1.5 s hold, close).
+# Smoke mode (KVS_PERF_SMOKE=1; the perf.store_sleep CTest entry,
+# tests/perf_smoke.sh): every run and line as above with a 400 ms hold measured
+# for 100 ms (the lines say hold_ms=400 measure_ms=100; the targets are still
+# checked, but mean nothing at that length, and the test takes their exit 3
+# as a pass).  About 4 s.
 set -euo pipefail
 build=${1:-build}
+hold_ms=1500 measure_ms=1000
+[ "${KVS_PERF_SMOKE:-0}" = 1 ] && hold_ms=400 measure_ms=100
 for v in kernel plain; do
 	if [ ! -x "$build/$v/perf/store_sleep_bench" ]; then
 		echo "store_sleep.sh: $build/$v/perf/store_sleep_bench missing" \
@@ -42,7 +49,7 @@ for v in kernel plain; do
 		b=${run%%:*} w=${run##*:}
 		r=0
 		"$build/$v/perf/store_sleep_bench" --backend "$b" --waiter "$w" \
-			--hold-ms 1500 --measure-ms 1000 "${opts[@]}" | tee -a "$out" || r=$?
+			--hold-ms "$hold_ms" --measure-ms "$measure_ms" "${opts[@]}" | tee -a "$out" || r=$?
 		if [ "$r" = 77 ]; then
 			echo "store_sleep.sh: $v backend=$b waiter=$w skipped (io_uring unavailable)" >&2
 		elif [ "$r" != 0 ]; then

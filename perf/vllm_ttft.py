@@ -71,6 +71,12 @@ Timings are single samples: compare ratios within one run, not runs.  About
 8 minutes on a 2-core machine with the default model (11 engines of 40-65 s
 each, start-up included; 4 K-token prefills of 4-9 s); 2-5 minutes with the
 quick model.  No timing is asserted.
+
+Smoke mode (KVS_PERF_SMOKE=1; the perf.vllm_ttft CTest entry,
+tests/perf_smoke.sh): the options, the model and the "vllm_ttft config" line
+as above, no engine (no vLLM needed), then "SKIP:" and exit 77: one engine's
+start-up alone is 40-65 s here, past a smoke test's seconds (the vllm tests,
+label vllm, run real engines).
 """
 import argparse
 import json
@@ -615,6 +621,11 @@ def main(argv):
           f"kv_cache_memory_bytes={run.kv_bytes} kvshare_cache_gb={run.cache_gb} "
           f"shard_bytes={run.shard_bytes} shards_per_block={run.spb} cpus={os.cpu_count()} "
           f"loadavg={'/'.join(load)} library={run.lib}", flush=True)
+    if os.environ.get("KVS_PERF_SMOKE") == "1":
+        run.close()
+        print(f"SKIP: {TAG}: smoke mode: configuration only, no engine (one vLLM engine's "
+              f"start-up is 40-65 s on a 2-core machine)", flush=True)
+        return 77
     rc = 0
     try:
         for tp in tps:

@@ -13,9 +13,15 @@
 # The publisher is pinned to one CPU and the waiters to the others (see
 # wait_cost_bench.c); PIN=0 leaves placement to the scheduler.  ROUNDS_SCALE
 # (default 1) scales every round count.
+# Smoke mode (KVS_PERF_SMOKE=1; the perf.wait_cost CTest entry,
+# tests/perf_smoke.sh): every setting and line as above, with 1/100 of the
+# rounds (a few ms of publishing each: the targets are still checked, but
+# mean nothing at that length, and the test takes their exit 3 as a pass).
 set -euo pipefail
 build=${1:-build}
 scale=${ROUNDS_SCALE:-1}
+div=1
+[ "${KVS_PERF_SMOKE:-0}" = 1 ] && div=100
 for v in kernel plain; do
 	if [ ! -x "$build/$v/perf/wait_cost_bench" ]; then
 		echo "wait_cost.sh: $build/$v/perf/wait_cost_bench missing (cmake --build $build)" >&2
@@ -37,9 +43,9 @@ fi
 # its core (oversubscribed runs stretch the holds).
 rounds_for() {
 	case $1 in
-	10) echo $((30000 * scale)) ;;
-	100) echo $((8000 * scale)) ;;
-	*) echo $((1500 * scale)) ;;
+	10) echo $((30000 * scale / div)) ;;
+	100) echo $((8000 * scale / div)) ;;
+	*) echo $((1500 * scale / div)) ;;
 	esac
 }
 

@@ -8,18 +8,28 @@
 # (tests/harness.h) prints "SKIP: <reason>" then "skip  <variant>/<case> (...)"
 # for a sub-case; scripts print "SKIP: <reason>" and exit 77; pytest prints
 # "SKIPPED [n] <file>:<line>: <reason>"; ctest ends a skipped test's record with
-# "Test Skipped" or a pass line after exit code 77.
+# "Test Skipped" or (ctest 3.25) a pass line after exit code 77.  A "SKIP:" line
+# that no sub-case line follows is the test's own: the whole test (exit 77; a
+# pass line is all ctest 3.25 writes after it) or a part a script skipped.
 set -euo pipefail
 log="${1:?usage: tests/skips.sh BUILD_DIR}/Testing/Temporary/LastTest.log"
 [ -r "$log" ] || exit 0
 
 awk '
-function flush() {
-	if (test != "" && whole && !cases)
-		out[++n] = sprintf("  %s: %s", test, reason != "" ? reason : "(no reason printed)")
+function own() { # the pending "SKIP:" reason, claimed by no sub-case line
+	if (reason != "") {
+		out[++n] = sprintf("  %s: %s", test, reason)
+		listed = 1
+	}
+	reason = ""
 }
-/^[0-9]+\/[0-9]+ Testing: / { flush(); test = $3; reason = ""; whole = 0; cases = 0; next }
-/^SKIP: / { reason = substr($0, 7); next }
+function flush() {
+	own()
+	if (test != "" && whole && !cases && !listed)
+		out[++n] = sprintf("  %s: (no reason printed)", test)
+}
+/^[0-9]+\/[0-9]+ Testing: / { flush(); test = $3; reason = ""; whole = 0; cases = 0; listed = 0; next }
+/^SKIP: / { own(); reason = substr($0, 7); next }
 /^skip  [^ ]+\/[^ ]+ / {
 	split($2, p, "/"); cases++
 	out[++n] = sprintf("  %s/%s: %s", test, p[2], reason != "" ? reason : "(no reason printed)")
