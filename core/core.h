@@ -124,7 +124,10 @@ int kvs_core_lifecycle_enter(struct kvs_cache *c);
 void kvs_core_lifecycle_exit(struct kvs_cache *c);
 /* Is rank entry r alive (its OFD byte locked by someone)?  Own entry: true. */
 bool kvs_core_rank_alive(struct kvs_cache *c, uint32_t r, uint32_t epoch);
-void kvs_core_fold_stats(struct kvs_shm_stats *dst, struct kvs_shm_stats *src);
+/* Record entry e's counters as the base of its next attach (lifecycle lock
+ * held, before ATTACHED is published): a rank's own counts are the entry's
+ * less them (stats.c). */
+void kvs_core_stats_base(struct kvs_shm_rank *e);
 /* Reap every dead attached entry (drops its pins).  _locked: the caller holds
  * the lifecycle lock.  Returns the number reaped or -errno.  Must not be called
  * holding a bucket lock. */

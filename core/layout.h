@@ -13,7 +13,7 @@
  *                                                            hands: any rank         (release; attachers acquire).  CLOCK
  *                                                                                    hands: fetch_add, relaxed.  Node
  *                                                                                    stats: relaxed counters.
- *  ranks    ranks_off       KVS_MAX_RANKS * 17024     64     the rank itself; its    entry state/epoch changed only under
+ *  ranks    ranks_off       KVS_MAX_RANKS * 17600     64     the rank itself; its    entry state/epoch changed only under
  *                                                            reaper                  the lifecycle OFD lock; pins written
  *                                                                                    under the pinned slot's bucket lock;
  *                                                                                    stats relaxed, owner-written.
@@ -90,7 +90,9 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 8u /* 8: claims: a DURABLE one proof only within its grace (and
+#define KVS_LAYOUT_VERSION 9u /* 9: counters per entry over all its attaches, a base per
+				* attach; no departed total (nothing is folded).  8: claims: a
+				* DURABLE one proof only within its grace (and
 				* recorded for a block found stored), a new generation counts
 				* the cache's shards of its block, READY slots counted (and kept
 				* by CLOCK) for backends without atomic blocks, tags cleared at
@@ -181,8 +183,11 @@ struct kvs_shm_store_stats {
 	_Atomic uint64_t task_lat_ns_sum; /* the tasks of task_lat_us, their time summed */
 };
 
-/* Counters of one rank (or the node's departed ranks).  Relaxed fetch_add by the
- * rank that counts; readers sum racily: statistics, not synchronisation. */
+/* Counters of one rank-table entry, over every attach of it: never reset, never
+ * moved (a rank's own are the entry's less the base recorded at its attach), so
+ * the node's total (the sum over the entries) only grows and stays true whoever
+ * is killed at any instruction.  Relaxed fetch_add by the rank that counts;
+ * readers sum racily: statistics, not synchronisation. */
 struct kvs_shm_stats {
 	_Atomic uint64_t hits;
 	_Atomic uint64_t misses;
@@ -194,10 +199,9 @@ struct kvs_shm_stats {
 	_Atomic uint64_t clock_sweeps;
 	_Atomic uint64_t takeovers;
 	_Atomic uint64_t lock_repairs;
-	_Atomic uint64_t ranks_reaped;
 	_Atomic uint64_t enospc;
 	_Atomic uint64_t joins; /* gets that found the slot being filled (LOADING) */
-	_Atomic uint64_t reserved[3];
+	_Atomic uint64_t reserved[4]; /* (the header counts reaped entries) */
 	struct kvs_shm_store_stats store; /* the rank's store pipeline (core/store*.c) */
 };
 
@@ -246,7 +250,7 @@ struct kvs_shm_header {
 	char hugetlb_dir[KVS_SHM_DIR_MAX]; /* mount of the hugetlb data segments, "" if none */
 	uint64_t tensor_bytes[KVS_MAX_TENSORS];
 	struct kvs_shm_seg segs[KVS_MAX_SEGS];
-	alignas(KVS_CACHE_LINE) struct kvs_shm_stats departed; /* folded in at detach / reap */
+	_Atomic uint64_t ranks_reaped;  /* dead entries reaped (relaxed: a statistic) */
 	_Atomic uint64_t lrs_mismatch;  /* attaches beyond local_rank_size */
 	/* The claim table (core/claim.c): regions, its lock (robust, process-shared:
 	 * guards chains, free list, keys, waiters, expiry and state changes), the
@@ -269,7 +273,9 @@ struct kvs_shm_rank {
 	_Atomic uint32_t bell;
 	uint32_t pad32;
 	uint64_t pad[5];
-	struct kvs_shm_stats stats;
+	struct kvs_shm_stats stats;     /* cumulative over the entry's attaches */
+	struct kvs_shm_stats base;      /* stats as they were at the current attach (written
+					   by the attacher before it publishes ATTACHED) */
 	/* One entry per pinned slot: slot index + 1, | KVS_PIN_OWNER for the pin
 	 * that owns the fill; 0 = free entry.  Written under the slot's bucket
 	 * lock (before ref++ / after ref--); read by repair and the reaper under
@@ -318,7 +324,7 @@ struct kvs_shm_claim {
 _Static_assert(sizeof(struct kvs_shm_header) <= KVS_SHM_HEADER_BYTES, "header fits its region");
 _Static_assert(offsetof(struct kvs_shm_header, magic) == 0, "magic first");
 _Static_assert(offsetof(struct kvs_shm_header, layout_version) == 8, "version at 8");
-_Static_assert(sizeof(struct kvs_shm_rank) == 17024, "rank entry size (table row)");
+_Static_assert(sizeof(struct kvs_shm_rank) == 17600, "rank entry size (table row)");
 _Static_assert(sizeof(struct kvs_shm_rank) % KVS_CACHE_LINE == 0, "rank entries line-aligned");
 _Static_assert(offsetof(struct kvs_shm_rank, pins) % KVS_CACHE_LINE == 0, "pins line-aligned");
 _Static_assert(sizeof(struct kvs_shm_bucket) == KVS_CACHE_LINE, "bucket is one line");

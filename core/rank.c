@@ -19,8 +19,9 @@
  * The lifecycle lock (an OFD lock on KVS_LOCK_LIFECYCLE_BYTE) serialises
  * creation, attach, detach, adoption, reaping and removal.
  *
- * Reaping a dead entry drops its pins under the bucket locks (pin.c), folds its
- * statistics into the node's and frees it.  An entry whose pins could not all be
+ * Reaping a dead entry drops its pins under the bucket locks (pin.c) and frees
+ * it; its counters stay where they are (core/layout.h: counters are an
+ * entry's, over all its attaches).  An entry whose pins could not all be
  * dropped (a bucket lock timed out) stays ATTACHED for the next reaper.  Who
  * reaps: every attach; a waiter whose filler died; a takeover of a dead
  * writer's claim; a get that found every candidate slot pinned; and each
@@ -146,17 +147,6 @@ static uint32_t live_gpu_ranks(struct kvs_cache *c)
 
 /* ---- reaping ---- */
 
-void kvs_core_fold_stats(struct kvs_shm_stats *dst, struct kvs_shm_stats *src)
-{
-	_Atomic uint64_t *d = (_Atomic uint64_t *)dst, *s = (_Atomic uint64_t *)src;
-
-	for (size_t k = 0; k < sizeof(*src) / sizeof(uint64_t); k++) {
-		/* relaxed: statistics */
-		uint64_t v = atomic_exchange_explicit(&s[k], 0, memory_order_relaxed);
-		atomic_fetch_add_explicit(&d[k], v, memory_order_relaxed);
-	}
-}
-
 /* Under the lifecycle lock: drop dead entry r's pins and free it.  0, or the
  * bucket lock's error (the entry then stays ATTACHED for the next reaper). */
 static int reap_rank(struct kvs_cache *c, uint32_t r)
@@ -171,8 +161,8 @@ static int reap_rank(struct kvs_cache *c, uint32_t r)
 	}
 	kvs_log_warn(&c->log, "rank entry %u (pid %d, device %d) died; %d pins dropped", r, e->pid,
 		     e->device_id, n);
-	kvs_core_fold_stats(&c->hdr->departed, &e->stats);
-	atomic_fetch_add_explicit(&c->hdr->departed.ranks_reaped, 1, memory_order_relaxed);
+	/* its counters stay in the entry (the node's total keeps them) */
+	atomic_fetch_add_explicit(&c->hdr->ranks_reaped, 1, memory_order_relaxed);
 	/* release: pairs with entry_attached()'s acquire */
 	atomic_store_explicit(&e->state, KVS_SHM_RANK_FREE, memory_order_release);
 	return 0;
@@ -265,6 +255,7 @@ int kvs_core_rank_attach(struct kvs_cache *c)
 			continue;
 		}
 		c->rank_idx = (int)r;
+		kvs_core_stats_base(e);
 		c->rank_epoch = atomic_load_explicit(&e->epoch, memory_order_relaxed) + 1;
 		e->pid = (int32_t)getpid();
 		e->device_id = c->cfg.device_id;
@@ -295,7 +286,6 @@ bool kvs_core_rank_detach(struct kvs_cache *c)
 			     kvs_strerror(n));
 		return false;
 	}
-	kvs_core_fold_stats(&c->hdr->departed, &c->me->stats);
 	/* release: pairs with entry_attached()'s acquire */
 	atomic_store_explicit(&c->me->state, KVS_SHM_RANK_FREE, memory_order_release);
 	kvs_core_ofd_lock(c->ctl_fd, (off_t)c->rank_idx, F_UNLCK);

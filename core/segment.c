@@ -528,10 +528,8 @@ static void adopt(struct kvs_cache *c)
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		struct kvs_shm_rank *e = &c->ranks[r];
 
-		if (atomic_load_explicit(&e->state, memory_order_relaxed) == KVS_SHM_RANK_ATTACHED) {
-			kvs_core_fold_stats(&c->hdr->departed, &e->stats);
-			atomic_fetch_add_explicit(&c->hdr->departed.ranks_reaped, 1, memory_order_relaxed);
-		}
+		if (atomic_load_explicit(&e->state, memory_order_relaxed) == KVS_SHM_RANK_ATTACHED)
+			atomic_fetch_add_explicit(&c->hdr->ranks_reaped, 1, memory_order_relaxed);
 		for (uint32_t p = 0; p < KVS_RANK_PINS; p++)
 			atomic_store_explicit(&e->pins[p], 0, memory_order_relaxed);
 		atomic_store_explicit(&e->state, KVS_SHM_RANK_FREE, memory_order_relaxed);

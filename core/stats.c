@@ -23,10 +23,27 @@
 #include "numa/numa.h"
 #include "wait/wait.h"
 
-static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s)
+void kvs_core_stats_base(struct kvs_shm_rank *e)
 {
-	/* relaxed: statistics */
-#define ADD(f) o->f += atomic_load_explicit(&s->f, memory_order_relaxed)
+	_Atomic uint64_t *src = (_Atomic uint64_t *)&e->stats, *dst = (_Atomic uint64_t *)&e->base;
+
+	for (size_t k = 0; k < sizeof(e->stats) / sizeof(uint64_t); k++)
+		/* relaxed: statistics; published with the entry's ATTACHED (release) */
+		atomic_store_explicit(&dst[k], atomic_load_explicit(&src[k], memory_order_relaxed),
+				      memory_order_relaxed);
+}
+
+/* Add entry counters s, less base (NULL: none), to o. */
+static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s, struct kvs_shm_stats *base)
+{
+	/* relaxed: statistics (a base read ahead of its counter may exceed it for
+	 * an instant: a rank just attached; its count reads 0 then) */
+#define ADD(f)                                                                          \
+	do {                                                                            \
+		uint64_t v_ = atomic_load_explicit(&s->f, memory_order_relaxed);        \
+		uint64_t b_ = base ? atomic_load_explicit(&base->f, memory_order_relaxed) : 0; \
+		o->f += v_ > b_ ? v_ - b_ : 0;                                          \
+	} while (0)
 	ADD(hits);
 	ADD(misses);
 	ADD(owner_fills);
@@ -37,7 +54,6 @@ static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s)
 	ADD(clock_sweeps);
 	ADD(takeovers);
 	ADD(lock_repairs);
-	ADD(ranks_reaped);
 	ADD(enospc);
 	ADD(joins);
 #undef ADD
@@ -49,11 +65,13 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 		return -EINVAL;
 	memset(o, 0, sizeof(*o));
 	if (rank == KVS_STATS_NODE) {
-		add_stats(o, &c->hdr->departed);
+		/* every entry's, over all its attaches: departed ranks included */
 		for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
-			add_stats(o, &c->ranks[r].stats);
+			add_stats(o, &c->ranks[r].stats, NULL);
+		/* relaxed: statistics */
+		o->ranks_reaped = atomic_load_explicit(&c->hdr->ranks_reaped, memory_order_relaxed);
 	} else {
-		add_stats(o, &c->ranks[rank].stats);
+		add_stats(o, &c->ranks[rank].stats, &c->ranks[rank].base);
 	}
 	/* relaxed: statistics */
 	o->lrs_mismatch = atomic_load_explicit(&c->hdr->lrs_mismatch, memory_order_relaxed);

@@ -535,24 +535,32 @@ KVS_API int kvs_store_lookup_prefix(struct kvs_store *s, const struct kvs_block_
 	return rc < 0 ? rc : (int)i + rc;
 }
 
-static void add_store_stats(struct kvs_store_stats *o, struct kvs_shm_store_stats *st)
+/* Add entry counters st, less base (NULL: none), to o (the shared counters
+ * mirror the public struct up to its derived fields). */
+static void add_store_stats(struct kvs_store_stats *o, struct kvs_shm_store_stats *st,
+			    struct kvs_shm_store_stats *base)
 {
 	uint64_t *dst = (uint64_t *)o;
-	_Atomic uint64_t *src = (_Atomic uint64_t *)st;
+	_Atomic uint64_t *src = (_Atomic uint64_t *)st, *b = (_Atomic uint64_t *)base;
 
-	for (size_t k = 0; k < sizeof(*st) / sizeof(uint64_t); k++)
-		/* relaxed: statistics */
-		dst[k] += atomic_load_explicit(&src[k], memory_order_relaxed);
+	for (size_t k = 0; k < sizeof(*st) / sizeof(uint64_t); k++) {
+		/* relaxed: statistics (a base read ahead of its counter: see stats.c) */
+		uint64_t v = atomic_load_explicit(&src[k], memory_order_relaxed);
+		uint64_t b0 = b ? atomic_load_explicit(&b[k], memory_order_relaxed) : 0;
+
+		dst[k] += v > b0 ? v - b0 : 0;
+	}
 }
 
-/* Has the rank of st registered everything it registers?  (Racy, like every
- * counter.) */
-static bool rank_registered(struct kvs_shm_store_stats *st)
+/* Has the rank attached to entry e registered everything it registers?  (Its
+ * own counts: the entry's less its base.  Racy, like every counter.) */
+static bool rank_registered(struct kvs_shm_rank *e)
 {
-	/* relaxed: statistics */
-	uint64_t total = atomic_load_explicit(&st->register_total_bytes, memory_order_relaxed);
+	struct kvs_store_stats mine;
 
-	return total && atomic_load_explicit(&st->registered_bytes, memory_order_relaxed) >= total;
+	memset(&mine, 0, sizeof(mine));
+	add_store_stats(&mine, &e->stats.store, &e->base.store);
+	return mine.register_total_bytes && mine.registered_bytes >= mine.register_total_bytes;
 }
 
 KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stats *o)
@@ -566,11 +574,10 @@ KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stat
 	if (rank == KVS_STATS_NODE) {
 		uint32_t live = 0, ready = 0;
 
-		add_store_stats(o, &c->hdr->departed.store);
 		for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 			struct kvs_shm_rank *e = &c->ranks[r];
 
-			add_store_stats(o, &e->stats.store);
+			add_store_stats(o, &e->stats.store, NULL); /* departed ranks' too */
 			/* Ready: every live GPU rank (a dead one's registration died with
 			 * it).  relaxed: the epoch is rechecked by kvs_core_rank_alive
 			 * after its acquire of the entry's state (device_id with it). */
@@ -579,12 +586,12 @@ KVS_API int kvs_store_stats(struct kvs_store *s, int rank, struct kvs_store_stat
 			    e->device_id < 0)
 				continue;
 			live++;
-			ready += rank_registered(&e->stats.store);
+			ready += rank_registered(e);
 		}
 		o->ready = ready == live; /* no live GPU rank: nothing left to register */
 	} else {
-		add_store_stats(o, &c->ranks[rank].stats.store);
-		o->ready = rank_registered(&c->ranks[rank].stats.store);
+		add_store_stats(o, &c->ranks[rank].stats.store, &c->ranks[rank].base.store);
+		o->ready = rank_registered(&c->ranks[rank]);
 	}
 	if (o->registered_bytes)
 		o->register_ms_per_gib = (double)o->register_ns / 1e6 /

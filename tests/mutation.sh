@@ -170,8 +170,8 @@ mutant no-slot-check core/slot.c '^kernel\.core_slot$' \
 
 # g. a dump's shard counts in its claim every time it is seen (duplicates too)
 mutant count-duplicates core/claim.c '^kernel\.store_dump$' \
-	'	} else if (atomic_load_explicit(&c->slots[i].claim, memory_order_relaxed) == tag) {' \
-	'	} else if (0) {'
+	'	if (atomic_load_explicit(&c->slots[i].claim, memory_order_relaxed) == tag)' \
+	'	if (0)'
 
 # h. a durable dump that did not write its block completes when its shard is cached
 mutant durable-at-cached core/store_dump.c '^kernel\.store_dump$' \

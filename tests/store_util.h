@@ -395,6 +395,20 @@ static inline void st_print(const char *who, const struct kvs_store_stats *st)
 	       (unsigned long long)st->prealloc);
 }
 
+/* Every get the node made was a hit, a join or a miss: their sum over the node
+ * (departed ranks included) is exactly gets, the number the case made. */
+static inline kvs_test_rc st_gets_add_up(struct kvs_store *w, uint64_t gets)
+{
+	struct kvs_cache_stats cs;
+
+	KVS_CHECK_OK(kvs_cache_stats(kvs_store_cache(w), KVS_STATS_NODE, &cs));
+	printf("  node gets: %llu hits + %llu joins + %llu misses (want %llu)\n",
+	       (unsigned long long)cs.hits, (unsigned long long)cs.joins,
+	       (unsigned long long)cs.misses, (unsigned long long)gets);
+	KVS_CHECK_EQ(cs.hits + cs.joins + cs.misses, gets);
+	return KVS_TEST_PASS;
+}
+
 /* The slot census of s's cache: the cache's invariants hold, nothing pinned
  * and, with no_loading, no slot LOADING (prealloc keys LOADING slots of shards
  * nobody asked for: only for caches of one shard per block or prealloc off). */
