@@ -700,7 +700,8 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  * than poll(.., 0) would return >= 1, and once a poll has returned fewer
  * completions than asked for it stays unreadable until a new completion may be
  * ready, so a loop "wait; poll(0)" sleeps between completions and never spins
- * (a wake that reaps nothing is rare and does not repeat).  Every built-in
+ * (a wake that reaps nothing is rare and is the backend's own progress: posix
+ * wakes for the steps of a dump, at most four per block).  Every built-in
  * backend has one: posix an eventfd (registered with the io_uring ring, or
  * signalled by the pool's workers), none an eventfd, latency a timerfd for the
  * next due completion, fault an epoll descriptor over its own timerfd and the
@@ -904,8 +905,8 @@ struct kvs_backend_ops {
 	 * in poll(timeout): readable whenever poll(.., 0) may reap a completion (one was
 	 * posted, or a timed one is due), and, once poll has returned fewer completions
 	 * than asked for, not readable again until a new completion may be ready (a wake
-	 * that reaps nothing must be rare and never repeat: a caller looping on
-	 * "wait; poll(.., 0) -> 0" must not spin).  poll resets the provider's
+	 * that reaps nothing must be rare and never repeat without progress of the
+	 * provider's own: a caller looping on "wait; poll(.., 0) -> 0" must not spin).  poll resets the provider's
 	 * notification itself.  The same descriptor for the handle's life, owned by the
 	 * provider (closed by close; the caller only waits on it).  Called from the
 	 * issuing thread, after open.  Returns the descriptor or a negative errno
@@ -993,8 +994,9 @@ KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_back
  * being dumped.  The block becomes visible to lookup and reads when every shard of
  * it has been written: the completion of the write that finishes the block arrives
  * after the rename (and fsync).  A failed write discards the block's partial dump.
- * Returns as kvs_backend_submit_read.  Blocks: may create the temp file and
- * write its header (posix: synchronously, once per block).  Ownership: as
+ * Returns as kvs_backend_submit_read.  Blocks: may create the block's temp
+ * file (posix: one openat, once per block; its header, the data and the fsync,
+ * close and rename are written through the engine).  Ownership: as
  * kvs_backend_submit_read.
  */
 KVS_API int kvs_backend_submit_write(struct kvs_backend *b, const struct kvs_backend_io *io);

@@ -6,7 +6,9 @@
  * file descriptors to an engine: io_uring (uring.c, kernel build) or a pthread
  * pool (pool.c).  An engine moves exactly req->len bytes or fails: it retries
  * short transfers for the remainder itself and reports end of file before len
- * as -EIO, so every layer above sees "all bytes or -errno".
+ * as -EIO, so every layer above sees "all bytes or -errno".  The calls that
+ * finish a dumped block (fdatasync, close, renameat) go through the engine too,
+ * so that the issuer never waits for storage on a write's behalf.
  */
 #ifndef KVS_IO_INTERNAL_H
 #define KVS_IO_INTERNAL_H
@@ -30,20 +32,24 @@ extern const struct kvs_backend_ops kvs_io_redis_ops;
 enum kvs_io_op {
 	KVS_IO_OP_READ = 0,
 	KVS_IO_OP_WRITE = 1,
-	KVS_IO_OP_FSYNC = 2,
+	KVS_IO_OP_FSYNC = 2,  /* fdatasync(fd) */
+	KVS_IO_OP_CLOSE = 3,  /* close(fd): fd is released whatever the result */
+	KVS_IO_OP_RENAME = 4, /* renameat(fd, path, fd, path2): fd is a directory */
 };
 
-/* One transfer handed to an engine; owned by the caller until reaped. */
+/* One request handed to an engine; owned by the caller until reaped. */
 struct kvs_io_req {
 	uint32_t op;       /* enum kvs_io_op */
 	int fd;            /* file descriptor (always valid) */
-	int file_idx;      /* registered file slot, or -1 */
+	int file_idx;      /* registered file slot, or -1 (always -1 but for READ/WRITE) */
 	char *buf;
-	uint64_t len;      /* bytes to move (0 for fsync) */
+	uint64_t len;      /* bytes to move (0 but for READ/WRITE) */
 	uint64_t off;      /* file offset of buf[0] */
+	const char *path;  /* RENAME: the old name, relative to fd */
+	const char *path2; /* RENAME: the new name, relative to fd */
 	uint64_t done;     /* bytes moved so far (engine) */
 	uint32_t retries;  /* -EAGAIN/-EINTR resubmissions so far (engine) */
-	int64_t res;       /* on completion: len, or a negative errno */
+	int64_t res;       /* on completion: len (READ/WRITE) or 0, or a negative errno */
 	void *ctx;         /* the submitter's */
 	struct kvs_io_req *next; /* engine-private link */
 };
@@ -51,7 +57,11 @@ struct kvs_io_req {
 struct kvs_io_eng;
 
 struct kvs_io_eng_ops {
-	/* Start req (0) or refuse it (-errno, nothing started). */
+	/* Start req (0) or refuse it (-errno, nothing started): -EAGAIN with qd
+	 * requests in the engine (submitted, not yet reaped; io_uring's submission
+	 * ring has room for qd); io_uring also fails the first submit when its ring
+	 * cannot be enabled.  So a caller that never has more than qd requests in
+	 * the engine is refused nothing after its first successful submit. */
 	int (*submit)(struct kvs_io_eng *e, struct kvs_io_req *req);
 	/* Reap up to max finished requests, waiting until deadline_ns (absolute
 	 * CLOCK_MONOTONIC) for the first.  Returns the count or -errno. */
@@ -87,10 +97,6 @@ int kvs_io_uring_open(uint32_t qd, uint32_t nfiles, const struct kvs_log *log,
 /* pthread pool of nthreads pread/pwrite workers for up to qd requests. */
 int kvs_io_pool_open(uint32_t qd, uint32_t nthreads, const struct kvs_log *log,
 		     struct kvs_io_eng **out);
-
-/* Move one request synchronously (pool workers; also the reference semantics):
- * loops on short transfers, EINTR/EAGAIN retried, EOF before len -> -EIO. */
-int64_t kvs_io_transfer_sync(struct kvs_io_req *req);
 
 /* 32 lowercase hex characters and a NUL. */
 void kvs_io_block_hex(const struct kvs_block_id *block, char hex[33]);

@@ -4,9 +4,10 @@
  * The plain build's only engine, and the kernel build's fallback when io_uring is
  * refused.  The issuer appends requests to a submission list (bounded: at most
  * qd requests in the engine at once, -EAGAIN beyond) and signals a worker; a
- * worker moves the whole transfer with kvs_io_transfer_sync() (looping on short
+ * worker moves the whole transfer with transfer_sync() (looping on short
  * transfers, EOF before len -> -EIO: the same semantics as the io_uring engine),
- * then appends the request to the completion list the issuer reaps, waiting on a
+ * or makes the fdatasync, close or renameat call, then appends the request to
+ * the completion list the issuer reaps, waiting on a
  * condition variable against an absolute CLOCK_MONOTONIC deadline.  One mutex
  * guards both lists: a transfer costs microseconds to milliseconds, so the lock
  * is never the bottleneck, and it keeps the engine obviously correct under TSan.
@@ -18,6 +19,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -39,13 +41,22 @@ struct pool {
 	pthread_t threads[];
 };
 
-int64_t kvs_io_transfer_sync(struct kvs_io_req *req)
+/* Move one request: loops on short transfers, EINTR/EAGAIN retried, EOF before
+ * len -> -EIO.  len or 0, or -errno. */
+static int64_t transfer_sync(struct kvs_io_req *req)
 {
-	if (req->op == KVS_IO_OP_FSYNC) {
+	switch (req->op) {
+	case KVS_IO_OP_FSYNC:
 		while (fdatasync(req->fd) < 0)
 			if (errno != EINTR)
 				return -errno;
 		return 0;
+	case KVS_IO_OP_CLOSE:
+		/* Never retried: Linux releases the descriptor even when close fails
+		 * (EINTR included), and its number may be someone else's by now. */
+		return close(req->fd) < 0 ? -errno : 0;
+	case KVS_IO_OP_RENAME:
+		return renameat(req->fd, req->path, req->fd, req->path2) < 0 ? -errno : 0;
 	}
 	while (req->done < req->len) {
 		char *p = req->buf + req->done;
@@ -85,7 +96,7 @@ static void *worker(void *arg)
 			p->sub_tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 
-		req->res = kvs_io_transfer_sync(req);
+		req->res = transfer_sync(req);
 		req->next = NULL;
 
 		pthread_mutex_lock(&p->mu);

@@ -12,9 +12,9 @@
  * shards_per_block, the tensor table, layout_tag; checksummed.  Shard i lives
  * at header_bytes + i * shard_bytes, header_bytes being 4096, or the O_DIRECT
  * offset alignment when larger, so that O_DIRECT reads of shards stay aligned (a
- * reader takes the size from the file's header).  The dump writes the header
- * synchronously when it creates the temp file, so it is in place before the
- * rename.  A reader reads and checks it when it opens the file (once per fd
+ * reader takes the size from the file's header).  A dump writes the header
+ * through the engine like a shard (see Dumps).  A reader reads and checks it
+ * on the issuer when it opens the file (once per fd
  * cache entry, not per shard): a file of another geometry is refused at submit
  * with -KVS_ECONFIG, logging the block, its root and both geometries; one that is
  * not a kvshare block file of this block (cut short, no or a bad magic, a bad
@@ -31,13 +31,37 @@
  * cannot hang the issuer), refuses the submit with -ENOENT.
  *
  * Dumps.  The first write of a block creates <hex>.tmp.<pid>.<random> next to the
- * final name (mode 0600: KV contents are users' prompts); a bitmap counts the
- * shards written.  When the last shard lands, the temp file is fdatasync'ed
- * (through the engine, unless KVS_BACKEND_F_NO_FSYNC) and renamed over the final
- * name, and only then does that last write complete: a reader never sees a
- * partial block.  A failed write discards the dump (temp file removed once its
- * transfers end).  The directory itself is not fsync'ed: after a power cut the
- * rename may be lost, leaving an absent block (a miss), never a partial one.
+ * final name (mode 0600: KV contents are users' prompts) and encodes the block's
+ * header into a buffer of the dump's own (aligned for O_DIRECT; freed once
+ * written).  Every step of a dump after that is a request of the engine, chained
+ * on the caller's write request (write_done): that first write writes the header,
+ * then its shard, so the header needs no room in the engine of its own, no shard
+ * can finish the block before the header is in, and a failed header write is
+ * the error of that write's completion.  A bitmap counts the shards written.
+ * When the last lands, the same request goes on to fdatasync the temp file
+ * (unless KVS_BACKEND_F_NO_FSYNC), close it and rename it over the final name,
+ * and only then does that last write complete: a reader never sees a partial
+ * block.  Each next step takes the place in the engine that the reap of the
+ * last just freed, so no step waits for room and none runs on the issuer.  A
+ * failed step discards the dump (temp file removed once its transfers end) and
+ * is the error of its write's completion.  The directory itself is not
+ * fsync'ed: after a power cut the rename may be lost, leaving an absent block (a
+ * miss), never a partial one.
+ *
+ * What the issuer still does itself (docs/io.md, "posix details"):
+ *  - create a dump's temp file: one openat(O_CREAT), and mkdirat of the fan-out
+ *    directories only when that says ENOENT.  Every write of the block is
+ *    submitted on the descriptor it returns, so with the create in the engine
+ *    the block's other writes (the store submits them right behind the first)
+ *    would have to wait inside the backend until it exists, and a failed
+ *    create would owe each of them a completion, which only a request of the
+ *    engine (a no-op per held write) can deliver without breaking the wait
+ *    descriptor's contract.  io_uring has no mkdirat before Linux 5.15, and
+ *    the library runs on 5.14.  It is one call per block, not per shard, and
+ *    moves no data (its cost: docs/io.md);
+ *  - open a block file for reading and read its header, once per fd cache
+ *    entry (a read of header_bytes);
+ *  - close and unlink a failed dump's temp file (the failure path, and close).
  *
  * Crash cleanup.  A writer killed mid-dump leaves only its temp file, named
  * <hex>.tmp.<pid>.<host tag><random> (host tag: 8 hex of a hash of the host
@@ -99,22 +123,31 @@ struct fd_entry {
 struct pending {
 	struct kvs_block_id id;
 	uint32_t root;
-	int fd;
-	int err;            /* first failed write: the dump is discarded */
-	bool finishing;     /* last shard written, fsync/rename under way */
-	uint32_t inflight;  /* transfers on fd */
+	int fd;             /* the temp file; -1 once its close is the engine's */
+	int err;            /* first failed step: the dump is discarded */
+	bool finishing;     /* every shard written: fsync, close, rename under way */
+	uint32_t inflight;  /* this dump's requests in the engine */
 	uint32_t written;   /* shards with their bit set */
-	char tmp[96];       /* relative to the root: aa/bb/<hex>.tmp.<pid>.<rand> */
+	unsigned char *hdr_buf; /* its header (header_bytes, aligned for O_DIRECT) until
+				   written; NULL after */
+	char path[48];      /* the block's name under the root: aa/bb/<hex> */
+	char tmp[96];       /* the temp file's: aa/bb/<hex>.tmp.<pid>.<host tag><rand> */
 	struct pending *next;
 	uint64_t bits[];    /* shards written */
 };
 
+/* A caller's transfer.  A write goes through steps on this one request, each
+ * handed to the engine as the last completes (write_done): the block's header
+ * first when the write starts its dump, then the shard; when the shard is the
+ * block's last, fdatasync, close and rename after it. */
 struct preq {
 	struct kvs_io_req req;
 	uint64_t token;
-	uint64_t len;          /* the caller's length (a write's, kept across its fsync) */
+	uint64_t len;          /* the caller's length (a write's, kept across its steps) */
+	char *buf;             /* a write's shard bytes and file offset, while its */
+	uint64_t off;          /*   block's header is written first */
 	struct fd_entry *fe;   /* reads */
-	struct pending *pb;    /* writes and fsyncs */
+	struct pending *pb;    /* writes */
 	struct preq *next_free;
 };
 
@@ -130,7 +163,8 @@ struct posix {
 	uint32_t spb;
 	struct kvs_io_block_hdr hdr; /* the header of the files this handle writes (block
 					set per dump); its geometry is this handle's */
-	unsigned char *hdr_buf; /* hdr.header_bytes, aligned for O_DIRECT: issuer only */
+	unsigned char *hdr_buf; /* hdr.header_bytes, aligned for O_DIRECT: the header of a
+				   block file being opened for reading (issuer only) */
 	uint32_t qd;
 	uint32_t flags;
 	uint32_t nroots;
@@ -478,23 +512,15 @@ static int64_t check_header(struct posix *p, const struct kvs_block_id *id, cons
 	return h.header_bytes;
 }
 
-/* Write the header of block id at offset 0 of its temp file fd (tmp: its name,
- * for the log), synchronously: the issuer creates the file here anyway, and
- * the header is in place before any shard's write.  0 or -errno (logged). */
-static int write_header(struct posix *p, int fd, const struct kvs_block_id *id, const char *tmp)
+/* A buffer of hdr.header_bytes aligned for O_DIRECT (memory alignment, at least
+ * a page), or NULL. */
+static unsigned char *hdr_buf_alloc(const struct posix *p)
 {
-	struct kvs_io_req req = { .op = KVS_IO_OP_WRITE, .fd = fd, .file_idx = -1,
-				  .buf = (char *)p->hdr_buf, .len = p->hdr.header_bytes };
-	int64_t rc;
+	void *buf = NULL;
 
-	p->hdr.block = *id;
-	memset(p->hdr_buf, 0, p->hdr.header_bytes);
-	kvs_io_block_hdr_encode(&p->hdr, p->hdr_buf);
-	rc = kvs_io_transfer_sync(&req);
-	if (rc < 0)
-		kvs_log_error(&p->log, "backend: writing the header of temp file %s: %s", tmp,
-			      strerror((int)-rc));
-	return rc < 0 ? (int)rc : 0;
+	if (posix_memalign(&buf, p->dio_mem > 4096 ? p->dio_mem : 4096, p->hdr.header_bytes))
+		return NULL;
+	return buf;
 }
 
 /* --------------------------------------------------------------- fd cache */
@@ -643,6 +669,12 @@ static void pending_unlink(struct posix *p, struct pending *pb)
 		}
 }
 
+static void pending_free(struct pending *pb)
+{
+	free(pb->hdr_buf);
+	free(pb);
+}
+
 /* Drop a failed (or abandoned) dump: close and remove its temp file. */
 static void pending_discard(struct posix *p, struct pending *pb)
 {
@@ -650,29 +682,7 @@ static void pending_discard(struct posix *p, struct pending *pb)
 	if (pb->fd >= 0)
 		close(pb->fd);
 	unlinkat(p->root_fd[pb->root], pb->tmp, 0);
-	free(pb);
-}
-
-/* Every shard written (and synced): rename into place.  Returns 0 or -errno. */
-static int pending_finish(struct posix *p, struct pending *pb)
-{
-	char path[48];
-	int rc = 0;
-
-	rel_path(&pb->id, path, sizeof(path));
-	close(pb->fd);
-	pb->fd = -1;
-	if (renameat(p->root_fd[pb->root], pb->tmp, p->root_fd[pb->root], path) < 0) {
-		rc = -errno;
-		kvs_log_error(&p->log, "backend: rename of dumped block %s: %s", path,
-			      strerror(-rc));
-		pending_discard(p, pb);
-		return rc;
-	}
-	fd_invalidate(p, &pb->id);
-	pending_unlink(p, pb);
-	free(pb);
-	return 0;
+	pending_free(pb);
 }
 
 static int mkdir_fanout(int rootfd, const char *rel)
@@ -688,50 +698,68 @@ static int mkdir_fanout(int rootfd, const char *rel)
 	return 0;
 }
 
-/* The live dump of id, or a new one with its temp file created. */
-static int pending_get(struct posix *p, const struct kvs_block_id *id, struct pending **out)
+/* Create pb's temp file; the descriptor or -errno.  The fan-out directories
+ * are made only when the open says one is missing: most dumps find them, and
+ * cost the issuer this one openat. */
+static int create_temp(struct posix *p, const struct pending *pb)
+{
+	int flags = O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC |
+		    ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0);
+	int fd = openat(p->root_fd[pb->root], pb->tmp, flags, 0600);
+	int rc;
+
+	if (fd >= 0 || errno != ENOENT)
+		return fd >= 0 ? fd : -errno;
+	rc = mkdir_fanout(p->root_fd[pb->root], pb->path);
+	if (rc < 0)
+		return rc;
+	fd = openat(p->root_fd[pb->root], pb->tmp, flags, 0600);
+	return fd >= 0 ? fd : -errno;
+}
+
+/*
+ * The live dump of id, or a new one (*fresh) with its temp file created and
+ * its header encoded into pb->hdr_buf, for the caller to write ahead of the
+ * shard that starts the dump.
+ */
+static int pending_get(struct posix *p, const struct kvs_block_id *id, struct pending **out,
+		       bool *fresh)
 {
 	size_t words = (p->spb + 63) / 64;
 	struct pending *pb;
-	char path[48];
-	int rc;
 
+	*fresh = false;
 	for (pb = p->pending; pb; pb = pb->next)
 		if (!pb->err && !pb->finishing && !memcmp(&pb->id, id, sizeof(*id))) {
 			*out = pb;
 			return 0;
 		}
 	pb = calloc(1, sizeof(*pb) + words * sizeof(uint64_t));
-	if (!pb)
+	if (!pb || !(pb->hdr_buf = hdr_buf_alloc(p))) {
+		free(pb);
 		return -ENOMEM;
+	}
 	pb->id = *id;
 	pb->root = root_of(p, id);
-	rel_path(id, path, sizeof(path));
-	snprintf(pb->tmp, sizeof(pb->tmp), "%s.tmp.%d.%s%08x", path, (int)getpid(), p->host_tag,
-		 (unsigned)next_rand(p));
-	rc = mkdir_fanout(p->root_fd[pb->root], path);
-	if (rc == 0) {
-		pb->fd = openat(p->root_fd[pb->root], pb->tmp,
-				O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC |
-					((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0),
-				0600);
-		if (pb->fd < 0)
-			rc = -errno;
-	}
-	if (rc < 0) {
+	rel_path(id, pb->path, sizeof(pb->path));
+	snprintf(pb->tmp, sizeof(pb->tmp), "%s.tmp.%d.%s%08x", pb->path, (int)getpid(),
+		 p->host_tag, (unsigned)next_rand(p));
+	pb->fd = create_temp(p, pb);
+	if (pb->fd < 0) {
+		int rc = pb->fd;
+
 		kvs_log_error(&p->log, "backend: creating temp file %s in root %s: %s", pb->tmp,
 			      p->root_name[pb->root], strerror(-rc));
-		free(pb);
+		pending_free(pb);
 		return rc;
 	}
-	rc = write_header(p, pb->fd, id, pb->tmp);
-	if (rc < 0) {
-		pending_discard(p, pb); /* not listed yet: closes, removes, frees */
-		return rc;
-	}
+	p->hdr.block = *id;
+	memset(pb->hdr_buf, 0, p->hdr.header_bytes);
+	kvs_io_block_hdr_encode(&p->hdr, pb->hdr_buf);
 	pb->next = p->pending;
 	p->pending = pb;
 	*out = pb;
+	*fresh = true;
 	return 0;
 }
 
@@ -809,24 +837,36 @@ static int posix_submit_write(void *state, const struct kvs_backend_io *io)
 {
 	struct posix *p = state;
 	struct preq *r;
+	bool fresh;
 	int rc = check_dio(p, io);
 
 	if (rc < 0)
 		return rc;
 	r = preq_get(p);
 	if (!r)
-		return -EAGAIN;
-	rc = pending_get(p, &io->block, &r->pb);
+		return -EAGAIN; /* before the dump is created: nothing to undo */
+	rc = pending_get(p, &io->block, &r->pb, &fresh);
 	if (rc < 0) {
 		preq_put(p, r);
 		return rc;
 	}
 	preq_fill(r, io, KVS_IO_OP_WRITE, r->pb->fd, -1,
 		  p->hdr.header_bytes + io->shard * p->shard_bytes);
+	if (fresh) {
+		/* This write starts the dump: the header goes first, on this request,
+		 * then the shard (next_step).  So the header needs no room in the
+		 * engine of its own, the block cannot complete before its header is
+		 * written, and a failed header is this write's error. */
+		r->buf = r->req.buf;
+		r->off = r->req.off;
+		r->req.buf = (char *)r->pb->hdr_buf;
+		r->req.len = p->hdr.header_bytes;
+		r->req.off = 0;
+	}
 	rc = engine_submit(p, r);
 	if (rc < 0) {
-		if (r->pb->inflight == 0 && r->pb->written == 0)
-			pending_discard(p, r->pb);
+		if (fresh)
+			pending_discard(p, r->pb); /* nothing of it in flight */
 		preq_put(p, r);
 		return rc;
 	}
@@ -835,57 +875,117 @@ static int posix_submit_write(void *state, const struct kvs_backend_io *io)
 }
 
 /*
- * A write (or its block's fsync) ended.  Returns true when r's completion is to
- * be delivered now with *res; false when r went on as the block's fsync.
+ * Set write r up for the step of its dump that follows the one that just ended
+ * well: the header -> the shard; the block's last shard -> fdatasync (unless
+ * KVS_BACKEND_F_NO_FSYNC) -> close -> rename.  Returns true when there is one;
+ * false when r is finished: a shard that did not finish its block, or the
+ * rename that put the block in place (its dump is freed, r->pb NULL).
  */
-static bool write_done(struct posix *p, struct preq *r, int64_t *res)
+static bool next_step(struct posix *p, struct preq *r)
 {
 	struct pending *pb = r->pb;
+	uint32_t op, shard;
 
-	pb->inflight--;
-	*res = r->req.res;
-	if (*res < 0) {
-		if (!pb->err)
-			pb->err = (int)*res;
-	} else if (r->req.op == KVS_IO_OP_FSYNC) {
-		int rc = pending_finish(p, pb);
-
-		*res = rc < 0 ? rc : (int64_t)r->len;
-		return true;
-	} else {
-		uint32_t shard = (uint32_t)((r->req.off - p->hdr.header_bytes) / p->shard_bytes);
-
+	switch (r->req.op) {
+	case KVS_IO_OP_WRITE:
+		if (r->req.off == 0) { /* the header: shards start at header_bytes */
+			free(pb->hdr_buf);
+			pb->hdr_buf = NULL;
+			r->req.buf = r->buf;
+			r->req.len = r->len;
+			r->req.off = r->off;
+			return true;
+		}
+		shard = (uint32_t)((r->req.off - p->hdr.header_bytes) / p->shard_bytes);
 		if (!(pb->bits[shard / 64] & (UINT64_C(1) << (shard % 64)))) {
 			pb->bits[shard / 64] |= UINT64_C(1) << (shard % 64);
 			pb->written++;
 		}
-		*res = (int64_t)r->len;
-		if (pb->written == p->spb && !pb->err && pb->inflight == 0) {
-			pb->finishing = true;
-			if (p->flags & KVS_BACKEND_F_NO_FSYNC) {
-				int rc = pending_finish(p, pb);
+		if (pb->written < p->spb || pb->err || pb->inflight)
+			return false;
+		pb->finishing = true;
+		/* Closed before the rename, and in the engine: on NFS a close writes
+		 * back what is still dirty (everything, with KVS_BACKEND_F_NO_FSYNC)
+		 * and reports write-back errors. */
+		op = (p->flags & KVS_BACKEND_F_NO_FSYNC) ? KVS_IO_OP_CLOSE : KVS_IO_OP_FSYNC;
+		break;
+	case KVS_IO_OP_FSYNC:
+		op = KVS_IO_OP_CLOSE;
+		break;
+	case KVS_IO_OP_CLOSE:
+		op = KVS_IO_OP_RENAME;
+		break;
+	default: /* KVS_IO_OP_RENAME: the block is in place */
+		fd_invalidate(p, &pb->id);
+		pending_unlink(p, pb);
+		pending_free(pb);
+		r->pb = NULL;
+		return false;
+	}
+	memset(&r->req, 0, sizeof(r->req));
+	r->req.op = op;
+	r->req.fd = op == KVS_IO_OP_RENAME ? p->root_fd[pb->root] : pb->fd;
+	r->req.file_idx = -1;
+	r->req.path = pb->tmp;
+	r->req.path2 = pb->path;
+	r->req.ctx = r;
+	return true;
+}
 
-				*res = rc < 0 ? rc : (int64_t)r->len;
-				return true;
-			}
-			memset(&r->req, 0, sizeof(r->req));
-			r->req.op = KVS_IO_OP_FSYNC;
-			r->req.fd = pb->fd;
-			r->req.file_idx = -1;
-			r->req.ctx = r;
-			if (engine_submit(p, r) == 0) {
-				pb->inflight++;
-				return false;
-			}
-			*res = kvs_io_transfer_sync(&r->req); /* engine full: sync here */
-			if (*res == 0) {
-				int rc = pending_finish(p, pb);
+/* A failed step of a dump other than a shard's write (which its caller logs),
+ * for the log line. */
+static const char *step_name(const struct kvs_io_req *req)
+{
+	switch (req->op) {
+	case KVS_IO_OP_FSYNC:
+		return "fdatasync of";
+	case KVS_IO_OP_CLOSE:
+		return "closing";
+	case KVS_IO_OP_RENAME:
+		return "renaming";
+	}
+	return req->off == 0 ? "writing the header of" : NULL;
+}
 
-				*res = rc < 0 ? rc : (int64_t)r->len;
-				return true;
-			}
-			pb->err = (int)*res;
+/*
+ * A step of write r ended.  Returns true when r's completion is to be
+ * delivered now with *res (the shard's length, or the error of whichever step
+ * failed); false when r went on to its next step.
+ *
+ * No step runs on the issuer, and none waits for room: the next step takes the
+ * place in the engine that r's reap has just freed (every engine request is one
+ * of queue_depth preqs, the engine's depth, and the engine has been used: it
+ * refuses nothing then, io/internal.h), so a refusal here is an engine failure,
+ * and fails the step like any error.
+ */
+static bool write_done(struct posix *p, struct preq *r, int64_t *res)
+{
+	struct pending *pb = r->pb;
+	int rc = r->req.res < 0 ? (int)r->req.res : 0;
+
+	pb->inflight--;
+	*res = (int64_t)r->len;
+	if (rc == 0 && next_step(p, r)) {
+		rc = engine_submit(p, r);
+		if (rc == 0) {
+			pb->inflight++;
+			if (r->req.op == KVS_IO_OP_CLOSE)
+				pb->fd = -1; /* the engine's: the number may be reused before
+						its completion */
+			return false;
 		}
+	}
+	if (!r->pb)
+		return true; /* renamed into place */
+	if (rc < 0) {
+		const char *step = step_name(&r->req);
+
+		if (step)
+			kvs_log_error(&p->log, "backend: %s temp file %s in root %s: %s", step,
+				      pb->tmp, p->root_name[pb->root], strerror(-rc));
+		if (!pb->err)
+			pb->err = rc;
+		*res = rc;
 	}
 	if (pb->err && pb->inflight == 0)
 		pending_discard(p, pb);
@@ -916,7 +1016,7 @@ static int posix_poll(void *state, struct kvs_backend_completion *out, uint32_t 
 			if (r->req.op == KVS_IO_OP_READ) {
 				fd_put(p, r->fe);
 			} else if (!write_done(p, r, &res)) {
-				continue; /* became the block's fsync; completes later */
+				continue; /* went on to its next step; completes later */
 			}
 			out[n].token = r->token;
 			out[n].result = res;
@@ -1087,14 +1187,13 @@ static int open_engine(struct posix *p, const struct kvs_backend_config *cfg)
 	return kvs_io_pool_open(p->qd, cfg->pool_threads, &p->log, &p->eng);
 }
 
-/* The header of the files this handle writes, and the buffer headers are read
- * and written through: 4096 bytes, or the O_DIRECT offset alignment when larger
- * (a multiple of it), the buffer aligned for O_DIRECT. */
+/* The header of the files this handle writes (each dump encodes it into a
+ * buffer of its own) and the buffer headers are read through: 4096 bytes, or
+ * the O_DIRECT offset alignment when larger (a multiple of it). */
 static int header_init(struct posix *p, const struct kvs_backend_config *cfg)
 {
 	uint64_t align = p->dio_off ? p->dio_off : 1;
 	uint64_t bytes = (KVS_IO_BLOCK_HDR_MIN_BYTES + align - 1) / align * align;
-	void *buf = NULL;
 
 	if (bytes > KVS_IO_BLOCK_HDR_MAX_BYTES) {
 		kvs_log_error(&p->log, "backend: io_direct: an O_DIRECT alignment of %u bytes would "
@@ -1102,10 +1201,10 @@ static int header_init(struct posix *p, const struct kvs_backend_config *cfg)
 			      KVS_IO_BLOCK_HDR_MAX_BYTES);
 		return -EINVAL;
 	}
-	if (posix_memalign(&buf, p->dio_mem > 4096 ? p->dio_mem : 4096, bytes))
-		return -ENOMEM;
-	p->hdr_buf = buf;
 	p->hdr.header_bytes = (uint32_t)bytes;
+	p->hdr_buf = hdr_buf_alloc(p);
+	if (!p->hdr_buf)
+		return -ENOMEM;
 	kvs_io_geom_init(&p->hdr.geom, cfg);
 	return 0;
 }

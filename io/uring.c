@@ -20,7 +20,11 @@
  * plans, and chunks are pinned on first use, one per submit (uring_bufs.c).  Files come from the posix backend's fd cache
  * through a sparse registered-file table (IOSQE_FIXED_FILE).  A short transfer is
  * resubmitted for its remainder; a zero-byte read before len (end of file) is
- * -EIO; any other cqe->res error passes through unchanged.
+ * -EIO; any other cqe->res error passes through unchanged.  A dumped block's
+ * fdatasync, close and renameat are requests like the writes (IORING_OP_FSYNC;
+ * IORING_OP_CLOSE from Linux 5.6 and IORING_OP_RENAMEAT from 5.11, both below
+ * the 5.14 the library needs); the kernel runs them on its io-wq workers when
+ * they would block.
  *
  * Wait descriptor: an eventfd registered with the ring at open (before the ring
  * is enabled, so no completion can predate it).  The kernel signals it when a
@@ -113,8 +117,14 @@ static int prep(struct uring *u, struct kvs_io_req *req)
 		else
 			io_uring_prep_write(sqe, fd, p, (unsigned)n, req->off + req->done);
 		break;
-	default:
+	case KVS_IO_OP_FSYNC:
 		io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+		break;
+	case KVS_IO_OP_CLOSE: /* IORING_OP_CLOSE: Linux 5.6 */
+		io_uring_prep_close(sqe, req->fd);
+		break;
+	default: /* KVS_IO_OP_RENAME; IORING_OP_RENAMEAT: Linux 5.11 */
+		io_uring_prep_renameat(sqe, req->fd, req->path, req->fd, req->path2, 0);
 		break;
 	}
 	if (req->file_idx >= 0)
@@ -148,8 +158,8 @@ static int uring_submit(struct kvs_io_eng *e, struct kvs_io_req *req)
 /* Handle one cqe: true when req is finished (req->res set), false if resubmitted. */
 static bool complete(struct uring *u, struct kvs_io_req *req, int res)
 {
-	if (req->op == KVS_IO_OP_FSYNC) {
-		req->res = res < 0 ? res : 0;
+	if (req->op != KVS_IO_OP_READ && req->op != KVS_IO_OP_WRITE) {
+		req->res = res < 0 ? res : 0; /* fsync, close, rename: not retried */
 		return true;
 	}
 	if (res > 0 || ((res == -EAGAIN || res == -EINTR) && req->retries++ < MAX_RETRIES)) {

@@ -9,7 +9,11 @@
  * and kill -9 of an exec'd writer in the middle of a
  * dump (the block stays absent; the next open removes the temp file; temp files
  * of live writers are kept), and two exec'd processes dumping the same blocks at
- * once (with and without fsync).
+ * once (with and without fsync).  Writes held or failed by interposing pwrite and
+ * fdatasync (slow_writes_pool, header_fails_pool, fsync_fails_pool): starting
+ * the dumps of new blocks never waits for storage, and a failed block header,
+ * fsync or rename fails the block's dump on one write's completion, leaving no
+ * temp file (rename_fails_* on both engines).
  *
  * Two groups of cases, two CTest tests of this binary:
  *   io_posix        (default) the pool engine's cases and the engine-neutral
@@ -43,6 +47,9 @@
 /* A block file's header (docs/io.md, "Block file format": 4096 bytes, or the
  * O_DIRECT alignment when larger; 512 or 4096 on the filesystems here). */
 #define BLOCK_HDR 4096
+/* slow_writes_pool: every pwrite held this long (slow storage), new blocks dumped. */
+#define HOLD_MS 50
+#define SLOW_BLOCKS 8
 
 static char g_root[256];
 static char g_log[4096]; /* last error lines, for "the log names the field" */
@@ -54,6 +61,76 @@ static void log_cb(void *arg, int level, const char *msg)
 		size_t n = strlen(g_log);
 		snprintf(g_log + n, sizeof(g_log) - n, "%s\n", msg);
 	}
+}
+
+/*
+ * pwrite and fdatasync of this whole process, interposed.  The library is
+ * linked into this program statically, so its calls (the pool engine's
+ * workers'; the issuer's own, were it to write) bind to these definitions at
+ * link time; the sanitizer runtimes' interceptors, in shared libraries, lose to
+ * a program's own definitions the same way.  slow_writes_pool checks that its
+ * pwrites were held, so a build where they were not fails rather than passing
+ * vacuously.  The io_uring engine makes neither call: the kernel writes.
+ *
+ * Off unless a case sets them: every pwrite sleeps g_hold_ms first; a pwrite at
+ * offset 0 (only a block header lives there) fails with g_fail_hdr_errno;
+ * fdatasync fails with g_fail_sync_errno.  Relaxed atomics: the test thread sets
+ * them before a submit and clears them after the reaps, and the pool's mutex
+ * (submission and completion lists) orders both against the worker's calls.
+ */
+static int g_hold_ms, g_fail_hdr_errno, g_fail_sync_errno;
+static unsigned g_held; /* pwrites held so far */
+
+static void hooks_off(void)
+{
+	__atomic_store_n(&g_hold_ms, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_fail_hdr_errno, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_fail_sync_errno, 0, __ATOMIC_RELAXED);
+}
+
+static ssize_t hooked_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	int hold_ms = __atomic_load_n(&g_hold_ms, __ATOMIC_RELAXED);
+	int fail = __atomic_load_n(&g_fail_hdr_errno, __ATOMIC_RELAXED);
+
+	if (hold_ms) {
+		struct timespec ts = { 0, hold_ms * 1000000L };
+
+		__atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+	if (fail && off == 0) {
+		errno = fail;
+		return -1;
+	}
+	return syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+/* Named by their symbols: <unistd.h> may redirect pwrite to pwrite64. */
+ssize_t kvs_test_pwrite(int fd, const void *buf, size_t n, off_t off) __asm__("pwrite");
+ssize_t kvs_test_pwrite64(int fd, const void *buf, size_t n, off_t off) __asm__("pwrite64");
+int kvs_test_fdatasync(int fd) __asm__("fdatasync");
+
+ssize_t kvs_test_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	return hooked_pwrite(fd, buf, n, off);
+}
+
+ssize_t kvs_test_pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+	return hooked_pwrite(fd, buf, n, off);
+}
+
+int kvs_test_fdatasync(int fd)
+{
+	int fail = __atomic_load_n(&g_fail_sync_errno, __ATOMIC_RELAXED);
+
+	if (fail) {
+		errno = fail;
+		return -1;
+	}
+	return (int)syscall(SYS_fdatasync, fd);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -129,15 +206,23 @@ static int wait_one(struct kvs_backend *b, struct kvs_backend_completion *c)
 	return -ETIMEDOUT;
 }
 
+/* Submit the write of shard s of block blk from buf; token 100 + s. */
+static int submit_shard(struct kvs_backend *b, uint32_t blk, uint32_t s, unsigned char *buf)
+{
+	struct kvs_backend_io io = { .block = block_of(blk), .shard = s, .buf = buf,
+				     .len = SHARD, .token = 100 + s };
+
+	return kvs_backend_submit_write(b, &io);
+}
+
 /* Dump block blk (all shards) from an aligned buffer; every completion == SHARD. */
 static int dump_block(struct kvs_backend *b, uint32_t blk, unsigned char *buf, uint32_t nshards)
 {
 	for (uint32_t s = 0; s < nshards; s++) {
-		struct kvs_backend_io io = { .block = block_of(blk), .shard = s,
-					     .buf = buf + (size_t)s * SHARD, .len = SHARD,
-					     .token = 100 + s };
-		fill_pattern(io.buf, blk, s, 0, SHARD);
-		int rc = kvs_backend_submit_write(b, &io);
+		int rc;
+
+		fill_pattern(buf + (size_t)s * SHARD, blk, s, 0, SHARD);
+		rc = submit_shard(b, blk, s, buf + (size_t)s * SHARD);
 		if (rc < 0)
 			return rc;
 	}
@@ -1271,6 +1356,251 @@ static kvs_test_rc test_concurrent_dumps(void)
 	return KVS_TEST_PASS;
 }
 
+/* ------------------------------------------------ writes held or failed */
+
+/* Make the directories above path (a block_file name) that g_root lacks. */
+static kvs_test_rc mkdir_parents(char *path)
+{
+	for (char *slash = path + strlen(g_root) + 1; (slash = strchr(slash, '/')); slash++) {
+		*slash = '\0';
+		if (mkdir(path, 0700) < 0 && errno != EEXIST)
+			KVS_FAILF("mkdir %s: %s", path, strerror(errno));
+		*slash = '/';
+	}
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Issue 29 item 11: with every pwrite held HOLD_MS (slow storage; the pool
+ * engine), starting the dumps of SLOW_BLOCKS new blocks must not wait for
+ * storage: the block header is written through the engine like the shards, so
+ * a submit only creates the temp file.  When the issuer wrote each header
+ * itself, every new block's first submit took one held pwrite (>= 400 ms for
+ * 8), and the issuer -- the store's dispatcher -- was deaf meanwhile.
+ */
+static kvs_test_rc slow_writes(struct kvs_backend *b, unsigned char *buf)
+{
+	const uint32_t n = SLOW_BLOCKS * SPB;
+	uint64_t t0, first_ns, rest_ns, done_ns;
+	unsigned held;
+	int finals;
+
+	/* The fan-out directories exist, as for most dumps of a store in use: the
+	 * submits time one openat each, and storage. */
+	for (uint32_t blk = 300; blk < 300 + SLOW_BLOCKS; blk++) {
+		struct kvs_block_id id = block_of(blk);
+		char path[400];
+
+		block_file(&id, path, sizeof(path), NULL);
+		KVS_TRY(mkdir_parents(path));
+	}
+	for (uint32_t i = 0; i < n; i++)
+		fill_pattern(buf + (size_t)i * SHARD, 300 + i / SPB, i % SPB, 0, SHARD);
+	__atomic_store_n(&g_held, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_hold_ms, HOLD_MS, __ATOMIC_RELAXED);
+	/* Shard 0 of every block first: each starts its block's dump. */
+	t0 = kvs_now_ns();
+	for (uint32_t i = 0; i < n; i += SPB)
+		KVS_CHECK_OK(submit_shard(b, 300 + i / SPB, 0, buf + (size_t)i * SHARD));
+	first_ns = kvs_now_ns() - t0;
+	for (uint32_t i = 0; i < n; i++)
+		if (i % SPB)
+			KVS_CHECK_OK(submit_shard(b, 300 + i / SPB, i % SPB,
+						  buf + (size_t)i * SHARD));
+	rest_ns = kvs_now_ns() - t0 - first_ns;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvs_backend_completion c;
+
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		KVS_CHECK_EQ(c.result, SHARD);
+	}
+	done_ns = kvs_now_ns() - t0;
+	held = __atomic_load_n(&g_held, __ATOMIC_RELAXED);
+	hooks_off();
+	printf("slow_writes_pool: every pwrite held %d ms; the first writes of %d new blocks "
+	       "submitted in %.2f ms (target < 50 ms in all; the issuer writing each header: "
+	       ">= %d ms), the other %u in %.2f ms; all %u complete after %.0f ms, %u pwrites "
+	       "held\n",
+	       HOLD_MS, SLOW_BLOCKS, (double)first_ns / 1e6, SLOW_BLOCKS * HOLD_MS,
+	       n - SLOW_BLOCKS, (double)rest_ns / 1e6, n, (double)done_ns / 1e6, held);
+	/* Every shard and every header went through the hook: the hold was real. */
+	if (held < n + SLOW_BLOCKS)
+		KVS_FAILF("%u of %u pwrites held: the library's pwrite is not this program's",
+			  held, n + SLOW_BLOCKS);
+	if (first_ns >= 50 * KVS_NSEC_PER_MSEC)
+		KVS_FAILF("starting %d dumps took %.2f ms: a submit waited for storage",
+			  SLOW_BLOCKS, (double)first_ns / 1e6);
+	for (uint32_t blk = 300; blk < 300 + SLOW_BLOCKS; blk++) {
+		struct kvs_block_id id = block_of(blk);
+		uint32_t s = blk % SPB;
+
+		KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+		KVS_TRY(read_check(b, blk, s, buf));
+	}
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
+	KVS_CHECK_EQ(finals, SLOW_BLOCKS);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_slow_writes_pool(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SLOW_BLOCKS * SPB * SHARD);
+	kvs_test_rc rc;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("slow"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_POOL);
+	cfg.queue_depth = SLOW_BLOCKS * SPB;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	rc = slow_writes(b, buf);
+	hooks_off(); /* also when it failed half way */
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return rc;
+}
+
+/* Submit every shard of block blk and reap them all: exactly one completes with
+ * want (*failed: its shard), the others whole; the dump leaves no temp file and
+ * no block. */
+static kvs_test_rc dump_fails_once(struct kvs_backend *b, uint32_t blk, unsigned char *buf,
+				   int64_t want, uint32_t *failed)
+{
+	struct kvs_block_id id = block_of(blk);
+	int errors = 0, finals;
+
+	for (uint32_t s = 0; s < SPB; s++) {
+		fill_pattern(buf + (size_t)s * SHARD, blk, s, 0, SHARD);
+		KVS_CHECK_OK(submit_shard(b, blk, s, buf + (size_t)s * SHARD));
+	}
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_completion c;
+
+		KVS_CHECK_EQ(wait_one(b, &c), 1);
+		if (c.result == SHARD)
+			continue;
+		KVS_CHECK_ERR(c.result, want);
+		*failed = (uint32_t)(c.token - 100);
+		errors++;
+	}
+	KVS_CHECK_EQ(errors, 1);
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
+	return KVS_TEST_PASS;
+}
+
+/* A failed header write fails the dump on the completion of the write that
+ * started it (shard 0 here), like a failed shard write; the block dumps again. */
+static kvs_test_rc test_header_fails_pool(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	struct kvs_block_id id = block_of(310);
+	uint32_t failed = SPB;
+	kvs_test_rc rc;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("hdrfail"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_POOL);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	__atomic_store_n(&g_fail_hdr_errno, EIO, __ATOMIC_RELAXED);
+	rc = dump_fails_once(b, 310, buf, -EIO, &failed);
+	hooks_off();
+	KVS_TRY(rc);
+	KVS_CHECK_EQ(failed, 0);
+	KVS_CHECK(strstr(g_log, "header") != NULL);
+	KVS_CHECK_OK(dump_block(b, 310, buf, SPB));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* A failed fdatasync fails the write that finished the block; no temp file. */
+static kvs_test_rc test_fsync_fails_pool(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	uint32_t failed = SPB;
+	kvs_test_rc rc;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("syncfail"));
+	cfg_posix(&cfg, KVS_IO_ENGINE_POOL);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	__atomic_store_n(&g_fail_sync_errno, EIO, __ATOMIC_RELAXED);
+	rc = dump_fails_once(b, 311, buf, -EIO, &failed);
+	hooks_off();
+	KVS_TRY(rc);
+	KVS_CHECK(strstr(g_log, "fdatasync") != NULL);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* A directory (not empty) at the block's name: the rename fails (-EISDIR) on the
+ * write that finished the block, the temp file goes, the directory stays and
+ * reads as an absent block; once it is gone the block dumps. */
+static kvs_test_rc rename_fails(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	struct kvs_block_id id = block_of(312);
+	char path[400], file[440];
+	uint32_t failed = SPB;
+	struct stat st;
+	int fd, finals;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("renfail"));
+	block_file(&id, path, sizeof(path), NULL);
+	KVS_TRY(mkdir_parents(path));
+	KVS_CHECK_EQ(mkdir(path, 0700), 0);
+	snprintf(file, sizeof(file), "%s/x", path);
+	fd = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	KVS_CHECK(fd >= 0);
+	close(fd);
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_TRY(dump_fails_once(b, 312, buf, -EISDIR, &failed));
+	KVS_CHECK(strstr(g_log, "renam") != NULL);
+	KVS_CHECK_EQ(stat(path, &st), 0);
+	KVS_CHECK(S_ISDIR(st.st_mode));
+	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
+	KVS_CHECK_EQ(finals, 1);
+	{
+		struct kvs_backend_io io = { .block = id, .buf = buf, .len = SHARD };
+
+		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -ENOENT);
+	}
+	KVS_CHECK_EQ(unlink(file), 0);
+	KVS_CHECK_EQ(rmdir(path), 0);
+	KVS_CHECK_OK(dump_block(b, 312, buf, SPB));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_rename_fails_pool(void)
+{
+	return rename_fails(KVS_IO_ENGINE_POOL);
+}
+
+static kvs_test_rc test_rename_fails_uring(void)
+{
+	SKIP_WITHOUT_URING();
+	return rename_fails(KVS_IO_ENGINE_URING);
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "roundtrip_pool", test_roundtrip_pool },
 	{ "direct_pool", test_direct_pool },
@@ -1287,6 +1617,10 @@ static const struct kvs_test_case cases[] = {
 	{ "geometry_pool", test_geometry_pool },
 	{ "geometry_direct_pool", test_geometry_direct_pool },
 	{ "hostile_headers_pool", test_hostile_headers_pool },
+	{ "slow_writes_pool", test_slow_writes_pool },
+	{ "header_fails_pool", test_header_fails_pool },
+	{ "fsync_fails_pool", test_fsync_fails_pool },
+	{ "rename_fails_pool", test_rename_fails_pool },
 };
 
 /* `io_posix --uring [case...]` (CTest: io_posix_uring). */
@@ -1300,6 +1634,7 @@ static const struct kvs_test_case uring_cases[] = {
 	{ "geometry_uring", test_geometry_uring },
 	{ "geometry_direct_uring", test_geometry_direct_uring },
 	{ "hostile_headers_uring", test_hostile_headers_uring },
+	{ "rename_fails_uring", test_rename_fails_uring },
 };
 
 static const struct kvs_test_child children[] = {
