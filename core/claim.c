@@ -510,7 +510,7 @@ int kvs_core_claim_elect(struct kvs_cache *c, const struct kvs_claim_ref *ref)
 	}
 	claims_unlock(c);
 	if (takeover)
-		kvs_core_reap_dead(c); /* its pins: the slots evictable once written */
+		kvs_core_reap_try(c); /* its pins: the slots evictable once written */
 	return rc;
 }
 

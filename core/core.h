@@ -124,15 +124,24 @@ int kvs_core_lifecycle_enter(struct kvs_cache *c);
 void kvs_core_lifecycle_exit(struct kvs_cache *c);
 /* Is rank entry r alive (its OFD byte locked by someone)?  Own entry: true. */
 bool kvs_core_rank_alive(struct kvs_cache *c, uint32_t r, uint32_t epoch);
+/* A counter of an entry less its base (0 while the base, read first, is ahead:
+ * a rank just attached).  relaxed: statistics. */
+static inline uint64_t kvs_core_stat_since(_Atomic uint64_t *v, _Atomic uint64_t *base)
+{
+	uint64_t n = atomic_load_explicit(v, memory_order_relaxed);
+	uint64_t b = base ? atomic_load_explicit(base, memory_order_relaxed) : 0;
+
+	return n > b ? n - b : 0;
+}
 /* Record entry e's counters as the base of its next attach (lifecycle lock
  * held, before ATTACHED is published): a rank's own counts are the entry's
  * less them (stats.c). */
 void kvs_core_stats_base(struct kvs_shm_rank *e);
-/* Reap every dead attached entry (drops its pins).  _locked: the caller holds
- * the lifecycle lock.  Returns the number reaped or -errno.  Must not be called
- * holding a bucket lock. */
+
+/* Reap every dead attached entry (drops its pins), the caller holding the
+ * lifecycle lock.  Returns the number reaped.  Must not be called holding a
+ * bucket lock. */
 int kvs_core_reap_locked(struct kvs_cache *c);
-int kvs_core_reap_dead(struct kvs_cache *c);
 /* Reap the dead entries if there are any and the lifecycle lock is free right
  * now (never waits for it): the number reaped, 0 (none dead), -EBUSY (the
  * lock is held: try later), or -errno.  The pins' bucket locks are waited for

@@ -23,11 +23,12 @@
  * it; its counters stay where they are (core/layout.h: counters are an
  * entry's, over all its attaches).  An entry whose pins could not all be
  * dropped (a bucket lock timed out) stays ATTACHED for the next reaper.  Who
- * reaps: every attach; a waiter whose filler died; a takeover of a dead
- * writer's claim; a get that found every candidate slot pinned; and each
- * rank's store, once a second (kvs_core_reap_try: it never waits for the
- * lifecycle lock), so a dead rank's pins never outlive it by long however long
- * the survivors run without a new attach.
+ * reaps: every attach (under the lifecycle lock it holds anyway); and, never
+ * waiting for that lock (kvs_core_reap_try: held, it is an attach, which reaps,
+ * or a detach), a waiter whose filler died, a takeover of a dead writer's
+ * claim, a get that found every candidate slot pinned, and each rank's store
+ * once a second -- so a dead rank's pins never outlive it by long however long
+ * the survivors run without a new attach, and no reaper waits on a peer.
  *
  * Memory orders follow the rule in core/layout.h ("Memory orders"); anything
  * else is commented where it happens.
@@ -221,17 +222,6 @@ int kvs_core_reap_try(struct kvs_cache *c)
 		rc = -EBUSY; /* an attach, a detach or a reap under way: later */
 	}
 	pthread_mutex_unlock(&c->reap_mu);
-	return rc;
-}
-
-int kvs_core_reap_dead(struct kvs_cache *c)
-{
-	int rc = kvs_core_lifecycle_enter(c);
-
-	if (rc == 0) {
-		rc = kvs_core_reap_locked(c);
-		kvs_core_lifecycle_exit(c);
-	}
 	return rc;
 }
 

@@ -334,7 +334,7 @@ static int filler_check(void *arg)
 
 	if (kvs_core_rank_alive(c, (uint32_t)(f >> 32), (uint32_t)f))
 		return 0;
-	kvs_core_reap_dead(c);
+	kvs_core_reap_try(c); /* its pins; the takeover below needs none of it */
 	rc = kvs_core_slot_lock(c, i, &b);
 	if (rc)
 		return 0; /* try again next slice; the deadline still bounds us */

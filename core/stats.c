@@ -36,14 +36,7 @@ void kvs_core_stats_base(struct kvs_shm_rank *e)
 /* Add entry counters s, less base (NULL: none), to o. */
 static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s, struct kvs_shm_stats *base)
 {
-	/* relaxed: statistics (a base read ahead of its counter may exceed it for
-	 * an instant: a rank just attached; its count reads 0 then) */
-#define ADD(f)                                                                          \
-	do {                                                                            \
-		uint64_t v_ = atomic_load_explicit(&s->f, memory_order_relaxed);        \
-		uint64_t b_ = base ? atomic_load_explicit(&base->f, memory_order_relaxed) : 0; \
-		o->f += v_ > b_ ? v_ - b_ : 0;                                          \
-	} while (0)
+#define ADD(f) o->f += kvs_core_stat_since(&s->f, base ? &base->f : NULL)
 	ADD(hits);
 	ADD(misses);
 	ADD(owner_fills);

@@ -543,13 +543,8 @@ static void add_store_stats(struct kvs_store_stats *o, struct kvs_shm_store_stat
 	uint64_t *dst = (uint64_t *)o;
 	_Atomic uint64_t *src = (_Atomic uint64_t *)st, *b = (_Atomic uint64_t *)base;
 
-	for (size_t k = 0; k < sizeof(*st) / sizeof(uint64_t); k++) {
-		/* relaxed: statistics (a base read ahead of its counter: see stats.c) */
-		uint64_t v = atomic_load_explicit(&src[k], memory_order_relaxed);
-		uint64_t b0 = b ? atomic_load_explicit(&b[k], memory_order_relaxed) : 0;
-
-		dst[k] += v > b0 ? v - b0 : 0;
-	}
+	for (size_t k = 0; k < sizeof(*st) / sizeof(uint64_t); k++)
+		dst[k] += kvs_core_stat_since(&src[k], b ? &b[k] : NULL);
 }
 
 /* Has the rank attached to entry e registered everything it registers?  (Its

@@ -48,6 +48,27 @@
  * work (store_dump.c): a peer stopped inside a critical section costs this per
  * attempt, never the cache's lock_timeout_ns. */
 #define KVS_STORE_LOCK_WAIT_NS (2ull * 1000000ull)
+/* What could not take a shared lock within that tries again after a backoff
+ * doubling from the first to the last (kvs_store_backoff). */
+#define KVS_STORE_LOCK_RETRY_MIN_NS (2ull * 1000000ull)
+#define KVS_STORE_LOCK_RETRY_MAX_NS (100ull * 1000000ull)
+
+/* A doubling backoff (a failing poll, a lock not had, a failed block write):
+ * each failure waits twice the last, from a least to a most; a success resets
+ * it (step_ns 0). */
+struct kvs_store_backoff {
+	uint64_t step_ns; /* the last wait, 0: none since the last success */
+};
+
+/* The wait after one more failure. */
+static inline uint64_t kvs_store_backoff_next(struct kvs_store_backoff *b, uint64_t min_ns,
+					      uint64_t max_ns)
+{
+	b->step_ns = b->step_ns ? 2 * b->step_ns : min_ns;
+	if (b->step_ns > max_ns)
+		b->step_ns = max_ns;
+	return b->step_ns;
+}
 
 /*
  * Resolve and validate a store config into *out (a copy of cfg):
@@ -175,6 +196,7 @@ struct kvs_store_job {
 	int32_t err;                   /* this attempt's first failed write */
 	uint32_t attempts;             /* copier: attempts that failed so far */
 	uint64_t first_fail_ns;        /* copier: when the first attempt failed */
+	struct kvs_store_backoff backoff; /* copier: the wait before the next attempt */
 	uint64_t retry_ns;             /* dispatcher: not submitted before (a retry's backoff) */
 	struct kvs_store_job *next;    /* the dispatcher's queues, then the copier's */
 	struct kvs_slot *slots;        /* n pins (inside the job's allocation) */

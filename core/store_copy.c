@@ -76,10 +76,6 @@
 /* How often the copier reaps the entries of dead ranks (their pins), when it
  * is awake anyway (an idle copier's sleep is bounded by COPIER_IDLE_NS). */
 #define COPIER_REAP_NS KVS_NSEC_PER_SEC
-/* A bucket lock held by a peer past the copier's short wait: tried again after a
- * backoff doubling from the first to the last. */
-#define COPIER_LOCK_RETRY_MIN_NS (2ull * KVS_NSEC_PER_MSEC)
-#define COPIER_LOCK_RETRY_MAX_NS (100ull * KVS_NSEC_PER_MSEC)
 
 /* One fill of the staging buffer: its copy segments (host_off within the
  * buffer) and where each piece is in the slot. */
@@ -100,18 +96,17 @@ struct copier {
 	uint64_t batch_deadline;       /* the earliest task deadline in the batch */
 	bool poisoned;                 /* a sync timed out: the batch may still be copied */
 	/* A bucket lock not had within KVS_STORE_LOCK_WAIT_NS (a slow get, a
-	 * release): when to try again, and the backoff doubling up to that. */
-	uint64_t lock_retry_ns, lock_backoff_ns;
+	 * release): when to try again (0: nothing waits), and the backoff. */
+	uint64_t lock_retry_ns;
+	struct kvs_store_backoff lock_backoff;
 	uint64_t reap_ns;              /* the next look for dead ranks */
 };
 
 /* Copier: a get or a release did not have its bucket's lock: again later. */
 static void bucket_busy(struct copier *cp, uint64_t now)
 {
-	cp->lock_backoff_ns = cp->lock_backoff_ns ? 2 * cp->lock_backoff_ns : COPIER_LOCK_RETRY_MIN_NS;
-	if (cp->lock_backoff_ns > COPIER_LOCK_RETRY_MAX_NS)
-		cp->lock_backoff_ns = COPIER_LOCK_RETRY_MAX_NS;
-	cp->lock_retry_ns = now + cp->lock_backoff_ns;
+	cp->lock_retry_ns = now + kvs_store_backoff_next(&cp->lock_backoff, KVS_STORE_LOCK_RETRY_MIN_NS,
+							 KVS_STORE_LOCK_RETRY_MAX_NS);
 }
 
 static uint64_t sync_deadline(uint64_t deadline_ns)
@@ -653,12 +648,11 @@ void *kvs_store_copier(void *arg)
 			cp.reap_ns = now + COPIER_REAP_NS;
 		}
 		if (cp.lock_retry_ns && now >= cp.lock_retry_ns) {
-			/* slow gets are tried again below, with the working set */
-			if (kvs_store_release_retry(s) && s->nrel_later == 0)
-				cp.lock_backoff_ns = 0;
+			/* slow gets are tried again below, with the working set; what
+			 * still fails sets the next retry (a release: after them) */
 			cp.lock_retry_ns = 0;
-			if (s->nrel_later)
-				bucket_busy(&cp, now);
+			if (kvs_store_release_retry(s) && s->nrel_later == 0)
+				cp.lock_backoff.step_ns = 0;
 		}
 		before = cp.nwork;
 		for (uint32_t i = 0; i < cp.nwork; i++) {

@@ -94,7 +94,8 @@ struct disp {
 	uint32_t recent_next;
 	/* a failing backend poll */
 	int poll_err;
-	uint64_t poll_retry_ns, poll_backoff_ns;
+	uint64_t poll_retry_ns;
+	struct kvs_store_backoff poll_backoff;
 };
 
 static bool same_block(const struct kvs_block_id *a, const struct kvs_block_id *b)
@@ -464,6 +465,7 @@ static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 	if (job->inflight == 0 && !job->queued)
 		job_end(d, job);
 }
+
 static bool submit_reads(struct disp *d)
 {
 	struct kvs_store *s = d->s;
@@ -573,18 +575,16 @@ static bool reap(struct disp *d, uint64_t timeout_ns)
 						       "backoff; transfers in flight wait)",
 					      kvs_strerror(n));
 			d->poll_err = n;
-			d->poll_backoff_ns = d->poll_backoff_ns ? d->poll_backoff_ns * 2
-								: POLL_BACKOFF_MIN_NS;
-			if (d->poll_backoff_ns > POLL_BACKOFF_MAX_NS)
-				d->poll_backoff_ns = POLL_BACKOFF_MAX_NS;
-			d->poll_retry_ns = kvs_now_ns() + d->poll_backoff_ns;
+			d->poll_retry_ns = kvs_now_ns() + kvs_store_backoff_next(&d->poll_backoff,
+										 POLL_BACKOFF_MIN_NS,
+										 POLL_BACKOFF_MAX_NS);
 			return progress;
 		}
 		if (d->poll_err && n > 0)
 			kvs_log_info(&s->log, "store: backend poll works again");
 		if (n > 0) {
 			d->poll_err = 0;
-			d->poll_backoff_ns = 0;
+			d->poll_backoff.step_ns = 0;
 		}
 		for (int i = 0; i < n; i++) {
 			struct kvs_store_xfer *xf = (struct kvs_store_xfer *)(uintptr_t)comp[i].token;

@@ -87,9 +87,6 @@
  * by then; past the claims' grace it proves nothing (the copy may be gone). */
 #define FOUND_RECENT 64u
 #define FOUND_FOR_NS KVS_CLAIM_GRACE_NS
-/* What could not take the claim table's lock tries again after this backoff. */
-#define LOCK_RETRY_MIN_NS (2ull * KVS_NSEC_PER_MSEC)
-#define LOCK_RETRY_MAX_NS (100ull * KVS_NSEC_PER_MSEC)
 
 /* A claim this rank joined: its election duty, until the claim ends. */
 struct watch {
@@ -106,7 +103,7 @@ struct kvs_store_dumps {
 	struct kvs_store_job *ending;  /* block writes over whose claim is still to end */
 	bool adopt_due;                /* the dead ranks' blocks still to be looked for */
 	uint64_t lock_retry_ns;        /* when what waits for the lock tries again (0: nothing) */
-	uint64_t lock_backoff_ns;
+	struct kvs_store_backoff lock_backoff;
 	uint32_t room_bell;            /* the claim table's bell before their last try */
 	uint32_t rank_bell;            /* our rank's bell before the last look at waits */
 	bool stale;                    /* something to look at without a bell (entries
@@ -238,10 +235,8 @@ static void unpin(struct kvs_store *s, struct kvs_store_sh *sh)
  * again after the backoff. */
 static void lock_busy(struct kvs_store_dumps *d, uint64_t now)
 {
-	d->lock_backoff_ns = d->lock_backoff_ns ? 2 * d->lock_backoff_ns : LOCK_RETRY_MIN_NS;
-	if (d->lock_backoff_ns > LOCK_RETRY_MAX_NS)
-		d->lock_backoff_ns = LOCK_RETRY_MAX_NS;
-	d->lock_retry_ns = now + d->lock_backoff_ns;
+	d->lock_retry_ns = now + kvs_store_backoff_next(&d->lock_backoff, KVS_STORE_LOCK_RETRY_MIN_NS,
+							KVS_STORE_LOCK_RETRY_MAX_NS);
 	if (d->lock_retry_ns < d->next_ns)
 		d->next_ns = d->lock_retry_ns;
 }
@@ -342,8 +337,7 @@ static void job_start(struct kvs_store *s, struct kvs_store_dumps *d, const stru
 		      const struct kvs_block_id *block)
 {
 	if (mine_add(d, ref)) {
-		kvs_core_claim_end(s->cache, ref, -ENOMEM);
-		claim_ended(s, d, ref);
+		job_end_claim(s, d, NULL, ref, -ENOMEM);
 		return;
 	}
 	if (d->npend == 0 && d->lock_retry_ns == 0 && job_room(s, d, s->spb)) {
@@ -457,17 +451,14 @@ static void job_run(struct kvs_store *s, struct kvs_store_dumps *d, const struct
 static uint64_t job_retry_wait(const struct kvs_store *s, struct kvs_store_job *job, uint64_t now)
 {
 	int e = job->err;
-	uint64_t wait = WRITE_RETRY_MIN_NS;
+	uint64_t wait;
 
 	if (e == -EROFS || e == -EACCES || e == -EPERM || e == -EINVAL || e == -EFBIG ||
 	    e == -EOPNOTSUPP || e == -ENAMETOOLONG || e == -KVS_ECONFIG || e == -KVS_EINCOMPLETE)
 		return 0;
 	if (job->attempts++ == 0)
 		job->first_fail_ns = now;
-	for (uint32_t k = 1; k < job->attempts && wait < WRITE_RETRY_MAX_NS; k++)
-		wait *= 2;
-	if (wait > WRITE_RETRY_MAX_NS)
-		wait = WRITE_RETRY_MAX_NS;
+	wait = kvs_store_backoff_next(&job->backoff, WRITE_RETRY_MIN_NS, WRITE_RETRY_MAX_NS);
 	return now + wait < job->first_fail_ns + s->cfg.timeout_ns ? wait : 0;
 }
 
@@ -500,7 +491,7 @@ void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct
 
 /* Look for the claims of complete blocks a dead rank left unwritten and watch
  * them (the table's lock not had: later). */
-static void adopt(struct kvs_store *s, struct kvs_store_dumps *d)
+void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d)
 {
 	struct kvs_cache *c = s->cache;
 	uint32_t max = c->claim_mask + 1;
@@ -526,17 +517,12 @@ static void adopt(struct kvs_store *s, struct kvs_store_dumps *d)
 	free(blocks);
 }
 
-void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d)
-{
-	adopt(s, d);
-}
-
 void kvs_store_dumps_close(struct kvs_store *s, struct kvs_store_dumps *d)
 {
 	if (!d || d->closing)
 		return;
 	d->closing = true;
-	adopt(s, d);
+	kvs_store_dumps_adopt(s, d);
 	d->stale = true; /* every watch looked at: complete ones are written now */
 }
 
@@ -622,6 +608,15 @@ static void settled(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_s
 		d->next_ns = sh->task->deadline_ns;
 }
 
+/* sh's block is known stored: its bytes are the block's (a DIRTY slot of ours
+ * is clean now), the shard durable. */
+static void settle_stored(struct kvs_store *s, struct kvs_store_sh *sh)
+{
+	if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
+		kvs_core_slot_clean(s->cache, &sh->slot);
+	finish(s, sh, 0);
+}
+
 /*
  * sh's slot is pinned and holds valid bytes (DIRTY; READY over a backend whose
  * blocks are not atomic): join, count, maybe write; then wait or finish.  Any
@@ -637,10 +632,7 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 	int st, n = -ESTALE, reached = 0;
 
 	if (s->block_atomic && found_lately(d, &sh->block, kvs_now_ns())) {
-		/* in the backend: a dump of ours found it there a moment ago */
-		if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
-			kvs_core_slot_clean(c, &sh->slot);
-		finish(s, sh, 0);
+		settle_stored(s, sh); /* a dump of ours found it there a moment ago */
 		return;
 	}
 	for (int tries = 0; tries < 4 && n == -ESTALE; tries++) {
@@ -663,10 +655,7 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 			return;
 		}
 		if (st == KVS_SHM_CLAIM_DURABLE) {
-			/* written, or found stored, within the grace: these bytes are its */
-			if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
-				kvs_core_slot_clean(c, &sh->slot);
-			finish(s, sh, 0);
+			settle_stored(s, sh); /* written, or found stored, within the grace */
 			return;
 		}
 		if (started)
@@ -683,9 +672,9 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 			if (reached == -ESTALE)
 				continue;
 			if (stored) {
-				/* a READY shard: in the backend already, these bytes are
-				 * its bytes; our new claim ends DURABLE (its lock not had:
-				 * all of this again, later) */
+				/* a READY shard: in the backend already; our new claim
+				 * ends DURABLE (its lock not had: all of this again,
+				 * later) */
 				int rc = kvs_core_claim_found(c, &sh->block, &ref);
 
 				if (rc == -ETIMEDOUT) {
@@ -696,9 +685,7 @@ static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_st
 				if (rc == 1)
 					claim_ended(s, d, &ref);
 				found_now(d, &sh->block, kvs_now_ns());
-				if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
-					kvs_core_slot_clean(c, &sh->slot);
-				finish(s, sh, 0);
+				settle_stored(s, sh);
 				return;
 			}
 			sh->flags &= ~KVS_SH_RECOUNT;
@@ -864,7 +851,7 @@ static void lock_retry(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t 
 		job_end_claim(s, d, job, &job->claim, job->err);
 	}
 	if (d->adopt_due)
-		adopt(s, d);
+		kvs_store_dumps_adopt(s, d);
 	while ((sh = locked)) {
 		locked = sh->next;
 		if (now >= sh->task->deadline_ns) {
@@ -879,7 +866,7 @@ static void lock_retry(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t 
 		settle(s, d, sh);
 	}
 	if (!d->lock_retry_ns)
-		d->lock_backoff_ns = 0; /* everything had the lock */
+		d->lock_backoff.step_ns = 0; /* everything had the lock */
 	pend_run(s, d);
 }
 

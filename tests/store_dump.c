@@ -153,7 +153,7 @@ static kvs_test_rc meet_case(bool failed)
 	KVS_TRY(r);
 	KVS_TRY(reap_all(&loader, 1, REAP_MS));
 	KVS_TRY(st_cache_clean(w, true));
-	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(st_close_kept(w, uid));
 	KVS_TRY(verify_fresh(root, 1, MEET_TAG, 0, 1, failed ? "meetf_v" : "meetl_v"));
 	st_root_fini(root);
 	return KVS_TEST_PASS;
@@ -277,7 +277,7 @@ static kvs_test_rc kill_case(bool writes, const char *tag)
 	KVS_TRY(r);
 	KVS_TRY(gate_set(gate, false));
 	KVS_TRY(st_cache_clean(w, true));
-	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(st_close_kept(w, uid));
 	close(sig[0]);
 	close(sig[1]);
 	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "kill_v"));
@@ -370,7 +370,7 @@ static kvs_test_rc test_writer_dead_evicted(void)
 	KVS_TRY(st_dump(s, &t, DUMP_WAIT_MS)); /* again: durable at once */
 	kvs_store_close(s);
 	KVS_TRY(st_cache_clean(w, true));
-	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(st_close_kept(w, uid));
 	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "kille_v"));
 	st_task_free(&t);
 	st_task_free(&other);
@@ -407,7 +407,7 @@ static kvs_test_rc test_writer_dead_adopted(void)
 	KVS_TRY(wait_written(root, "the rank that came later"));
 	kvs_store_close(s);
 	KVS_TRY(st_cache_clean(w, true));
-	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(st_close_kept(w, uid));
 	KVS_TRY(verify_fresh(root, KILL_SPB, KILL_TAG, 0, 1, "killa_v"));
 	st_root_fini(root);
 	return KVS_TEST_PASS;
@@ -547,7 +547,7 @@ static kvs_test_rc test_split_shards(void)
 	KVS_TRY(split_pair(uid, root, 1, true));
 	KVS_TRY(check_durable(root, SPLIT_SPB, SPLIT_TAG, 0, 2, "split"));
 	KVS_TRY(st_cache_clean(w, true));
-	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(st_close_kept(w, uid));
 	KVS_TRY(verify_fresh(root, SPLIT_SPB, SPLIT_TAG, 0, 2, "split_v"));
 	st_root_fini(root);
 	return KVS_TEST_PASS;
@@ -890,7 +890,7 @@ static kvs_test_rc test_writes_spread(void)
 	 * writes it: about half each; the rank that owns shard 0 never writes all. */
 	KVS_CHECK(most <= 3 * sum / 4);
 	KVS_TRY(st_cache_clean(w, true));
-	KVS_TRY(close_watcher(w, uid));
+	KVS_TRY(st_close_kept(w, uid));
 	barrier_fini(&b);
 	close(res[0]);
 	close(res[1]);

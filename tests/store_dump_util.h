@@ -152,7 +152,7 @@ static inline kvs_test_rc wait_cached(struct kvs_store *w, uint32_t tag, uint32_
 
 /* A watcher store that creates cache uid and keeps it between children: a
  * watcher alone does not keep a cache (the last rank's close removes it), so
- * the cache is persistent, and close_watcher removes it. */
+ * the cache is persistent, and st_close_kept removes it. */
 static inline kvs_test_rc open_watcher(const char *uid, const char *root, uint32_t spb, uint64_t slots,
 				uint32_t lrs, struct kvs_store **w)
 {
@@ -162,17 +162,6 @@ static inline kvs_test_rc open_watcher(const char *uid, const char *root, uint32
 	watcher_of(&cfg);
 	cfg.cache.flags |= KVS_CACHE_PERSIST;
 	return st_open(&cfg, w);
-}
-
-static inline kvs_test_rc close_watcher(struct kvs_store *w, const char *uid)
-{
-	struct kvs_cache_config cc;
-
-	kvs_store_close(w);
-	kvs_cache_config_init(&cc);
-	snprintf(cc.unique_id, sizeof(cc.unique_id), "%.64s", uid);
-	KVS_CHECK_OK(kvs_cache_remove(&cc));
-	return KVS_TEST_PASS;
 }
 
 static inline int rm_below(const char *path, const struct stat *st, int flag, struct FTW *ftw)

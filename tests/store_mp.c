@@ -925,12 +925,7 @@ static kvs_test_rc test_dead_pins_reaped(void)
 	KVS_TRY(st_write_full(b.go[1], "g", 1));
 	KVS_TRY(reap_all(&survivor, 1, REAP_MS));
 	barrier_fini(&b);
-	kvs_store_close(w);
-	struct kvs_cache_config cc;
-
-	kvs_cache_config_init(&cc);
-	snprintf(cc.unique_id, sizeof(cc.unique_id), "%.64s", uid);
-	KVS_CHECK_OK(kvs_cache_remove(&cc));
+	KVS_TRY(st_close_kept(w, uid));
 	return KVS_TEST_PASS;
 }
 

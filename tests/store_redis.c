@@ -155,13 +155,7 @@ static kvs_test_rc two_nodes_body(struct rs *s)
 	exists0 = rs_calls(s, "exists");
 	KVS_CHECK_EQ(kvs_store_lookup(w, ids, SR_NB, hits), SR_NB);
 	KVS_CHECK_EQ(rs_calls(s, "exists") - exists0, 0);
-	kvs_store_close(w);
-	struct kvs_cache_config cc;
-
-	kvs_cache_config_init(&cc);
-	snprintf(cc.unique_id, sizeof(cc.unique_id), "%.*s", (int)sizeof(cc.unique_id) - 1, uid);
-	KVS_CHECK_OK(kvs_cache_remove(&cc));
-	return KVS_TEST_PASS;
+	return st_close_kept(w, uid);
 }
 
 /* The server dies with node B's reads queued on it (stopped first, so they are

@@ -482,6 +482,19 @@ static inline kvs_test_rc st_library_threads_gone(int ms)
 	return KVS_TEST_PASS;
 }
 
+/* Close watcher w, the one that kept cache uid (persistent), and remove the
+ * cache. */
+static inline kvs_test_rc st_close_kept(struct kvs_store *w, const char *uid)
+{
+	struct kvs_cache_config cc;
+
+	kvs_store_close(w);
+	kvs_cache_config_init(&cc);
+	snprintf(cc.unique_id, sizeof(cc.unique_id), "%.64s", uid);
+	KVS_CHECK_OK(kvs_cache_remove(&cc));
+	return KVS_TEST_PASS;
+}
+
 /* The cache "uid" has no segment left in /dev/shm. */
 static inline kvs_test_rc st_no_segments(const char *uid)
 {
