@@ -704,6 +704,8 @@ static int claim_snapshot(struct kvs_cache *c, uint32_t idx, uint32_t gen, struc
 	v->writer = atomic_load_explicit(&e->writer, memory_order_relaxed);
 	v->expires_ns = atomic_load_explicit(&e->expires_ns, memory_order_relaxed);
 	v->designate = atomic_load_explicit(&e->designate, memory_order_relaxed);
+	if (v->designate > KVS_MAX_RANKS)
+		v->designate = 0; /* not a rank entry (any byte may be written): none */
 	g2 = atomic_load_explicit(&e->gencount, memory_order_acquire);
 	if (gen_of(g1) != gen || gen_of(g2) != gen || v->state == KVS_SHM_CLAIM_FREE)
 		return -ESTALE;
