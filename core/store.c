@@ -890,13 +890,13 @@ static int threads_start(struct kvs_store *s)
 	rc = thread_start(s, &s->disp_thr, kvs_store_dispatcher, "kvs-dispatch");
 	if (rc) {
 		s->threads_alive = 0;
-		kvs_store_dumps_fini(s->dumps0);
+		kvs_store_dumps_fini(s, s->dumps0);
 		s->dumps0 = NULL;
 		return rc;
 	}
 	rc = thread_start(s, &s->copier_thr, kvs_store_copier, "kvs-copier");
 	if (rc) {
-		kvs_store_dumps_fini(s->dumps0);
+		kvs_store_dumps_fini(s, s->dumps0);
 		s->dumps0 = NULL;
 		/* the dispatcher exits at once: stop, and no copier to wait for */
 		pthread_mutex_lock(&s->mu);
@@ -961,7 +961,9 @@ static void explain_mismatch(struct kvs_store *s)
 		      c->unique_id, have, want);
 }
 
-static int store_open(const struct kvs_store_config *cfg, struct kvs_store **out)
+/* Open a store; check: only what kvs_store_config_check checks (no copy
+ * engine, no cache: the store is closed again once the backend opened). */
+static int store_open(const struct kvs_store_config *cfg, bool check, struct kvs_store **out)
 {
 	struct kvs_store *s;
 	struct kvs_log log, user;
@@ -990,7 +992,7 @@ static int store_open(const struct kvs_store_config *cfg, struct kvs_store **out
 	if (rc)
 		goto fail;
 	/* What can fail without the data plane fails before it is built. */
-	if (s->cfg.cache.device_id >= 0) {
+	if (s->cfg.cache.device_id >= 0 && !check) {
 		rc = copy_open(s);
 		if (rc)
 			goto fail;
@@ -1001,6 +1003,8 @@ static int store_open(const struct kvs_store_config *cfg, struct kvs_store **out
 		if (rc)
 			goto fail;
 	}
+	if (check)
+		goto fail; /* rc == 0: checked */
 	rc = kvs_cache_open(&s->cfg.cache, &s->cache);
 	if (rc == -KVS_ECONFIG)
 		explain_mismatch(s);
@@ -1032,7 +1036,32 @@ KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store 
 
 	open_errors[0] = '\0';
 	opening = true;
-	rc = store_open(cfg, out);
+	rc = store_open(cfg, false, out);
+	opening = false;
+	if (rc == 0)
+		open_errors[0] = '\0';
+	return rc;
+}
+
+KVS_API int kvs_store_config_check(const struct kvs_store_config *cfg)
+{
+	struct kvs_store_config probe;
+	struct kvs_store *s;
+	int rc;
+
+	if (!cfg)
+		return -EINVAL;
+	probe = *cfg;
+	if (probe.cache.slot_bytes == 0 && probe.block_bytes == 0) {
+		/* no geometry yet (the caller derives it later): the backend is
+		 * checked with one shard of a page per block */
+		probe.cache.slot_bytes = KVS_STORE_CHECK_SHARD_BYTES;
+		probe.tensor_bytes = 0;
+		probe.cache.tensor_count = 0;
+	}
+	open_errors[0] = '\0';
+	opening = true;
+	rc = store_open(&probe, true, &s);
 	opening = false;
 	if (rc == 0)
 		open_errors[0] = '\0';

@@ -48,6 +48,14 @@
  * work (store_dump.c): a peer stopped inside a critical section costs this per
  * attempt, never the cache's lock_timeout_ns. */
 #define KVS_STORE_LOCK_WAIT_NS (2ull * 1000000ull)
+/* The shard size kvs_store_config_check opens the backend with when the
+ * configuration has no geometry yet (the backend's own default). */
+#define KVS_STORE_CHECK_SHARD_BYTES (1ull << 20)
+/* A backend that is down fails every transfer: its error lines (a write's,
+ * a retry's, a block given up) pass at most once per this, per kind, each
+ * saying how many it stands for; the store's counters (write_errors,
+ * read_errors) count every one. */
+#define KVS_STORE_LOG_INTERVAL_NS (10ull * 1000000000ull)
 /* What could not take a shared lock within that tries again after a backoff
  * doubling from the first to the last (kvs_store_backoff). */
 #define KVS_STORE_LOCK_RETRY_MIN_NS (2ull * 1000000ull)
@@ -389,7 +397,7 @@ void *kvs_store_copier(void *arg);
 /* ---- store_dump.c: the dump protocol on the copier's side ---- */
 struct kvs_store_dumps;
 int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out);
-void kvs_store_dumps_fini(struct kvs_store_dumps *d);
+void kvs_store_dumps_fini(struct kvs_store *s, struct kvs_store_dumps *d);
 /* A dump shard whose slot holds valid bytes now: gathered and synced by us
  * (owned: publish it), or found READY / DIRTY.  Counts it in its block's claim,
  * may make this rank the block's writer, finishes the shard (cached, or the

@@ -673,7 +673,7 @@ void *kvs_store_copier(void *arg)
 		if (!progress)
 			copier_sleep(&cp, bell);
 	}
-	kvs_store_dumps_fini(cp.dumps);
+	kvs_store_dumps_fini(s, cp.dumps);
 	kvs_store_thread_exit(s);
 	return NULL;
 }

@@ -92,6 +92,7 @@ struct disp {
 	struct kvs_block_id recent_block[KVS_STORE_PREALLOC_RECENT];
 	uint32_t recent_shard[KVS_STORE_PREALLOC_RECENT];
 	uint32_t recent_next;
+	struct kvs_log_limit write_log;  /* backend write errors (a backend down: every write) */
 	/* a failing backend poll */
 	int poll_err;
 	uint64_t poll_retry_ns;
@@ -454,8 +455,9 @@ static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 	if (err) {
 		KVS_STORE_COUNT(s, write_errors, 1);
 		if (!job->err) { /* the attempt's first: the copier says the rest */
-			kvs_log_error(&s->log, "store: backend write of shard %u of claim %u: %s",
-				      xf->shard, job->claim.idx, kvs_strerror(err));
+			kvs_log_limited(&s->log, &d->write_log, KVS_STORE_LOG_INTERVAL_NS,
+					KVS_LOG_ERROR, "store: backend write of shard %u of claim %u: %s",
+					xf->shard, job->claim.idx, kvs_strerror(err));
 			job->err = err; /* a job still queued leaves it in submit_writes */
 		}
 	} else {
@@ -810,6 +812,7 @@ void *kvs_store_dispatcher(void *arg)
 		else
 			usleep(NOFD_SLICE_MS * 1000); /* no epoll: a failed open, bounded */
 	}
+	kvs_log_limit_flush(&s->log, &d.write_log, KVS_LOG_ERROR, "backend write errors");
 	if (d.epfd >= 0)
 		close(d.epfd);
 	/* The issuing thread closes the backend (io_uring reaps here). */

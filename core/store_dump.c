@@ -125,6 +125,8 @@ struct kvs_store_dumps {
 		uint64_t at_ns;        /* 0: unused */
 	} found[FOUND_RECENT];
 	uint32_t found_next;
+	/* Block writes retried and given up: a backend down fails every one. */
+	struct kvs_log_limit retry_log, given_up_log;
 };
 
 int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out)
@@ -134,10 +136,13 @@ int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out)
 	return *out ? 0 : -ENOMEM;
 }
 
-void kvs_store_dumps_fini(struct kvs_store_dumps *d)
+void kvs_store_dumps_fini(struct kvs_store *s, struct kvs_store_dumps *d)
 {
 	if (!d)
 		return;
+	kvs_log_limit_flush(&s->log, &d->retry_log, KVS_LOG_WARN, "block write retries");
+	kvs_log_limit_flush(&s->log, &d->given_up_log, KVS_LOG_ERROR,
+			    "block writes given up (those blocks are not in the backend)");
 	free(d->watch);
 	free(d->mine);
 	free(d->pend);
@@ -467,9 +472,10 @@ void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct
 	uint64_t now = kvs_now_ns(), wait = job->err ? job_retry_wait(s, job, now) : 0;
 
 	if (wait) {
-		kvs_log_warn(&s->log, "store: block write of claim %u failed: %s; attempt %u in %llu ms",
-			     job->claim.idx, kvs_strerror(job->err), job->attempts + 1,
-			     (unsigned long long)(wait / KVS_NSEC_PER_MSEC));
+		kvs_log_limited(&s->log, &d->retry_log, KVS_STORE_LOG_INTERVAL_NS, KVS_LOG_WARN,
+				"store: block write of claim %u failed: %s; attempt %u in %llu ms",
+				job->claim.idx, kvs_strerror(job->err), job->attempts + 1,
+				(unsigned long long)(wait / KVS_NSEC_PER_MSEC));
 		kvs_core_claim_retry(s->cache, &job->claim, job->err);
 		job->err = 0;
 		job->next_submit = 0;
@@ -478,12 +484,13 @@ void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct
 		return;
 	}
 	if (job->err)
-		kvs_log_error(&s->log, "store: block write of claim %u failed: %s; given up after %u "
-				       "attempt%s: the block is not in the backend (it stays in the "
-				       "cache until evicted; a dump_wait=cached dump of it may have "
-				       "returned 0)",
-			      job->claim.idx, kvs_strerror(job->err), job->attempts + 1,
-			      job->attempts ? "s" : "");
+		kvs_log_limited(&s->log, &d->given_up_log, KVS_STORE_LOG_INTERVAL_NS, KVS_LOG_ERROR,
+				"store: block write of claim %u failed: %s; given up after %u "
+				"attempt%s: the block is not in the backend (it stays in the "
+				"cache until evicted; a dump_wait=cached dump of it may have "
+				"returned 0)",
+				job->claim.idx, kvs_strerror(job->err), job->attempts + 1,
+				job->attempts ? "s" : "");
 	job_unpin(s, d, job, job->n);
 	job_end_claim(s, d, job, &job->claim, job->err);
 	pend_run(s, d); /* its pins are free */

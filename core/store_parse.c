@@ -597,6 +597,8 @@ static const struct kv_key keys[] = {
 	{ K("redis_key_prefix", kv_str), FIELD(backend.redis.key_prefix) },
 	{ K("redis_ttl_s", kv_uint), FIELD(backend.redis.ttl_ms), .hi = REDIS_TTL_S_MAX,
 	  .scale = 1000 },
+	{ K("redis_start_degraded", kv_bool), FIELD(backend.redis.start_degraded) },
+	{ K("layout_tag", kv_uint), FIELD(backend.layout_tag), .hi = UINT64_MAX },
 	{ K("copy_engine", kv_enum), FIELD(copy_engine), ENUM(copy_engine_names) },
 	{ K("cache_stream_number", kv_uint), FIELD(cache_stream_number), .lo = 1,
 	  .hi = KVS_STORE_STREAMS_MAX },

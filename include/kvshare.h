@@ -761,7 +761,11 @@ struct kvs_backend_redis_config {
 	uint64_t command_timeout_ns;     /* a reply's deadline from submit, 1 ms .. 1 h
 					    (default 10 s); past it the connection is reset */
 	uint64_t ttl_ms;                 /* dumped keys expire after this; 0 = never (default) */
-	uint64_t reserved[4];            /* must be zero */
+	uint32_t start_degraded;         /* 0: open fails when an endpoint does not answer
+					    (default); 1: open anyway, logged, and transfers
+					    to it fail until it answers */
+	uint32_t reserved32;             /* must be zero */
+	uint64_t reserved[3];            /* must be zero */
 };
 
 struct kvs_backend_ops;
@@ -1171,8 +1175,8 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
  *   io_threads fsync latency_us latency_queue_depth fault_error_ppm
  *   redis_endpoints(h:p;/sock) redis_db redis_user redis_password
  *   redis_password_file redis_connections redis_connect_timeout_ms
- *   redis_command_timeout_ms redis_key_prefix redis_ttl_s
- *   fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
+ *   redis_command_timeout_ms redis_key_prefix redis_ttl_s redis_start_degraded
+ *   layout_tag fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
  *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
  *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us
  *   cpu_affinity_cores(2:4-7) prefault_threads register_chunk_size
@@ -1211,7 +1215,25 @@ struct kvs_store;
 KVS_API int kvs_store_open(const struct kvs_store_config *cfg, struct kvs_store **store);
 
 /*
- * The ERROR lines the calling thread's last kvs_store_open logged, in order,
+ * Check a store configuration without opening the store: what kvs_store_open
+ * checks before it allocates anything -- the fields and derived sizes, and the
+ * backend, opened with them and closed again (posix: the roots exist and are
+ * writable; redis: every endpoint answers and accepts the credentials, unless
+ * redis_start_degraded).  Not the copy engine, no cache (nothing attached,
+ * created or allocated, no thread started).  For a caller that wants a bad
+ * configuration refused before it does costly work (an engine loading its
+ * weights, before it knows its geometry): a cfg without shard_size and
+ * block_size is checked with a 1 MiB shard per block.  Its ERROR lines are in
+ * kvs_store_last_error, as an open's.
+ * Returns 0; kvs_store_open's errors of those steps (-EINVAL a bad field,
+ * kvs_backend_open's).  Blocks: as kvs_backend_open (redis: its connect and
+ * command timeouts).
+ */
+KVS_API int kvs_store_config_check(const struct kvs_store_config *cfg);
+
+/*
+ * The ERROR lines the calling thread's last kvs_store_open (or
+ * kvs_store_config_check) logged, in order,
  * joined by '\n' (at most 4 KiB), whether or not a log callback was set; "" when
  * that open succeeded or none ran.  What a C caller without a log callback
  * reads after a failed open (like dlerror); valid until the thread's next

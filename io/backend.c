@@ -51,7 +51,8 @@ _Static_assert(CFG_SIZE(kind) + CFG_SIZE(flags) + CFG_SIZE(io_engine) +
 _Static_assert(RCFG_SIZE(endpoints) + RCFG_SIZE(user) + RCFG_SIZE(password) +
 		       RCFG_SIZE(password_file) + RCFG_SIZE(key_prefix) + RCFG_SIZE(db) +
 		       RCFG_SIZE(connections) + RCFG_SIZE(connect_timeout_ns) +
-		       RCFG_SIZE(command_timeout_ns) + RCFG_SIZE(ttl_ms) + RCFG_SIZE(reserved) ==
+		       RCFG_SIZE(command_timeout_ns) + RCFG_SIZE(ttl_ms) +
+		       RCFG_SIZE(start_degraded) + RCFG_SIZE(reserved32) + RCFG_SIZE(reserved) ==
 	       sizeof(struct kvs_backend_redis_config),
 	       "struct kvs_backend_redis_config has implicit padding");
 
@@ -153,6 +154,10 @@ static int validate_redis(const struct kvs_backend_config *cfg, const struct kvs
 	for (size_t i = 0; i < sizeof(r->reserved) / sizeof(r->reserved[0]); i++)
 		if (r->reserved[i])
 			BAD(log, "backend: invalid redis.reserved = non-zero (must be zero)");
+	if (r->reserved32)
+		BAD(log, "backend: invalid redis.reserved32 = %u (must be zero)", r->reserved32);
+	if (r->start_degraded > 1)
+		BAD(log, "backend: redis.start_degraded %u out of range 0..1", r->start_degraded);
 	if (r->db > INT32_MAX)
 		BAD(log, "backend: redis.db %u out of range 0..2^31-1", r->db);
 	if (r->connections == 0 || r->connections > KVS_REDIS_MAX_CONNECTIONS)

@@ -165,8 +165,7 @@ struct conn {
 	uint64_t retry_ns;      /* DOWN: no connect before this */
 	int last_err;           /* DOWN after a failure: what a submit gets until retry_ns */
 	bool was_down;          /* a failure was logged: log the recovery */
-	uint64_t log_ns;        /* rate limit of error lines */
-	uint32_t log_dropped;
+	struct kvs_log_limit log_limit; /* of its error lines */
 	uint32_t watched;       /* data socket: its events in redis.epfd, 0: not in it */
 	struct cmd hs[2];       /* AUTH, SELECT */
 };
@@ -188,6 +187,7 @@ struct redis {
 	uint32_t nconn;         /* data sockets per endpoint */
 	uint32_t nep;
 	uint64_t connect_timeout_ns, command_timeout_ns, ttl_ms;
+	bool start_degraded; /* open even when an endpoint does not answer */
 	char prefix[KVS_REDIS_PREFIX_LEN];
 	char *auth_cmd;         /* formatted AUTH (holds the password), or NULL */
 	size_t auth_len;
@@ -207,28 +207,8 @@ struct redis {
 
 /* An error line of socket c, at most one per LOG_INTERVAL_NS (later ones are
  * counted and the count is appended to the next line). */
-__attribute__((format(printf, 3, 4))) static void conn_log(struct conn *c, int level,
-							    const char *fmt, ...)
-{
-	char line[KVS_LOG_LINE_MAX];
-	uint64_t now = kvs_now_ns();
-	va_list ap;
-
-	if (c->log_ns && now - c->log_ns < LOG_INTERVAL_NS) {
-		c->log_dropped++;
-		return;
-	}
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (c->log_dropped)
-		kvs_logf(&c->r->log, level, "%s (and %u similar errors in the last second)", line,
-			 c->log_dropped);
-	else
-		kvs_logf(&c->r->log, level, "%s", line);
-	c->log_ns = now;
-	c->log_dropped = 0;
-}
+#define conn_log(c, level, ...) \
+	kvs_log_limited(&(c)->r->log, &(c)->log_limit, LOG_INTERVAL_NS, (level), __VA_ARGS__)
 
 /* ------------------------------------------------------------- commands */
 
@@ -1300,8 +1280,9 @@ static int handshake_format(struct redis *r, const struct kvs_backend_redis_conf
 }
 
 /* Connect the lookup socket of ep, run its handshake and a PING: -EACCES /
- * -EINVAL when the server refuses them (a wrong or missing password, a bad db),
- * 0 otherwise (an unreachable server is only logged). */
+ * -EINVAL when the server refuses them (a wrong or missing password, a bad db);
+ * the connect's error when the server does not answer, unless start_degraded
+ * (then it is logged, and its transfers fail until it answers); 0 otherwise. */
 static int endpoint_check(struct redis *r, struct endpoint *ep)
 {
 	static const char ping_text[] = "*1\r\n$4\r\nPING\r\n";
@@ -1326,9 +1307,19 @@ static int endpoint_check(struct redis *r, struct endpoint *ep)
 		if (c->hs[1].val && c->hs[1].done && c->hs[1].result < 0)
 			return -EINVAL;
 	}
-	if (c->state == CONN_DOWN)
-		kvs_log_warn(&r->log, "backend: redis %s unreachable at open (%s): its transfers "
-				      "fail until it is back", ep->name, kvs_strerror(c->last_err));
+	if (c->state != CONN_DOWN)
+		return 0;
+	if (!r->start_degraded) {
+		kvs_log_error(&r->log, "backend: redis %s unreachable at open (%s): nothing could "
+				       "be stored or loaded there; start the server, fix "
+				       "redis_endpoints, or set redis_start_degraded=1 to open "
+				       "anyway (its transfers fail until it answers)",
+			      ep->name, kvs_strerror(c->last_err));
+		return c->last_err < 0 ? c->last_err : -ECONNREFUSED;
+	}
+	kvs_log_warn(&r->log, "backend: redis %s unreachable at open (%s), opened degraded "
+			      "(redis_start_degraded=1): its transfers fail until it answers",
+		     ep->name, kvs_strerror(c->last_err));
 	return 0;
 }
 
@@ -1361,6 +1352,7 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	r->connect_timeout_ns = rcfg->connect_timeout_ns;
 	r->command_timeout_ns = rcfg->command_timeout_ns;
 	r->ttl_ms = rcfg->ttl_ms;
+	r->start_degraded = rcfg->start_degraded;
 	memcpy(r->prefix, rcfg->key_prefix, sizeof(r->prefix));
 	r->epfd = -1;
 	r->timer.fd = -1;

@@ -530,12 +530,22 @@ static kvs_test_rc outage_body(struct rs *s)
 	uint32_t pending = 0;
 	uint64_t t0;
 
-	/* Not there at open: logged, the open passes, transfers fail at once. */
+	/* Not there at open: the open fails, naming the endpoint and the way out;
+	 * with start_degraded it passes, logged, and transfers fail at once. */
 	rs_kill(s, SIGKILL);
 	rb_cfg(&cfg, s);
 	cfg.redis.command_timeout_ns = 2 * ST_SEC;
-	KVS_TRY(rb_open(&cfg, &b));
+	t0 = kvs_now_ns();
+	int rc = kvs_backend_open(&cfg, &b);
+	if (rc >= 0 || b != NULL)
+		KVS_FAILF("open with the server down: %d, want a connection error", rc);
+	printf("  server down at open: refused in %.1f ms (%s)\n",
+	       (double)(kvs_now_ns() - t0) / 1e6, kvs_strerror(rc));
 	KVS_CHECK(strstr(rb_logs, "unreachable at open") != NULL);
+	KVS_CHECK(strstr(rb_logs, "redis_start_degraded=1") != NULL);
+	cfg.redis.start_degraded = 1;
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_CHECK(strstr(rb_logs, "opened degraded") != NULL);
 	KVS_TRY(rb_all(b, 5, 1, true, mem, res));
 	KVS_TRY(rb_all_failed(res, RS_SPB));
 	KVS_TRY(rs_run(s));

@@ -38,14 +38,22 @@
 #include "core/core.h"
 #include "store_dump_util.h"
 
-/* The store's log, counting the lines that say a block write was given up and
- * that a cache went with dumped bytes never written. */
+/* The store's log, counting the block writes its lines say were given up (a
+ * line stands for itself and the "(and N more like it ...)" it was limited to;
+ * the flush at close says "N more block writes given up") and the lines that
+ * say a cache went with dumped bytes never written. */
 static _Atomic int given_up, never_written;
 
 static void ack_log(void *arg, int level, const char *msg)
 {
+	const char *more = strstr(msg, "(and ");
+	unsigned n = 0;
+
 	if (strstr(msg, "given up after"))
-		atomic_fetch_add(&given_up, 1);
+		atomic_fetch_add(&given_up, 1 + (more && sscanf(more, "(and %u more", &n) == 1
+						     ? (int)n : 0));
+	else if (strstr(msg, " more block writes given up") && sscanf(msg, "%u", &n) == 1)
+		atomic_fetch_add(&given_up, (int)n);
 	if (strstr(msg, "dumped but never written"))
 		atomic_fetch_add(&never_written, 1);
 	st_log(arg, level, msg);

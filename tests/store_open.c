@@ -382,6 +382,67 @@ static kvs_test_rc test_checked_first(void)
 }
 
 /*
+ * kvs_store_config_check: what an open would refuse before it allocates is
+ * refused the same way (the same errors, the same lines in
+ * kvs_store_last_error), a configuration without a geometry yet is checked
+ * with a placeholder one, and nothing is left behind: no segment of the
+ * unique_id (it never attaches or creates), the copy engine never opened
+ * (copy_engine=cuda passes on a machine without a device).
+ */
+static kvs_test_rc test_config_check(void)
+{
+	char root[] = "/tmp/kvs-open-check.XXXXXX";
+	static const struct {
+		const char *extra; /* after unique_id, device_id; "%s" is the root */
+		int rc;
+		const char *named;
+	} cases[] = {
+		{ "cache_buffer_capacity_gb=4,backend=posix,backend_roots=%s", 0, NULL },
+		{ "cache_buffer_capacity_gb=4,backend=posix,backend_roots=%s,copy_engine=cuda", 0,
+		  NULL },
+		{ "cache_buffer_capacity_gb=4,backend=posix,backend_roots=%s/missing", -ENOENT,
+		  "/missing" },
+		{ "backend=posix,backend_roots=%s", -EINVAL, "cache_buffer_capacity_gb" },
+		{ "cache_buffer_capacity_gb=4,backend=posix", -EINVAL, "backend_roots" },
+	};
+
+	KVS_CHECK(mkdtemp(root) != NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kvs_store_config cfg;
+		char uid[32], extra[256], kv[400], err[256];
+		uint64_t t0;
+		int rc;
+
+		snprintf(uid, sizeof(uid), "kvstcheck%d", (int)getpid() % 100000 * 8 + (int)i);
+		snprintf(extra, sizeof(extra), cases[i].extra, root);
+		snprintf(kv, sizeof(kv), "unique_id=%s,device_id=0,%s", uid, extra);
+		pthread_mutex_lock(&log_mu);
+		lines[0] = '\0';
+		opener = pthread_self();
+		pthread_mutex_unlock(&log_mu);
+		kvs_store_config_init(&cfg);
+		cfg.log = keep_log;
+		KVS_CHECK_EQ(kvs_store_config_parse(&cfg, kv, err, sizeof(err)), 0);
+		t0 = kvs_now_ns();
+		rc = kvs_store_config_check(&cfg);
+		printf("  check %s\n    -> %d after %.1f ms:\n%s", kv, rc,
+		       (double)(kvs_now_ns() - t0) / 1e6, lines);
+		KVS_CHECK_EQ(rc, cases[i].rc);
+		if (cases[i].named) {
+			if (!strstr(lines, cases[i].named) ||
+			    !strstr(kvs_store_last_error(), cases[i].named))
+				KVS_FAILF("the log and kvs_store_last_error() do not name '%s': %s",
+					  cases[i].named, kvs_store_last_error());
+		} else {
+			KVS_CHECK(kvs_store_last_error()[0] == '\0');
+		}
+		KVS_CHECK_EQ(shm_files(uid, true), 0);
+	}
+	KVS_CHECK_EQ(rmdir(root), 0); /* the backend's check left nothing in it */
+	return KVS_TEST_PASS;
+}
+
+/*
  * A root this user cannot write (a root-owned 0755 directory, the store opened
  * by an unprivileged user in a child): refused at open with -EACCES naming the
  * root and the fix, nothing allocated.  Before, the open succeeded and the
@@ -577,6 +638,7 @@ static const struct kvs_test_case cases[] = {
 	{ "cgroup_limit", test_cgroup_limit },
 	{ "attach_when_full", test_attach_when_full },
 	{ "checked_first", test_checked_first },
+	{ "config_check", test_config_check },
 	{ "root_unwritable", test_root_unwritable },
 	{ "copy_engine_auto", test_copy_engine_auto },
 	{ "memlock_low", test_memlock_low },
