@@ -30,10 +30,12 @@ chaos.sh) cmd=("$root/$script" --build "$build") ;;
 gpu_check.sh) cmd=("$root/$script" "$build") KVS_GPU_CHECK_OUT=$work/gpu_check ;;
 vllm_ttft.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	KVSHARE_LIBRARY=$build/lib/libkvshare.so.1 ;;
+weights_fingerprint.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
+	PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} ;;
 *.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script" "$build") ;;
 *) cmd=("$root/$script" "$build") ;;
 esac
-export KVS_GPU_CHECK_OUT KVSHARE_LIBRARY
+export KVS_GPU_CHECK_OUT KVSHARE_LIBRARY PYTHONPATH
 
 t0=$(date +%s.%N)
 KVS_PERF_SMOKE=1 TMPDIR=$work timeout -k 10 150 "${cmd[@]}" >"$out" 2>"$err" </dev/null
@@ -138,6 +140,12 @@ open_cost.sh)
 	want 1 "^open_cost variant=kernel backing=shm $p"
 	want 1 "^open_cost variant=plain backing=shm $p"
 	hugetlb 1 "^open_cost variant=kernel backing=hugetlb $p"
+	;;
+weights_fingerprint.py)
+	for c in cold warm; do
+		want 1 "^weights_fingerprint case=$c files=2 gib_per_file=$num ms=$num ms_per_file=$num read_mib=$num total_gib=$num$"
+	done
+	want 1 "^weights_fingerprint model=70b_bf16 files=30 est_cold_ms=$num est_warm_ms=$num$"
 	;;
 python_load.py)
 	for v in kernel plain; do

@@ -135,6 +135,7 @@ _SIGNATURES = {
                                               ctypes.c_size_t]),
     "kvs_store_open": (ctypes.c_int, [ctypes.POINTER(_abi.kvs_store_config),
                                       ctypes.POINTER(c_store_p)]),
+    "kvs_store_config_check": (ctypes.c_int, [ctypes.POINTER(_abi.kvs_store_config)]),
     "kvs_store_close": (None, [c_store_p]),
     "kvs_store_load": (ctypes.c_int, [c_store_p, ctypes.POINTER(_abi.kvs_store_shard),
                                       ctypes.c_uint32, _u64p]),

@@ -138,6 +138,31 @@ class Task:
         return f"<kvshare.Task {self.kind} {self.id}>"
 
 
+def _parse(config):
+    """config (a dict or the "k=v,..." string) as a kvs_store_config, the
+    log callback set; KvsError naming the key when it does not parse."""
+    cfg = _abi.kvs_store_config()
+    lib().kvs_store_config_init(ctypes.byref(cfg))
+    cfg.log = ctypes.cast(log_callback, ctypes.c_void_p).value
+    err = ctypes.create_string_buffer(512)
+    check(lib().kvs_store_config_parse(ctypes.byref(cfg), _config_string(config).encode(), err,
+                                       len(err)),
+          "kvs_store_config_parse", err.value.decode("utf-8", "replace"))
+    return cfg
+
+
+def check_config(config):
+    """Refuse, as Store(config) would, a configuration that does not parse or
+    whose backend cannot be used (kvs_store_config_check: roots missing or not
+    writable, a Redis that does not answer), without opening a store: no cache
+    is created or attached, no copy engine opened.  shard_size and block_size
+    may be left out.  Raises KvsError with the library's lines in detail."""
+    cfg = _parse(config)
+    rc = lib().kvs_store_config_check(ctypes.byref(cfg))
+    check(rc, f"kvs_store_config_check({cfg.cache.unique_id.decode()})",
+          lib().kvs_store_last_error().decode("utf-8", "replace") if rc < 0 else "")
+
+
 def _close(lib_, handle, pending):
     lib_.kvs_store_close(handle)  # drains running tasks first
     pending.clear()               # ... so their tensors may go now
@@ -155,14 +180,7 @@ class Store:
     def __init__(self, config):
         self._lib = lib()
         self._handle = None
-        cfg = _abi.kvs_store_config()
-        self._lib.kvs_store_config_init(ctypes.byref(cfg))
-        cfg.log = ctypes.cast(log_callback, ctypes.c_void_p).value
-        text = _config_string(config)
-        err = ctypes.create_string_buffer(512)
-        check(self._lib.kvs_store_config_parse(ctypes.byref(cfg), text.encode(), err,
-                                               len(err)),
-              "kvs_store_config_parse", err.value.decode("utf-8", "replace"))
+        cfg = _parse(config)
         self._geometry(cfg)
         self.unique_id = cfg.cache.unique_id.decode()
         self.device_id = cfg.cache.device_id

@@ -259,3 +259,18 @@ def test_close_drains_and_finalizer(base, uid):
     fin = s._finalizer
     del s
     assert not fin.alive
+
+
+def test_check_config(posix, tmp_path):
+    """kvshare.check_config refuses what an open would, with the library's
+    lines in detail, and opens nothing: no segment of the unique_id is left."""
+    good = posix("check")
+    uid = good["unique_id"]
+    kvshare.check_config(good)
+    kvshare.check_config({k: v for k, v in good.items() if k not in ("block_size",)})
+    with pytest.raises(kvshare.KvsError) as ei:
+        kvshare.check_config({**good, "backend_roots": str(tmp_path / "missing")})
+    assert ei.value.name == "ENOENT" and str(tmp_path / "missing") in ei.value.detail
+    with pytest.raises(kvshare.KvsError, match="did you mean 'cache_buffer_capacity_gb'"):
+        kvshare.check_config({**good, "cache_bufer_capacity_gb": 1})
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kvshare.{uid}.")]

@@ -15,15 +15,25 @@ TINY = {
 }
 
 
-def write_model(path, **changes):
+def write_model(path, weights=None, **changes):
+    """A model directory: TINY's config.json with changes; with weights (a
+    seed), a stand-in weight file too (model.safetensors, one tensor drawn from
+    the seed): what the fingerprint reads of a checkpoint, for configs that
+    never load their weights (engines with load_format "dummy" need none)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({**TINY, **changes}))
+    if weights is not None:
+        import torch
+        from safetensors.torch import save_file
+
+        g = torch.Generator().manual_seed(weights)
+        save_file({"stub": torch.randn(256, generator=g)}, str(path / "model.safetensors"))
     return str(path)
 
 
 @pytest.fixture
 def tiny_model(tmp_path):
-    return write_model(tmp_path / "tiny-llama")
+    return write_model(tmp_path / "tiny-llama", weights=0)
 
 
 def vllm_config(model, dtype="float32", block_size=32, hash_algo="sha256", extra=None):

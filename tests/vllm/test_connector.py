@@ -17,9 +17,17 @@ both roles on one node's store (posix backend under tmp_path).
 - a load of blocks that are not stored reports those vLLM blocks as load
   errors (vLLM then recomputes them), and does not hang;
 - the store's keys: the user's override the connector's defaults, the ones
-  derived from the engine cannot be set;
+  derived from the engine cannot be set; layout_tag is the fingerprint's;
+- a block stored under the same id with another fingerprint's layout_tag (a
+  colliding id) is a load error, never loaded; with the same tag it loads;
+- the kvshare configuration is checked when vLLM resolves the connector's
+  class while it builds the engine's config (before any weights load): a key
+  typo, a missing root, a Redis that does not answer are refused with the
+  library's message (redis_start_degraded=1 lets the last one start);
+- the library's log lines go through vLLM's handlers, in its format;
 - rank_heads is vLLM's split of heads for every TP degree."""
 import os
+import re
 
 import pytest
 import torch
@@ -326,14 +334,117 @@ def test_store_keys(node, tiny_model):
                                                            "backend": "none"}})
     geo = kv.StoredGeometry(layers=tuple(NAMES), heads=2, head_dim=32, block_size=32,
                             elem_bytes=4)
-    keys = dict(item.split("=", 1) for item in _store_keys(cfg, geo, 3, "host").split(","))
+    fp = kv.fingerprint(cfg)
+    keys = dict(item.split("=", 1) for item in _store_keys(cfg, fp, geo, 3, "host").split(","))
     assert keys["dump_wait"] == "durable" and keys["backend"] == "none"
     assert keys["device_id"] == "3" and keys["shard_size"] == str(8192)
     assert keys["block_size"] == str(8192 * 4) and keys["copy_engine"] == "host"
-    assert keys["unique_id"] == "vllm-" + kv.fingerprint(cfg).hex()[:16]
-    bad = vllm_config(tiny_model, extra={"kvshare_config": "shard_size=4k,backend=none"})
-    with pytest.raises(ValueError, match="sets shard_size: the connector derives"):
-        _store_keys(bad, geo, 0, "host")
+    assert keys["unique_id"] == "vllm-" + fp.hex()[:16]
+    assert keys["layout_tag"] == str(int.from_bytes(fp[:8], "little"))
+    for given in ("shard_size=4k", "layout_tag=7"):
+        bad = vllm_config(tiny_model, extra={"kvshare_config": given + ",backend=none"})
+        with pytest.raises(ValueError, match=f"sets {given.split('=')[0]}: the connector "
+                                             "derives"):
+            _store_keys(bad, fp, geo, 0, "host")
+
+
+@pytest.mark.parametrize("same_tag", [False, True])
+def test_foreign_block_is_load_error(node, monkeypatch, tmp_path, same_tag):
+    """Another writer stores blocks under the ids this engine asks for (ids
+    that collide across fingerprints: a writer that derives them another way,
+    or a shared kvshare_model_id with the weights left out) with its own
+    layout_tag: every load of them fails, so vLLM recomputes; never another
+    model's KV.  With this engine's tag (the control) they load."""
+    import numpy as np
+
+    import kvshare
+
+    c = node(1, "WORKER")
+    caches = register(monkeypatch, c, 0, HEADS, False)
+    tag = kv.layout_tag(c._fp) if same_tag else kv.layout_tag(c._fp) ^ 1
+    shard = 2 * BLOCK * HEAD_DIM * 4
+    foreign = ids(2, 9)
+    with kvshare.Store({"unique_id": f"vc-foreign-{os.getpid()}", "device_id": 0,
+                        "shard_size": shard, "block_size": shard * LAYERS * HEADS,
+                        "copy_engine": "host", "backend": "posix",
+                        "backend_roots": str(tmp_path), "fsync": 0,
+                        "cache_buffer_capacity_gb": 0.01, "layout_tag": tag}) as w:
+        data = [np.full(shard * LAYERS * HEADS, 7 + i, dtype=np.uint8) for i in range(2)]
+        assert w.dump(foreign, data).wait()
+    errors = load(c, [(foreign[0], 3), (foreign[1], 4)])
+    if same_tag:
+        assert errors == set()
+        assert caches[NAMES[0]][3].view(torch.uint8).eq(7).all()
+    else:
+        assert errors == {3, 4}
+        assert caches[NAMES[0]][3].eq(0).all()  # nothing of the foreign block landed
+
+
+def _transfer_config(kvshare_config):
+    from vllm.config import KVTransferConfig
+
+    return KVTransferConfig(kv_connector="KVShareConnector",
+                            kv_connector_module_path="kvshare.vllm", kv_role="kv_both",
+                            kv_connector_extra_config={"kvshare_config": kvshare_config})
+
+
+def test_config_checked_when_the_class_is_resolved(tiny_model, tmp_path):
+    """What vLLM does while it builds an engine's config (VllmConfig's
+    post-init, in the process that starts the engine, before any weights
+    load): resolve the connector's class.  A bad kvshare configuration fails
+    there, with the library's message; a good one, or a Redis that does not
+    answer with redis_start_degraded=1, passes."""
+    from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, VllmConfig)
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    good = {"backend": "posix", "backend_roots": str(tmp_path), "cache_buffer_capacity_gb": 1}
+    down = {"backend": "redis", "redis_endpoints": str(tmp_path / "nobody.sock"),
+            "redis_connect_timeout_ms": 200, "cache_buffer_capacity_gb": 1}
+    refused = {
+        "unknown key 'cache_bufer_capacity_gb' (did you mean 'cache_buffer_capacity_gb'?)":
+            {**good, "cache_bufer_capacity_gb": 1},
+        f"root {tmp_path}/missing: No such file or directory":
+            {**good, "backend_roots": str(tmp_path / "missing")},
+        "redis_start_degraded=1": down,
+    }
+    for want, cfg in refused.items():
+        with pytest.raises(ValueError, match="is refused") as ei:
+            KVConnectorFactory.get_connector_class(_transfer_config(cfg))
+        assert want in str(ei.value), str(ei.value)
+    for cfg in (good, {**down, "redis_start_degraded": 1}):
+        assert KVConnectorFactory.get_connector_class(_transfer_config(cfg)).__name__ == \
+            "KVShareConnector"
+    # as LLM() builds it: the engine's config is refused, naming the key
+    with pytest.raises(Exception, match="cache_bufer_capacity_gb"):
+        VllmConfig(model_config=ModelConfig(model=tiny_model, skip_tokenizer_init=True,
+                                            dtype="float32", max_model_len=2048, seed=0),
+                   cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=True),
+                   device_config=DeviceConfig("cpu"),
+                   kv_transfer_config=_transfer_config({**good, "cache_bufer_capacity_gb": 1}))
+
+
+def test_library_lines_in_vllm_log(tmp_path, capfd):
+    """The library's lines (logger "kvshare") are written by vLLM's handler, in
+    its format and at its level -- not by Python's last-resort handler as a
+    bare message on stderr."""
+    import logging
+
+    import kvshare
+    import kvshare.vllm.connector  # noqa: F401  (routes the logger at import)
+
+    from vllm.logger import _configure_vllm_root_logger
+
+    _configure_vllm_root_logger()  # as an engine's start does, after the import
+    assert not logging.getLogger("kvshare").propagate
+    kvshare.check_config({"unique_id": "vc-log", "device_id": 0, "backend": "redis",
+                          "redis_endpoints": str(tmp_path / "nobody.sock"),
+                          "redis_connect_timeout_ms": 200, "redis_start_degraded": 1,
+                          "cache_buffer_capacity_gb": 1})
+    out, err = capfd.readouterr()
+    line = next(x for x in (out + err).splitlines() if "opened degraded" in x)
+    # vLLM's format: "[(<process> pid=N) ]LEVEL mm-dd hh:mm:ss [file.py:line] message"
+    assert re.search(r"WARNING \d\d-\d\d \d\d:\d\d:\d\d \[_lib\.py:\d+\] backend: redis",
+                     line), line
 
 
 @pytest.mark.parametrize("heads", [1, 2, 4, 8])

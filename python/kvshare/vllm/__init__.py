@@ -12,17 +12,39 @@ needs vLLM) is imported when KVShareConnector is first named.
 """
 
 from .identity import (LAYOUT_VERSION, block_ids, check_hash_determinism, fingerprint,
-                       fingerprint_fields)
+                       fingerprint_fields, layout_tag, weights_fingerprint)
 from .layout import StoredGeometry, geometry, rank_heads
 
 __all__ = ["KVShareConnector", "LAYOUT_VERSION", "StoredGeometry", "block_ids",
            "check_hash_determinism", "fingerprint", "fingerprint_fields", "geometry",
-           "rank_heads"]
+           "layout_tag", "rank_heads", "weights_fingerprint"]
+
+
+def _resolving_config():
+    """The KVTransferConfig vLLM is resolving the connector class for, when
+    the caller of __getattr__ is its KVConnectorFactory.get_connector_class,
+    else None."""
+    import sys
+
+    caller = sys._getframe(2)  # __getattr__'s caller (getattr() has no frame)
+    if caller.f_code.co_name != "get_connector_class":
+        return None
+    return caller.f_locals.get("kv_transfer_config")
 
 
 def __getattr__(name):
     if name in ("KVShareConnector", "KVShareMetadata", "KVShareStats"):
         from . import connector
 
+        # vLLM resolves the class (getattr on this module) while it builds the
+        # engine's config, in the process that starts the engine, before any
+        # worker loads weights: the kvshare configuration is checked then, so
+        # that a typo fails engine creation in seconds, not after the weights
+        # (the constructor checks it again).  Not a module attribute, so that
+        # every resolution comes here.
+        if name == "KVShareConnector":
+            kt = _resolving_config()
+            if kt is not None:
+                connector.check_transfer_config(kt)
         return getattr(connector, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

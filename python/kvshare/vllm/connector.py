@@ -36,6 +36,7 @@ kv_load_failure_policy="recompute"): never wrong KV, never a hang.  A failed
 save is logged and counted: a later miss, not an error.
 """
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -46,17 +47,44 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 from vllm.logger import init_logger
 
 from .._lib import KvsError
-from ..store import Store, _config_string
+from ..store import Store, _config_string, check_config
 from . import identity, layout
 
 # Under vLLM's logger, so that the lines land in the engine's log, in its format.
 logger = init_logger("vllm.kvshare.connector")
 
+
+class _ToVllmLog(logging.Handler):
+    """Hands the library's records to vLLM's logger, as its own lines are:
+    its handlers, its format, its level -- looked up at each record, since
+    vLLM (re)configures its logging when an engine starts, after this import."""
+
+    def emit(self, record):
+        target = logging.getLogger("vllm")
+        if target.isEnabledFor(record.levelno):
+            target.handle(record)
+
+
+def _route_library_log():
+    """The library's lines (logger "kvshare", kvshare._lib) into the engine's
+    log, unless the user configured that logger: not Python's last-resort
+    stderr with a bare message."""
+    lib_log = logging.getLogger("kvshare")
+    if lib_log.handlers or lib_log.level != logging.NOTSET:
+        return
+    lib_log.addHandler(_ToVllmLog())
+    lib_log.setLevel(logging.DEBUG)  # vLLM's level decides, in the handler
+    lib_log.propagate = False
+
+
+_route_library_log()
+
 # kv_connector_extra_config keys of the connector itself.
 EXTRA_CONFIG = "kvshare_config"      # the store's keys (dict or "k=v,..." string)
 EXTRA_UNIQUE_ID = "kvshare_unique_id"  # the cache's name (default: from the fingerprint)
 # Keys the connector derives from the engine; a kvshare_config naming them is refused.
-_DERIVED = ("device_id", "shard_size", "block_size", "tensor_size", "tensor_size_list")
+_DERIVED = ("device_id", "shard_size", "block_size", "tensor_size", "tensor_size_list",
+            "layout_tag")
 
 
 @dataclass
@@ -85,11 +113,9 @@ class KVShareStats(KVConnectorStats):
         return not any(self.data.values())
 
 
-def _store_keys(vllm_config, geo, device_id, copy_engine):
-    """The store's configuration string: what the engine fixes (the geometry,
-    the device), the connector's defaults (copy_engine among them) unless the
-    user's kvshare_config sets them, then the user's keys."""
-    extra = identity.extra_config(vllm_config)
+def _user_items(extra):
+    """The user's kvshare_config as "k=v" items, and the keys they set;
+    ValueError when they set one the connector derives."""
     user = extra.get(EXTRA_CONFIG) or ""
     items = [item for item in _config_string(user).split(",") if item.strip()]
     given = {item.split("=", 1)[0].strip() for item in items}
@@ -97,18 +123,59 @@ def _store_keys(vllm_config, geo, device_id, copy_engine):
     if bad:
         raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_CONFIG!r}] sets "
                          f"{', '.join(bad)}: the connector derives these from the engine "
-                         "(the model's layers, heads, block size; the rank)")
+                         "(the model's layers, heads, block size; the rank; its fingerprint)")
+    return items, given
+
+
+def _join_keys(defaults, fixed, items, given):
+    keys = {k: v for k, v in defaults.items() if k not in given} | fixed
+    return ",".join([_config_string(keys)] + items)
+
+
+def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
+    """The store's configuration string: what the engine fixes (the geometry,
+    the device, the fingerprint's layout_tag), the connector's defaults
+    (copy_engine among them) unless the user's kvshare_config sets them, then
+    the user's keys."""
+    extra = identity.extra_config(vllm_config)
+    items, given = _user_items(extra)
     defaults = {
-        "unique_id": extra.get(EXTRA_UNIQUE_ID)
-        or "vllm-" + identity.fingerprint(vllm_config).hex()[:16],
+        "unique_id": extra.get(EXTRA_UNIQUE_ID) or "vllm-" + fp.hex()[:16],
         "dump_wait": "cached",
         "waiting_queue_depth": min(4096, 4 * len(geo.layers) + 64),
         "copy_engine": copy_engine,
     }
     fixed = {"device_id": device_id, "shard_size": geo.shard_bytes,
-             "block_size": geo.shard_bytes * geo.shards_per_block}
-    keys = {k: v for k, v in defaults.items() if k not in given} | fixed
-    return ",".join([_config_string(keys)] + items)
+             "block_size": geo.shard_bytes * geo.shards_per_block,
+             "layout_tag": identity.layout_tag(fp)}
+    return _join_keys(defaults, fixed, items, given)
+
+
+def check_transfer_config(kv_transfer_config):
+    """Refuse a kvshare configuration that no store could open -- a key the
+    library does not know, a bad value, a missing or unwritable root, a Redis
+    that does not answer -- with the library's message (ValueError), before the
+    engine loads its weights: kvshare.vllm calls this when vLLM resolves the
+    connector's class while it builds the engine's config (__init__.py); the
+    constructor calls it again.  What needs the model (the geometry, the
+    fingerprint) is not checked here: no cache is opened or created."""
+    extra = kv_transfer_config.kv_connector_extra_config or {}
+    items, given = _user_items(extra)
+    # device 0 with the host engine: the sizes a rank needs are checked, no
+    # copy engine is opened (kvs_store_config_check opens none anyway)
+    keys = _join_keys({"unique_id": extra.get(EXTRA_UNIQUE_ID) or "vllm-config-check",
+                       "copy_engine": "host"}, {"device_id": 0}, items, given)
+    if keys in _checked:  # vLLM resolves the class many times per process
+        return
+    try:
+        check_config(keys)
+    except KvsError as e:
+        raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_CONFIG!r}] is refused: "
+                         f"{e.detail or e}") from None
+    _checked.add(keys)
+
+
+_checked = set()  # configurations check_transfer_config passed in this process
 
 
 class _Req:
@@ -131,6 +198,7 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        check_transfer_config(vllm_config.kv_transfer_config)
         identity.check_hash_determinism(vllm_config)
         self._fp = identity.fingerprint(vllm_config)
         self._geo = layout.geometry(vllm_config, kv_cache_config)
@@ -141,7 +209,7 @@ class KVShareConnector(KVConnectorBase_V1):
         self._store = None
         if role == KVConnectorRole.SCHEDULER:
             self._reqs = {}
-            self._watch_keys = _store_keys(vllm_config, self._geo, -1, "host")
+            self._watch_keys = _store_keys(vllm_config, self._fp, self._geo, -1, "host")
             self._watch_failed = None  # the last open error, logged once
         else:
             self._layers = {}    # layer name -> (layer index, kv tensor, layout.kv_view)
@@ -287,7 +355,7 @@ class KVShareConnector(KVConnectorBase_V1):
             device, engine = kv.device.index, "cuda"
         else:
             device, engine = rank, "host"
-        self._store = Store(_store_keys(self._vllm_config, geo, device, engine))
+        self._store = Store(_store_keys(self._vllm_config, self._fp, geo, device, engine))
         logger.info("kvshare: rank %d of %d stores heads %s of %d, %d layers, %d-byte shards "
                     "(%s) in cache %s", rank, tp, self._heads, geo.heads, len(geo.layers),
                     geo.shard_bytes, "in place" if self._in_place else "staged",
@@ -407,6 +475,10 @@ class KVShareConnector(KVConnectorBase_V1):
         st = self._store.stats()
         now = {k: st[k] for k in ("load_hits", "owner_reads", "shards_loaded",
                                   "shards_dumped", "dump_dedup", "backend_writes")}
+        # a backend that is down (redis_start_degraded=1) shows here, not
+        # only in the rate-limited log
+        now["backend_read_errors"], now["backend_write_errors"] = (st["read_errors"],
+                                                                   st["write_errors"])
         data = {k: v - self._last.get(k, 0) for k, v in now.items()}
         self._last = now
         data.update(self._counts)
