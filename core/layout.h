@@ -202,7 +202,7 @@ struct kvs_shm_stats {
 	_Atomic uint64_t enospc;
 	_Atomic uint64_t joins; /* gets that found the slot being filled (LOADING) */
 	_Atomic uint64_t reserved[4]; /* (the header counts reaped entries) */
-	struct kvs_shm_store_stats store; /* the rank's store pipeline (core/store*.c) */
+	struct kvs_shm_store_stats store; /* the rank's store pipeline (store/) */
 };
 
 /* One data segment: where it is and which slots it holds. */

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/store.h"
+#include "store/store.h"
 #include "kvshare.h"
 
 static int verbose = -1;

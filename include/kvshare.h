@@ -1057,7 +1057,7 @@ KVS_API int kvs_backend_register_buffers(struct kvs_backend *b,
 KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *info);
 
 /* ------------------------------------------------------------------------ */
-/* Store: the pipeline an inference engine calls (core/store*.c)             */
+/* Store: the pipeline an inference engine calls (store/)             */
 
 /*
  * A store is one rank's pipeline over the shared cache, a backend and a copy

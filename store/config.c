@@ -1,8 +1,8 @@
 /*
- * core/store_config.c — what a store is asked to be: its defaults, and the
+ * store/config.c — what a store is asked to be: its defaults, and the
  * resolution of the sizes the keys give indirectly (capacity, block and tensor
  * sizes) into the cache and backend configs that their own open calls check.
- * The key=value parser that fills a config is core/store_parse.c.
+ * The key=value parser that fills a config is store/parse.c.
  *
  * Resolution (kvs_store_config_resolve) turns a config into the one the store
  * opens with.  It checks the store's own fields and what it derives or splits
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "core/store.h"
+#include "store/store.h"
 
 KVS_API void kvs_store_config_init(struct kvs_store_config *cfg)
 {

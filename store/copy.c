@@ -1,5 +1,5 @@
 /*
- * core/store_copy.c — the copier thread: moves bytes between the cache's slots
+ * store/copy.c — the copier thread: moves bytes between the cache's slots
  * and the caller's tensors through the copy engine, and settles every shard.
  *
  * It takes shards from the ring in the dispatcher's visiting order into a
@@ -17,12 +17,12 @@
  *   dump           an owned shard (a miss, a FAILED slot it refills, a dead
  *                  filler's it took over) is D2H-gathered, after the task's CUDA
  *                  event; the gathers of a pass are synced once and each is then
- *                  settled by store_dump.c (published DIRTY, counted in its
+ *                  settled by store/dump.c (published DIRTY, counted in its
  *                  block's claim, durable waits).  A shard found READY is in the
  *                  backend already (deduplicated); one found DIRTY is settled
  *                  like a gathered one; one a peer is filling is waited for.
  *
- * Staging: a slot the registration thread (store_register.c) has not registered
+ * Staging: a slot the registration thread (store/register.c) has not registered
  * with the copy engine yet is not copied from directly (with CUDA that would be
  * a pageable copy, synchronous and through the driver's own buffers): its tensor
  * ranges go through the store's pinned staging buffer in pieces, each synced
@@ -38,7 +38,7 @@
  * is published FAILED).
  *
  * Sleeping: on the state words of the peers' slots the working set waits for
- * and the words store_dump.c waits on (the rank's bell, the claim table's),
+ * and the words store/dump.c waits on (the rank's bell, the claim table's),
  * plus the copier's own bell (every hand-off bumps it): kvs_wait_any, futex_waitv
  * in the kernel build.  Once per slice the check hook looks at the fillers of
  * those slots (a dead filler's slot is taken over) and at the writers of the
@@ -58,10 +58,10 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "core/store.h"
+#include "store/store.h"
 
 /* Words kvs_wait_any may get besides slot words: the copier's bell, and what
- * store_dump.c waits on (the rank's bell, the claim table's). */
+ * store/dump.c waits on (the rank's bell, the claim table's). */
 #define WAIT_EXTRA 3u
 #define WORK_MAX (KVS_WAIT_ANY_MAX - WAIT_EXTRA)
 /* Copies queued between two syncs. */
@@ -626,7 +626,7 @@ void *kvs_store_copier(void *arg)
 	struct copier cp = { .s = arg, .dumps = ((struct kvs_store *)arg)->dumps0 };
 	struct kvs_store *s = cp.s;
 
-	/* no shared lock holds this thread past a short wait (store_dump.c) */
+	/* no shared lock holds this thread past a short wait (store/dump.c) */
 	kvs_core_lock_wait_set(KVS_STORE_LOCK_WAIT_NS);
 	for (;;) {
 		/* acquire: pairs with the hand-offs' bump; read before looking, so

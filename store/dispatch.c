@@ -1,5 +1,5 @@
 /*
- * core/store_dispatch.c — the dispatcher thread: the store's visits and its only
+ * store/dispatch.c — the dispatcher thread: the store's visits and its only
  * backend issuer.
  *
  * Visits.  Every task being visited gets its turn (round-robin, a few shards at a
@@ -25,7 +25,7 @@
  * submitted whatever their task's deadline (a read is useful to every rank
  * waiting on its slot: a task past its deadline reports at the deadline, the
  * read drains into the cache).  Writes (the blocks this rank writes as their
- * claim's writer, store_dump.c) may take at most write_cap of the backend's
+ * claim's writer, store/dump.c) may take at most write_cap of the backend's
  * queue, so reads always find room.  A block write has no deadline (its dumps
  * may be acknowledged already): it waits in the queue as long as the backend
  * takes, and an attempt ends exactly once, when it is off the queue with
@@ -55,7 +55,7 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
-#include "core/store.h"
+#include "store/store.h"
 
 /* Completions reaped per poll call. */
 #define DISPATCH_REAP 64u
@@ -74,7 +74,7 @@ struct disp {
 	int epfd;
 	bool backend_fd;                 /* the backend's wait descriptor is in epfd */
 	struct kvs_store_task *vis_head, *vis_tail; /* tasks with shards to visit */
-	struct kvs_store_sh *revisits;   /* shards to visit again (store_dump.c) */
+	struct kvs_store_sh *revisits;   /* shards to visit again (store/dump.c) */
 	/* Load and prefetch misses met while reads waited for backend room: not
 	 * owned, no pin; visited again (FIFO) once the read queue is empty. */
 	struct kvs_store_sh *def_head, *def_tail;
@@ -268,7 +268,7 @@ static void expire_rest(struct disp *d, struct kvs_store_task *t)
 
 		kvs_store_sh_finish(s, sh, -ETIMEDOUT);
 	}
-	/* acq_rel: as every task reference (store.c, task_unref) */
+	/* acq_rel: as every task reference (store/task.c, kvs_store_task_unref) */
 	if (atomic_fetch_sub_explicit(&t->live, 1, memory_order_acq_rel) == 1)
 		free(t);
 }

@@ -1,5 +1,5 @@
 /*
- * core/store_dump.c — the dump protocol on the copier's side (docs/store.md,
+ * store/dump.c — the dump protocol on the copier's side (docs/store.md,
  * "Dumps"): what a dumped shard does once its slot holds valid bytes, how a
  * durable dump learns that its block is in the backend, and the block writes
  * this rank makes as a claim's writer.  The contract it keeps: a dump that
@@ -72,7 +72,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "core/store.h"
+#include "store/store.h"
 
 /* How long a complete block waits for its designated writer before any watcher
  * writes it. */

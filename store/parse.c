@@ -1,7 +1,7 @@
 /*
- * core/store_parse.c — the "key=value,key=value" parser that inference engines
+ * store/parse.c — the "key=value,key=value" parser that inference engines
  * hand us (kvs_store_config_parse), into a struct kvs_store_config that
- * core/store_config.c then resolves.
+ * store/config.c then resolves.
  *
  * The parser is one table, one row per key: the key's name, the kind of value
  * it takes (a function that reads and stores that kind: integer, size, time,
@@ -37,7 +37,7 @@
 #include <strings.h>
 
 #include "core/core.h"
-#include "core/store.h"
+#include "store/store.h"
 
 #define US_PER_HOUR (UINT64_C(3600) * 1000000)
 #define MS_PER_HOUR (UINT64_C(3600) * 1000)

@@ -1,5 +1,5 @@
 /*
- * core/store_register.c — the data plane registered with the copy engine in
+ * store/register.c — the data plane registered with the copy engine in
  * the background, chunk by chunk, while the store already serves.
  *
  * Registering host memory for DMA (cudaHostRegister) costs about 0.1 s per GB,
@@ -15,7 +15,7 @@
  *
  * The copier asks kvs_store_slot_registered() for every shard it copies: a slot
  * inside the prefix is copied directly; one beyond it goes through the staging
- * buffer (store_copy.c), a small pinned bounce buffer, so every load and dump is
+ * buffer (store/copy.c), a small pinned bounce buffer, so every load and dump is
  * served from the first moment and switches to direct DMA as soon as its chunk
  * is in.  kvs_store_ready() sleeps on reg_cv until the thread is done.
  *
@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "core/store.h"
+#include "store/store.h"
 
 int (*kvs_store_test_register_hook)(struct kvs_store *s, uint32_t seg, uint64_t off,
 				    uint64_t len);

@@ -1,26 +1,30 @@
 /*
- * core/store.h — the store's private interface between its files (and to its
+ * store/store.h — the store's private interface between its files (and to its
  * tests).  The store (kvs_store_*) is its own CMake target (kvs_store_<variant>)
- * on top of the shared cache: it uses core/, io/ and wait/; the cache files never
- * include this header.
+ * on top of the shared cache: it uses common/, wait/, core/ and io/; none of
+ * them includes this header.
  *
- *   store_config.c  kvs_store_config_init, the key=value parser, resolution of
- *                   the derived sizes and validation (each error names its key)
- *   store.c         open/close, tasks (submit, check, wait), lookups, stats, the
- *                   hand-offs between the threads
- *   store_dispatch.c the dispatcher thread: visits (gets) across tasks, backend
- *                   reads and writes, publish at completion, prealloc; it sleeps
- *                   on the backend's wait descriptor and its own eventfd
- *   store_copy.c    the copier thread: waits for slots (futex wait-for-any),
- *                   H2D scatter, D2H gather, syncs in batches; staged copies of
- *                   slots not registered yet
- *   store_dump.c    the dump protocol on the copier's side: claims, durable
- *                   waits, takeovers, the block writes this rank makes
- *   store_register.c the registration thread: the data plane registered with the
- *                   copy engine in chunks, in the background; readiness
+ *   config.c    kvs_store_config_init, resolution of the derived sizes and
+ *               validation (each error names its key); parse.c the key=value
+ *               parser
+ *   store.c     open (in the order that fails before the data plane exists),
+ *               kvs_store_config_check, the log gate, the bounded close
+ *   task.c      tasks (submit, check, wait), each shard's end, the hand-offs
+ *               between the threads
+ *   query.c     lookups, stats, the store's cache and copy engine
+ *   dispatch.c  the dispatcher thread: visits (gets) across tasks, backend
+ *               reads and writes, publish at completion, prealloc; it sleeps
+ *               on the backend's wait descriptor and its own eventfd
+ *   copy.c      the copier thread: waits for slots (futex wait-for-any),
+ *               H2D scatter, D2H gather, syncs in batches; staged copies of
+ *               slots not registered yet
+ *   dump.c      the dump protocol on the copier's side: claims, durable
+ *               waits, takeovers, the block writes this rank makes
+ *   register.c  the registration thread: the data plane registered with the
+ *               copy engine in chunks, in the background; readiness
  */
-#ifndef KVS_CORE_STORE_H
-#define KVS_CORE_STORE_H
+#ifndef KVS_STORE_STORE_H
+#define KVS_STORE_STORE_H
 
 #include <stdint.h>
 
@@ -45,7 +49,7 @@
 #define KVS_STORE_STAGING_MAX (8ull << 20)
 /* The longest the copier (and the open's look for a dead rank's blocks) waits
  * for one shared lock before it parks what needed it and goes on with other
- * work (store_dump.c): a peer stopped inside a critical section costs this per
+ * work (store/dump.c): a peer stopped inside a critical section costs this per
  * attempt, never the cache's lock_timeout_ns. */
 #define KVS_STORE_LOCK_WAIT_NS (2ull * 1000000ull)
 /* The shard size kvs_store_config_check opens the backend with when the
@@ -99,7 +103,7 @@ int kvs_store_config_resolve(const struct kvs_store_config *cfg, struct kvs_stor
 			     struct kvs_backend_config *fault_inner, const struct kvs_log *log);
 
 
-/* ---- what store.c, store_dispatch.c, store_copy.c and store_dump.c share ---- */
+/* ---- what the store's files share ---- */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -190,9 +194,9 @@ struct kvs_store_task {
 };
 
 /* A block this rank writes as its claim's writer: every shard pinned, one write
- * each (store_dump.c builds it, the dispatcher writes it).  A write has no
+ * each (store/dump.c builds it, the dispatcher writes it).  A write has no
  * deadline: the dumps of the block may have been acknowledged (dump_wait=
- * cached), so an attempt that fails is retried (store_dump.c decides, with a
+ * cached), so an attempt that fails is retried (store/dump.c decides, with a
  * backoff) and the pins stay until the block is stored or given up. */
 struct kvs_store_job {
 	struct kvs_claim_ref claim;
@@ -220,7 +224,7 @@ struct kvs_store_release {
 /* The dispatcher's memory of preallocated keys. */
 #define KVS_STORE_PREALLOC_RECENT 16u
 
-/* One of the caller's log callbacks, behind the store's gate (store.c). */
+/* One of the caller's log callbacks, behind the store's gate (store/store.c). */
 struct kvs_store_log_gate {
 	struct kvs_store *s;
 	kvs_log_fn fn;
@@ -265,12 +269,12 @@ struct kvs_store {
 	/* Pins this store's tasks hold (every visit's get +1, every release -1;
 	 * relaxed: a budget, not a synchronisation), and the most the dispatcher
 	 * keeps (a share of the cache no set of ranks can exhaust, within the pin
-	 * table).  Block writes count their pins apart (store_dump.c), within the
+	 * table).  Block writes count their pins apart (store/dump.c), within the
 	 * rest of the table: they never hold up a visit. */
 	_Atomic uint32_t pins;
 	uint32_t pin_budget;
 
-	/* Registration of the data plane with the copy engine (store_register.c). */
+	/* Registration of the data plane with the copy engine (store/register.c). */
 	pthread_t reg_thr;
 	bool reg_started;
 	uint32_t reg_order[KVS_MAX_SEGS]; /* data segments, the rank's node's first */
@@ -336,14 +340,14 @@ struct kvs_store {
 /* Bytes of the ERROR lines kept for kvs_store_last_error. */
 #define KVS_STORE_ERRORS_MAX 4096
 
-/* Limits the parser (store_parse.c) and resolution (store_config.c) share. */
+/* Limits the parser (store/parse.c) and resolution (store/config.c) share. */
 #define KVS_STORE_NS_PER_US UINT64_C(1000)
 #define KVS_STORE_NS_PER_MS UINT64_C(1000000)
 #define KVS_STORE_TIMEOUT_MS_MAX UINT64_C(86400000) /* a day */
 #define KVS_STORE_COPY_DELAY_US_MAX UINT64_C(1000000) /* a second */
 #define KVS_STORE_SHARDS_MAX 65536u /* kvs_backend_config.shards_per_block */
 
-/* ---- store.c ---- */
+/* ---- store/task.c: shards, tasks, the hand-offs ---- */
 /* Make err (if non-zero) the task's error unless it has one. */
 void kvs_store_sh_error(struct kvs_store_sh *sh, int err);
 /* Count the shard done for its task with err (once; the last one completes the
@@ -374,6 +378,16 @@ void kvs_store_handoff_job(struct kvs_store *s, struct kvs_store_job *job);
 /* Dispatcher -> copier hand-offs (mu taken inside; the copier woken). */
 void kvs_store_handoff_release(struct kvs_store *s, struct kvs_store_sh *sh);
 void kvs_store_handoff_job_done(struct kvs_store *s, struct kvs_store_job *job);
+/* Drop a reference to task t: the last one frees it. */
+void kvs_store_task_unref(struct kvs_store_task *t);
+
+/* ---- store/store.c ---- */
+/* A thread is leaving: the last one out of an orphaned store tears it down. */
+void kvs_store_thread_exit(struct kvs_store *s);
+
+/* ---- store/dispatch.c, store/copy.c: the threads ---- */
+void *kvs_store_dispatcher(void *arg);
+void *kvs_store_copier(void *arg);
 /* Pin shard sh's slot and say what to do with it (the visit): flags
  * KVS_CORE_GET_TRY from the dispatcher (-EBUSY: the copier gets it), none from
  * the copier.  Loads and prefetches that own the slot get their read queued
@@ -387,14 +401,8 @@ int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t f
 void kvs_store_read_owned(struct kvs_store *s, struct kvs_store_sh *sh,
 			  void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
 			  void *arg);
-/* A thread is leaving: the last one out of an orphaned store tears it down. */
-void kvs_store_thread_exit(struct kvs_store *s);
 
-/* ---- store_dispatch.c, store_copy.c: the threads ---- */
-void *kvs_store_dispatcher(void *arg);
-void *kvs_store_copier(void *arg);
-
-/* ---- store_dump.c: the dump protocol on the copier's side ---- */
+/* ---- store/dump.c: the dump protocol on the copier's side ---- */
 struct kvs_store_dumps;
 int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out);
 void kvs_store_dumps_fini(struct kvs_store *s, struct kvs_store_dumps *d);
@@ -430,7 +438,7 @@ void kvs_store_dumps_close(struct kvs_store *s, struct kvs_store_dumps *d);
  * lock, or (closing) complete blocks still to write: the copier may not exit. */
 bool kvs_store_dumps_busy(const struct kvs_store_dumps *d);
 
-/* ---- store_register.c ---- */
+/* ---- store/register.c ---- */
 /* Plan the registration (order, chunk sizes, register_total_bytes), allocate
  * the staging buffer and start the registration thread.  0 or -errno. */
 int kvs_store_register_start(struct kvs_store *s);

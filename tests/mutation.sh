@@ -193,7 +193,7 @@ mutant count-duplicates core/claim.c 'store_dump:claims_duplicate split_shards' 
 	'	if (0)'
 
 # h. a durable dump that did not write its block completes when its shard is cached
-mutant durable-at-cached core/store_dump.c 'store_dump:partial_block split_shards' \
+mutant durable-at-cached store/dump.c 'store_dump:partial_block split_shards' \
 	'	if (s->cfg.dump_wait == KVS_DUMP_WAIT_CACHED) {
 		finish(s, sh, 0);' \
 	'	if (1) {

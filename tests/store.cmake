@@ -1,4 +1,4 @@
-# Tests of the store (core/store*.c, kvs_store_*), host copy engine, real processes.
+# Tests of the store (store/*.c, kvs_store_*), host copy engine, real processes.
 #   store_config  the key=value parser and config resolution: every key's bad value
 #   store_load    one process: round trips, layer-wise, dedup, faults, head slices,
 #                 watcher lookups, tasks (timeouts, queue full)

@@ -1,6 +1,6 @@
 /*
  * tests/store_config.c — the store's key=value parser and config resolution
- * (core/store_config.c): every key of kvshare.h's list round-trips into its
+ * (store/config.c): every key of kvshare.h's list round-trips into its
  * field and nothing else; every key refuses an empty, malformed, overflowing or
  * out-of-range value with -EINVAL and an error (err buffer and log line, the
  * same text) that names it; unknown keys get a "did you mean"; duplicate keys
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "core/store.h"
+#include "store/store.h"
 #include "harness.h"
 
 #define GIB (UINT64_C(1) << 30)

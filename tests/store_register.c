@@ -1,6 +1,6 @@
 /*
  * tests/store_register.c — the store serves while its data plane is being
- * registered with the copy engine (core/store_register.c), with the host
+ * registered with the copy engine (store/register.c), with the host
  * engine: no GPU needed.
  *
  *   staged_then_direct  registration held at known points (the test hook):
@@ -31,7 +31,7 @@
  */
 #include <pthread.h>
 
-#include "core/store.h"
+#include "store/store.h"
 #include "numa/numa.h"
 #include "store_util.h"
 
