@@ -22,8 +22,8 @@
  * before that close is the start, the last rank's finish (CLOCK_MONOTONIC, the
  * same clock in every process) the end.
  *
- * The backend.  Each rank's store gets a KVS_BACKEND_USER ops table (below) that
- * wraps a latency backend (kvs_backend_open: latency_ns, latency_queue_depth =
+ * The backend.  Each rank's store gets the counting backend (tools/count_backend.h)
+ * over a latency backend (kvs_backend_open: latency_ns, latency_queue_depth =
  * qd, so each rank has at most qd reads in flight, as an IO engine with a
  * bounded share of the store's bandwidth) and counts, in a MAP_SHARED block
  * the parent maps before forking, every read the latency backend accepted, the
@@ -81,6 +81,7 @@
 #include "common/clock.h"
 #include "common/pattern.h"
 #include "kvshare.h"
+#include "tools/count_backend.h"
 
 #ifndef KVS_BENCH_VARIANT
 #define KVS_BENCH_VARIANT "unknown"
@@ -109,16 +110,9 @@ struct tp_rank_result {
 };
 
 struct tp_shared {
-	/* Backend counters, updated by every rank's dispatcher thread.  All relaxed:
-	 * they are counts read by the parent after waitpid (which orders them), and
-	 * the max is a monotonic CAS over one word; nothing else is published
-	 * through them. */
-	_Atomic uint64_t reads;          /* accepted read submits */
-	_Atomic uint64_t writes;         /* accepted write submits (expected 0) */
-	_Atomic uint64_t read_failures;  /* read completions with result != len */
-	_Atomic int64_t inflight;        /* reads in flight, node-wide */
-	_Atomic int64_t max_inflight;
-	_Atomic uint64_t inflight_ns;    /* sum of the reads' submit-to-reap times */
+	/* The counting backend, updated by every rank's dispatcher thread
+	 * (tools/count_backend.h: relaxed counts, read after waitpid). */
+	struct kvs_count count;
 	/* Set by the parent before it starts the ranks (closing the go pipe is the
 	 * release: a child reads them after its read() returned EOF). */
 	uint32_t abort_run;              /* 1: a rank failed to open; do no work */
@@ -148,46 +142,24 @@ struct tp_result {
 	uint64_t others_tasks, others_wall_ns; /* ranks other than slow_rank */
 };
 
-/* What the user backend's open gets as user_arg: process-local, inherited by the
+/* What the counting backend's open_inner gets: process-local, inherited by the
  * fork (the shared block is at the same address in every rank). */
 struct tp_backend_arg {
-	struct tp_shared *sh;
 	uint64_t latency_ns;
 	uint32_t qd;
 };
 
 static struct tp_backend_arg g_barg;
+static struct kvs_count_arg g_count_arg;
 
-/* ---- the counting backend (KVS_BACKEND_USER over a latency backend) ---- */
+/* ---- the counting backend (tools/count_backend.h) over a latency backend ---- */
 
-struct tp_token {
-	uint64_t token;    /* the store's token */
-	uint64_t submit_ns;
-	uint32_t write;    /* 1: a write (not counted as a read) */
-	uint32_t next;     /* free list */
-};
-
-struct tp_backend {
-	struct kvs_backend *inner;
-	struct tp_shared *sh;
-	struct tp_token *tok; /* inner tokens are indices into tok[] */
-	uint32_t ntok, free_head;
-};
-
-#define TOK_NONE UINT32_MAX
-
-static int tpb_open(const struct kvs_backend_config *cfg, void **state)
+static int tp_open_inner(const struct kvs_backend_config *cfg, void *arg,
+			 struct kvs_backend **inner)
 {
-	const struct tp_backend_arg *a = cfg->user_arg;
+	const struct tp_backend_arg *a = arg;
 	struct kvs_backend_config in;
-	struct tp_backend *b;
-	int rc;
 
-	if (!a || !a->sh)
-		return -EINVAL;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
 	kvs_backend_config_init(&in);
 	in.kind = KVS_BACKEND_LATENCY;
 	in.shard_bytes = cfg->shard_bytes;
@@ -196,148 +168,8 @@ static int tpb_open(const struct kvs_backend_config *cfg, void **state)
 	in.latency_queue_depth = a->qd;
 	in.log = cfg->log;
 	in.log_arg = cfg->log_arg;
-	rc = kvs_backend_open(&in, &b->inner);
-	if (rc < 0) {
-		free(b);
-		return rc;
-	}
-	b->sh = a->sh;
-	b->free_head = TOK_NONE;
-	*state = b;
-	return 0;
+	return kvs_backend_open(&in, inner);
 }
-
-static int tpb_lookup(void *state, const struct kvs_block_id *block)
-{
-	struct tp_backend *b = state;
-
-	return kvs_backend_lookup(b->inner, block);
-}
-
-static int tok_get(struct tp_backend *b, uint32_t *idx)
-{
-	if (b->free_head == TOK_NONE) {
-		uint32_t n = b->ntok ? 2 * b->ntok : 64;
-		struct tp_token *t = realloc(b->tok, n * sizeof(*t));
-
-		if (!t)
-			return -ENOMEM;
-		for (uint32_t i = b->ntok; i < n; i++)
-			t[i].next = i + 1 < n ? i + 1 : TOK_NONE;
-		b->free_head = b->ntok;
-		b->tok = t;
-		b->ntok = n;
-	}
-	*idx = b->free_head;
-	b->free_head = b->tok[*idx].next;
-	return 0;
-}
-
-static void tok_put(struct tp_backend *b, uint32_t idx)
-{
-	b->tok[idx].next = b->free_head;
-	b->free_head = idx;
-}
-
-static int tpb_submit(void *state, const struct kvs_backend_io *io, bool write)
-{
-	struct tp_backend *b = state;
-	struct kvs_backend_io in = *io;
-	uint32_t idx;
-	int rc = tok_get(b, &idx);
-
-	if (rc < 0)
-		return rc;
-	b->tok[idx].token = io->token;
-	b->tok[idx].write = write;
-	b->tok[idx].submit_ns = kvs_now_ns();
-	in.token = idx;
-	rc = write ? kvs_backend_submit_write(b->inner, &in) : kvs_backend_submit_read(b->inner, &in);
-	if (rc < 0) {
-		tok_put(b, idx);
-		return rc;
-	}
-	if (write) {
-		atomic_fetch_add_explicit(&b->sh->writes, 1, memory_order_relaxed); /* a count */
-		return 0;
-	}
-	/* relaxed: counts and a running maximum (see struct tp_shared). */
-	atomic_fetch_add_explicit(&b->sh->reads, 1, memory_order_relaxed);
-	int64_t now = atomic_fetch_add_explicit(&b->sh->inflight, 1, memory_order_relaxed) + 1;
-	int64_t max = atomic_load_explicit(&b->sh->max_inflight, memory_order_relaxed);
-	while (now > max && !atomic_compare_exchange_weak_explicit(&b->sh->max_inflight, &max, now,
-								    memory_order_relaxed,
-								    memory_order_relaxed))
-		;
-	return 0;
-}
-
-static int tpb_submit_read(void *state, const struct kvs_backend_io *io)
-{
-	return tpb_submit(state, io, false);
-}
-
-static int tpb_submit_write(void *state, const struct kvs_backend_io *io)
-{
-	return tpb_submit(state, io, true);
-}
-
-static int tpb_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
-		    uint64_t timeout_ns)
-{
-	struct tp_backend *b = state;
-	int n = kvs_backend_poll(b->inner, out, max, timeout_ns);
-	uint64_t now = kvs_now_ns();
-
-	for (int i = 0; i < n; i++) {
-		uint32_t idx = (uint32_t)out[i].token;
-		struct tp_token *t = &b->tok[idx];
-
-		out[i].token = t->token;
-		if (!t->write) {
-			/* relaxed: counts (see struct tp_shared). */
-			atomic_fetch_sub_explicit(&b->sh->inflight, 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&b->sh->inflight_ns, now - t->submit_ns,
-						  memory_order_relaxed);
-			if (out[i].result < 0)
-				atomic_fetch_add_explicit(&b->sh->read_failures, 1,
-							  memory_order_relaxed);
-		}
-		tok_put(b, idx);
-	}
-	return n;
-}
-
-static void tpb_close(void *state)
-{
-	struct tp_backend *b = state;
-
-	if (!b)
-		return;
-	kvs_backend_close(b->inner);
-	free(b->tok);
-	free(b);
-}
-
-/* The latency backend's wait descriptor: tpb_poll reaps it, so its readiness is ours. */
-static int tpb_wait_fd(void *state)
-{
-	struct tp_backend *b = state;
-
-	return kvs_backend_wait_fd(b->inner);
-}
-
-static const struct kvs_backend_ops tp_backend_ops = {
-	.abi = KVS_BACKEND_OPS_ABI,
-	.size = sizeof(struct kvs_backend_ops),
-	.open = tpb_open,
-	.lookup = tpb_lookup,
-	.submit_read = tpb_submit_read,
-	.submit_write = tpb_submit_write,
-	.poll = tpb_poll,
-	.close = tpb_close,
-	.wait_fd = tpb_wait_fd,
-};
 
 /* ---- one rank ---- */
 
@@ -414,8 +246,8 @@ static void store_config(const struct tp_params *p, const char *uid, uint32_t ra
 	cfg->dispatch_order = p->order;
 	cfg->copy_delay_ns = (int32_t)rank == p->slow_rank ? p->slow_delay_ns : 0;
 	cfg->backend.kind = KVS_BACKEND_USER;
-	cfg->backend.user_ops = &tp_backend_ops;
-	cfg->backend.user_arg = &g_barg;
+	cfg->backend.user_ops = &kvs_count_ops;
+	cfg->backend.user_arg = &g_count_arg;
 	cfg->log = log_cb;
 	cfg->log_arg = (void *)(intptr_t)rank;
 }
@@ -608,7 +440,9 @@ static int run_once(const struct tp_params *p, struct tp_shared *sh, struct tp_r
 	memset(sh, 0, sizeof(*sh));
 	memset(res, 0, sizeof(*res));
 	snprintf(uid, sizeof(uid), "tp_scaling.%d.%u", (int)getpid(), run_no++);
-	g_barg = (struct tp_backend_arg){ .sh = sh, .latency_ns = p->latency_ns, .qd = p->qd };
+	g_barg = (struct tp_backend_arg){ .latency_ns = p->latency_ns, .qd = p->qd };
+	g_count_arg = (struct kvs_count_arg){ .count = &sh->count, .open_inner = tp_open_inner,
+					      .arg = &g_barg };
 	if (pipe(ready) < 0 || pipe(go) < 0)
 		return -errno;
 	sigemptyset(&chld);
@@ -676,13 +510,14 @@ static int run_once(const struct tp_params *p, struct tp_shared *sh, struct tp_r
 	res->cpu_pct = 100.0 * cpu / p->ranks;
 	res->owner_share_max = owner_sum ? (double)owner_max / (double)owner_sum : 0;
 	/* relaxed: every writer has exited (waitpid). */
-	res->reads = atomic_load_explicit(&sh->reads, memory_order_relaxed);
-	res->writes = atomic_load_explicit(&sh->writes, memory_order_relaxed);
-	res->max_inflight = (uint64_t)atomic_load_explicit(&sh->max_inflight, memory_order_relaxed);
-	res->inflight_ns = atomic_load_explicit(&sh->inflight_ns, memory_order_relaxed);
-	if (atomic_load_explicit(&sh->read_failures, memory_order_relaxed)) {
+	res->reads = atomic_load_explicit(&sh->count.reads, memory_order_relaxed);
+	res->writes = atomic_load_explicit(&sh->count.writes, memory_order_relaxed);
+	res->max_inflight = (uint64_t)atomic_load_explicit(&sh->count.max_inflight,
+							   memory_order_relaxed);
+	res->inflight_ns = atomic_load_explicit(&sh->count.read_ns, memory_order_relaxed);
+	if (atomic_load_explicit(&sh->count.failures, memory_order_relaxed)) {
 		fprintf(stderr, "tp_scaling: %" PRIu64 " backend reads failed\n",
-			atomic_load_explicit(&sh->read_failures, memory_order_relaxed));
+			atomic_load_explicit(&sh->count.failures, memory_order_relaxed));
 		bad = 1;
 	}
 	if (res->writes)

@@ -27,6 +27,7 @@
 #include <sys/types.h>
 
 #include "kvshare.h"
+#include "tools/count_backend.h"
 
 #ifndef KVS_CLI_VARIANT
 #define KVS_CLI_VARIANT "kernel"
@@ -86,10 +87,7 @@ struct b_run {
 	int32_t rc;               /* 0 or the run's failure */
 	char err[B_ERR];          /* the run's failure, one line */
 	uint64_t t0_ns, end_ns;
-	/* The counting backend, every rank's: relaxed atomics (counts, read by the
-	 * parent after waitpid, which orders them; the max is a CAS loop). */
-	_Atomic uint64_t reads, read_bytes, writes, failures; /* failures: reads or writes */
-	_Atomic int64_t inflight, max_inflight; /* transfers in flight, node-wide */
+	struct kvs_count count;       /* the counting backend, every rank's */
 	_Atomic uint64_t progress;    /* shards loaded and verified, all ranks */
 	_Atomic uint32_t io_engine;   /* kvs_backend_info of the wrapped backend */
 	_Atomic uint32_t io_fallback; /* io_uring refused: the pool */
@@ -219,11 +217,6 @@ struct b_dev {
 	size_t bytes;
 };
 
-struct b_barg {
-	struct b_shm *sh;
-	struct b_run *run;
-};
-
 /* ------------------------------------------------------------------------ */
 /* Calls between the files                                                   */
 
@@ -255,8 +248,10 @@ int b_dev_write(struct b_dev *d, size_t off, const void *src, size_t len, char *
 int b_probe_engine(struct b_shm *sh, uint32_t want, char *note, size_t nn);
 
 /* bench_backend.c */
-extern struct b_barg b_backend_arg; /* process-local; set before the ranks fork */
-extern const struct kvs_backend_ops b_backend_ops;
+/* The counting backend over the run's store, counting into run->count: set
+ * (process-local) before the ranks fork; wired into a rank's backend config. */
+void b_backend_set(struct b_shm *sh, struct b_run *run);
+void b_backend_wire(struct kvs_backend_config *c);
 void b_redis_setup(struct b_params *p, const char *endpoints, const char *uid, bool keep);
 int b_run_fill(struct b_shm *sh, char *err, double *secs);
 void b_store_drop_cache(const char *root);

@@ -33,6 +33,7 @@
 
 #include "common/clock.h"
 #include "tools/bench.h"
+#include "tools/count_backend.h"
 
 /* ------------------------------------------------------------------------ */
 /* The store: posix or redis                                                 */
@@ -68,10 +69,10 @@ void b_redis_setup(struct b_params *p, const char *endpoints, const char *uid, b
 }
 
 /*
- * Can the fill reach the redis store?  kvs_backend_open only logs an
- * unreachable server (its transfers fail later, each naming the endpoint); a
- * lookup is one round trip and fails at once.  0, or -errno with err set to one
- * line naming the endpoint and the fix (-EINVAL: the endpoint's syntax).
+ * Can the fill reach the redis store?  kvs_backend_open fails for a server
+ * that does not answer (its ERROR line names the endpoint); a lookup, one
+ * round trip, then proves it serves commands.  0, or -errno with err set to
+ * one line naming the endpoint and the fix (-EINVAL: the endpoint's syntax).
  */
 static int redis_reach(const struct b_params *p, char *err)
 {
@@ -103,32 +104,26 @@ static int redis_reach(const struct b_params *p, char *err)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The counting backend (KVS_BACKEND_USER over the store, fault(the store) or  */
-/* latency)                                                                  */
+/* The counting backend (tools/count_backend.h) over the store, fault(the     */
+/* store) or latency                                                         */
 
-struct b_barg b_backend_arg; /* process-local; set before the ranks fork */
-
-struct b_backend {
-	struct kvs_backend *inner;
+/* What open_inner is given: the run's parameters and its report. */
+struct b_barg {
+	struct b_shm *sh;
 	struct b_run *run;
-	uint32_t qd, inflight;
 };
 
-static int cb_open(const struct kvs_backend_config *cfg, void **state)
+/* The counting backend's wrapped one for the store's geometry cfg: the store
+ * (posix or redis), under the fault backend's delay when --latency-us, or the
+ * latency backend; the io engine it got is recorded for the report. */
+static int open_inner(const struct kvs_backend_config *cfg, void *arg, struct kvs_backend **inner)
 {
-	const struct b_barg *a = cfg->user_arg;
-	const struct b_params *p;
+	const struct b_barg *a = arg;
+	const struct b_params *p = &a->sh->p;
 	struct kvs_backend_config in, px;
 	struct kvs_backend_info info;
-	struct b_backend *b;
 	int rc;
 
-	if (!a || !a->sh || !a->run)
-		return -EINVAL;
-	p = &a->sh->p;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
 	kvs_backend_config_init(&in);
 	store_backend(p, p->qd ? p->qd : 128, &px);
 	px.shard_bytes = cfg->shard_bytes;
@@ -150,12 +145,10 @@ static int cb_open(const struct kvs_backend_config *cfg, void **state)
 	in.shards_per_block = cfg->shards_per_block;
 	in.log = cfg->log;
 	in.log_arg = cfg->log_arg;
-	rc = kvs_backend_open(&in, &b->inner);
-	if (rc < 0) {
-		free(b);
+	rc = kvs_backend_open(&in, inner);
+	if (rc < 0)
 		return rc;
-	}
-	if (kvs_backend_info(b->inner, &info) == 0) {
+	if (kvs_backend_info(*inner, &info) == 0) {
 		/* relaxed: a description, the same from every rank */
 		atomic_store_explicit(&a->run->io_engine, info.io_engine, memory_order_relaxed);
 		if (info.flags & KVS_BACKEND_INFO_FALLBACK) {
@@ -164,116 +157,26 @@ static int cb_open(const struct kvs_backend_config *cfg, void **state)
 					      memory_order_relaxed);
 		}
 	}
-	b->run = a->run;
-	b->qd = p->qd;
-	*state = b;
 	return 0;
 }
 
-static int cb_lookup(void *state, const struct kvs_block_id *block)
-{
-	struct b_backend *b = state;
+/* Process-local; set before the ranks fork (b_backend_set). */
+static struct b_barg backend_arg;
+static struct kvs_count_arg count_arg;
 
-	return kvs_backend_lookup(b->inner, block);
+void b_backend_set(struct b_shm *sh, struct b_run *run)
+{
+	backend_arg = (struct b_barg){ .sh = sh, .run = run };
+	count_arg = (struct kvs_count_arg){ .count = &run->count, .qd = sh->p.qd,
+					    .open_inner = open_inner, .arg = &backend_arg };
 }
 
-static int cb_submit(struct b_backend *b, const struct kvs_backend_io *io, bool write)
+void b_backend_wire(struct kvs_backend_config *c)
 {
-	int rc;
-
-	if (b->qd && b->inflight >= b->qd)
-		return -EAGAIN; /* this rank's share of the store: poll first */
-	rc = write ? kvs_backend_submit_write(b->inner, io) : kvs_backend_submit_read(b->inner, io);
-	if (rc < 0)
-		return rc;
-	b->inflight++;
-	/* relaxed: counts and a running maximum (see struct b_run) */
-	if (write) {
-		atomic_fetch_add_explicit(&b->run->writes, 1, memory_order_relaxed);
-	} else {
-		atomic_fetch_add_explicit(&b->run->reads, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&b->run->read_bytes, io->len, memory_order_relaxed);
-	}
-	int64_t now = atomic_fetch_add_explicit(&b->run->inflight, 1, memory_order_relaxed) + 1;
-	int64_t max = atomic_load_explicit(&b->run->max_inflight, memory_order_relaxed);
-	while (now > max && !atomic_compare_exchange_weak_explicit(&b->run->max_inflight, &max, now,
-								    memory_order_relaxed,
-								    memory_order_relaxed))
-		;
-	return 0;
+	c->kind = KVS_BACKEND_USER;
+	c->user_ops = &kvs_count_ops;
+	c->user_arg = &count_arg;
 }
-
-static int cb_submit_read(void *state, const struct kvs_backend_io *io)
-{
-	return cb_submit(state, io, false);
-}
-
-static int cb_submit_write(void *state, const struct kvs_backend_io *io)
-{
-	return cb_submit(state, io, true);
-}
-
-static int cb_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
-		   uint64_t timeout_ns)
-{
-	struct b_backend *b = state;
-	int n = kvs_backend_poll(b->inner, out, max, timeout_ns);
-
-	for (int i = 0; i < n; i++) {
-		b->inflight--;
-		/* relaxed: counts (see struct b_run) */
-		atomic_fetch_sub_explicit(&b->run->inflight, 1, memory_order_relaxed);
-		if (out[i].result < 0)
-			atomic_fetch_add_explicit(&b->run->failures, 1, memory_order_relaxed);
-	}
-	return n;
-}
-
-static void cb_close(void *state)
-{
-	struct b_backend *b = state;
-
-	if (!b)
-		return;
-	kvs_backend_close(b->inner);
-	free(b);
-}
-
-static int cb_register_buffers(void *state, const struct kvs_backend_buffer *bufs, uint32_t n)
-{
-	struct b_backend *b = state;
-
-	return kvs_backend_register_buffers(b->inner, bufs, n);
-}
-
-static void cb_info(void *state, struct kvs_backend_info *info)
-{
-	struct b_backend *b = state;
-
-	kvs_backend_info(b->inner, info);
-}
-
-/* The inner backend's wait descriptor: cb_poll reaps it, so its readiness is ours. */
-static int cb_wait_fd(void *state)
-{
-	struct b_backend *b = state;
-
-	return kvs_backend_wait_fd(b->inner);
-}
-
-const struct kvs_backend_ops b_backend_ops = {
-	.abi = KVS_BACKEND_OPS_ABI,
-	.size = sizeof(struct kvs_backend_ops),
-	.open = cb_open,
-	.lookup = cb_lookup,
-	.submit_read = cb_submit_read,
-	.submit_write = cb_submit_write,
-	.poll = cb_poll,
-	.close = cb_close,
-	.register_buffers = cb_register_buffers,
-	.info = cb_info,
-	.wait_fd = cb_wait_fd,
-};
 
 /* The fill: one process ("rank 0") dumps every block of the working set into
  * the store (posix or redis) through the store API.  Returns 0 or a failure

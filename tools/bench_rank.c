@@ -197,9 +197,7 @@ static void store_config(const struct b_shm *sh, const struct b_run *run, uint32
 	cfg->copy_engine = engine == ENGINE_CUDA ? KVS_COPY_ENGINE_CUDA : KVS_COPY_ENGINE_HOST;
 	cfg->share_buffer = run->share;
 	cfg->timeout_ns = B_TASK_TIMEOUT_NS;
-	cfg->backend.kind = KVS_BACKEND_USER;
-	cfg->backend.user_ops = &b_backend_ops;
-	cfg->backend.user_arg = &b_backend_arg;
+	b_backend_wire(&cfg->backend);
 	cfg->log = b_log_cb;
 	cfg->log_arg = res;
 }
@@ -502,7 +500,7 @@ int b_run_ranks(struct b_shm *sh, uint32_t runi, bool progress)
 		run->rc = -errno;
 		return -1;
 	}
-	b_backend_arg = (struct b_barg){ .sh = sh, .run = run };
+	b_backend_set(sh, run);
 	fflush(NULL);
 	for (uint32_t i = 0; i < p->ranks; i++) {
 		pid_t pid = fork();
@@ -570,9 +568,9 @@ int b_run_ranks(struct b_shm *sh, uint32_t runi, bool progress)
 		bad = true;
 	}
 	/* relaxed: every writer has exited */
-	if (atomic_load_explicit(&run->failures, memory_order_relaxed)) {
+	if (atomic_load_explicit(&run->count.failures, memory_order_relaxed)) {
 		b_seterr(run->err, "%" PRIu64 " backend reads failed",
-		       atomic_load_explicit(&run->failures, memory_order_relaxed));
+		       atomic_load_explicit(&run->count.failures, memory_order_relaxed));
 		bad = true;
 	}
 	if (failed && !bad) {

@@ -99,10 +99,10 @@ void b_summarize(struct b_shm *sh, uint32_t runi, struct b_sum *s)
 		snprintf(s->engine, sizeof(s->engine), "host");
 	s->gets = s->hits + s->joins + s->misses;
 	/* relaxed: every writer has exited */
-	s->reads = atomic_load_explicit(&run->reads, memory_order_relaxed);
-	s->read_bytes = atomic_load_explicit(&run->read_bytes, memory_order_relaxed);
-	s->writes = atomic_load_explicit(&run->writes, memory_order_relaxed);
-	s->max_inflight = (uint64_t)atomic_load_explicit(&run->max_inflight, memory_order_relaxed);
+	s->reads = atomic_load_explicit(&run->count.reads, memory_order_relaxed);
+	s->read_bytes = atomic_load_explicit(&run->count.read_bytes, memory_order_relaxed);
+	s->writes = atomic_load_explicit(&run->count.writes, memory_order_relaxed);
+	s->max_inflight = (uint64_t)atomic_load_explicit(&run->count.max_inflight, memory_order_relaxed);
 	s->gbps = s->wall_s > 0 ? (double)s->delivered / s->wall_s / 1e9 : 0;
 	s->dedup = s->read_bytes ? (double)s->delivered / (double)s->read_bytes : 0;
 	s->hit = s->gets ? (double)s->hits / (double)s->gets : 0;
