@@ -1258,11 +1258,13 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 		rc = header_init(p, cfg);
 	p->reqs = calloc(p->qd, sizeof(*p->reqs));
 	p->fds = calloc(p->nfds, sizeof(*p->fds));
+	/* -1 before anything can fail: posix_close closes every fd >= 0 (a zeroed
+	 * cache closed descriptor 0, the process's stdin, nfds times) */
+	for (uint32_t i = 0; p->fds && i < p->nfds; i++)
+		p->fds[i].fd = -1;
 	if (rc == 0 && (!p->reqs || !p->fds))
 		rc = -ENOMEM;
 	if (rc == 0) {
-		for (uint32_t i = 0; i < p->nfds; i++)
-			p->fds[i].fd = -1;
 		for (uint32_t i = p->qd; i-- > 0;)
 			preq_put(p, &p->reqs[i]);
 		for (uint32_t i = 0; i < p->nroots; i++)
