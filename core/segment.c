@@ -238,10 +238,10 @@ static int check_fit(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp,
 	}
 	seg_opts(c, &o);
 	rc = kvs_numa_fit(r->ctl_bytes, bytes, nodes, fp->seg_count, &o);
-	if (rc)
+	if (rc && rc != -KVS_ENOHUGE) /* the pool's shortage is said with its fix */
 		kvs_log_error(&c->log, "%s: a cache of %llu slots of %llu bytes (%.2f GiB) does not "
-			      "fit this node now: lower cache_buffer_capacity_gb (or slot_count), or "
-			      "free memory first",
+			      "fit this node now: ask for fewer slots (slot_count), or free memory "
+			      "first",
 			      c->cfg.unique_id, (unsigned long long)fp->slot_count,
 			      (unsigned long long)fp->slot_bytes, (double)data / (double)(1ull << 30));
 	return rc;

@@ -125,13 +125,14 @@ int kvs_numa_room_read(struct kvs_numa_room *r)
 }
 
 /* Would need pages of page_bytes come from the hugetlb pool on node now?
- * Says why not only when log is set (hugetlb=required). */
+ * Says why not only when log is set (hugetlb=required: an ERROR, the cause of
+ * the open's failure, with the fix). */
 static bool huge_fits(uint64_t page, int32_t node, uint64_t need, const struct kvs_log *log)
 {
 	char dir[PATH_MAX];
 
-	return kvs_numa_hugetlb_mount(page, dir, sizeof(dir), log) == 0 &&
-	       kvs_numa_hugetlb_check(page, node, need, log) == 0;
+	return kvs_numa_hugetlb_mount(page, dir, sizeof(dir), log, KVS_LOG_ERROR) == 0 &&
+	       kvs_numa_hugetlb_check(page, node, need, log, KVS_LOG_ERROR) == 0;
 }
 
 int kvs_numa_fit(uint64_t ctl_bytes, const uint64_t *bytes, const int32_t *nodes, uint32_t n,

@@ -126,19 +126,23 @@ int kvs_numa_hugetlb_dir(uint64_t page_bytes, char *buf, size_t len)
 
 #endif
 
-int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len, const struct kvs_log *log)
+/* What hugetlb=required adds to the reason it cannot be had: the way out. */
+#define REQUIRED_HINT(level) ((level) == KVS_LOG_ERROR ? "; or hugetlb=auto to fall back to /dev/shm" : "")
+
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len, const struct kvs_log *log,
+			   int level)
 {
 	int rc = kvs_numa_hugetlb_dir(page_bytes, buf, len);
 
 	if (rc == -ENOENT)
-		kvs_log_warn(log, "numa: no hugetlbfs is mounted for %" PRIu64 " kB pages (as root: "
-				  "mount -t hugetlbfs -o pagesize=%" PRIu64 "k none /dev/hugepages)",
-			     page_bytes >> 10, page_bytes >> 10);
+		kvs_logf(log, level, "numa: no hugetlbfs is mounted for %" PRIu64 " kB pages (as root: "
+				     "mount -t hugetlbfs -o pagesize=%" PRIu64 "k none /dev/hugepages)%s",
+			 page_bytes >> 10, page_bytes >> 10, REQUIRED_HINT(level));
 	else if (rc == -EACCES)
-		kvs_log_warn(log, "numa: the hugetlbfs mount %s (%" PRIu64 " kB pages) is not "
-				  "writable by uid %u: mount it with uid=, gid= or mode= for the "
-				  "ranks' user (the pool is not the problem)",
-			     buf, page_bytes >> 10, (unsigned)geteuid());
+		kvs_logf(log, level, "numa: the hugetlbfs mount %s (%" PRIu64 " kB pages) is not "
+				     "writable by uid %u: mount it with uid=, gid= or mode= for the "
+				     "ranks' user (the pool is not the problem)%s",
+			 buf, page_bytes >> 10, (unsigned)geteuid(), REQUIRED_HINT(level));
 	return rc == -ENOENT || rc == -EACCES ? -KVS_ENOHUGE : rc;
 }
 
@@ -196,7 +200,7 @@ int kvs_numa_hugetlb_pool(uint64_t page_bytes, int32_t node, struct kvs_numa_poo
 }
 
 int kvs_numa_hugetlb_check(uint64_t page_bytes, int32_t node, uint64_t need,
-			   const struct kvs_log *log)
+			   const struct kvs_log *log, int level)
 {
 	struct kvs_numa_pool all, on_node;
 	uint64_t avail;
@@ -223,10 +227,15 @@ int kvs_numa_hugetlb_check(uint64_t page_bytes, int32_t node, uint64_t need,
 	if (need <= avail)
 		return 0;
 	if (node >= 0)
-		kvs_log_warn(log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on node %d, %" PRIu64 " free",
-			     need, page_bytes >> 10, (int)node, avail);
+		kvs_logf(log, level, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on node %d, %" PRIu64
+				     " free: raise the pool (vm.nr_hugepages, or node%d's "
+				     "hugepages-%" PRIu64 "kB/nr_hugepages under /sys/devices/system/node)%s",
+			 need, page_bytes >> 10, (int)node, avail, (int)node, page_bytes >> 10,
+			 REQUIRED_HINT(level));
 	else
-		kvs_log_warn(log, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on any node, %" PRIu64 " free",
-			     need, page_bytes >> 10, avail);
+		kvs_logf(log, level, "numa: need %" PRIu64 " pages of %" PRIu64 " kB on any node, %" PRIu64
+				     " free: raise the pool (sysctl vm.nr_hugepages=%" PRIu64 " or more)%s",
+			 need, page_bytes >> 10, avail, all.total_pages + (need - avail),
+			 REQUIRED_HINT(level));
 	return -KVS_ENOHUGE;
 }

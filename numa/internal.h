@@ -19,16 +19,19 @@
 
 #include "numa/numa.h"
 
-/* kvs_numa_hugetlb_dir, saying why not: a WARN line for no mount (with the
- * mount command) or a mount this user cannot write (naming it), both then
- * -KVS_ENOHUGE; log NULL: quiet.  0, -ENAMETOOLONG otherwise. */
-int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len, const struct kvs_log *log);
+/* kvs_numa_hugetlb_dir, saying why not at level (KVS_LOG_WARN where /dev/shm
+ * is the fallback; KVS_LOG_ERROR for hugetlb=required, with that way out too):
+ * no mount (with the mount command) or a mount this user cannot write (naming
+ * it), both then -KVS_ENOHUGE; log NULL: quiet.  0, -ENAMETOOLONG otherwise. */
+int kvs_numa_hugetlb_mount(uint64_t page_bytes, char *buf, size_t len, const struct kvs_log *log,
+			   int level);
 
 /* Can the pool back need pages of page_bytes (on node, or anywhere when node < 0)
- * right now?  Returns 0, or -KVS_ENOHUGE after logging
- * "need N pages of <kB> kB on node X, M free"; -errno if sysfs cannot be read. */
+ * right now?  Returns 0, or -KVS_ENOHUGE after logging at level (as above)
+ * "need N pages of <kB> kB on node X, M free" and how to raise the pool;
+ * -errno if sysfs cannot be read. */
 int kvs_numa_hugetlb_check(uint64_t page_bytes, int32_t node, uint64_t need,
-			   const struct kvs_log *log);
+			   const struct kvs_log *log, int level);
 
 /* May memory be bound to node here (libnuma available, node allowed and with
  * memory)?  Always false in the plain build. */

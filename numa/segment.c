@@ -278,17 +278,19 @@ static int create_one(const char *id, int32_t node, int32_t bind_node, uint64_t 
 		      uint32_t backing, const struct kvs_numa_seg_opts *o, struct kvs_numa_seg *seg)
 {
 	const bool huge = backing == KVS_NUMA_BACKING_HUGETLB;
+	/* required: the reason is the failure's (ERROR); else /dev/shm follows (WARN) */
+	const int level = o->hugetlb == KVS_HUGETLB_REQUIRED ? KVS_LOG_ERROR : KVS_LOG_WARN;
 	const uint64_t page = huge ? o->page_bytes : base_page_bytes();
 	char path[PATH_MAX];
 	void *base = MAP_FAILED;
 	int fd = -1, rc;
 
 	/* No mount, or one this user cannot write: said here, not as a short pool. */
-	rc = huge ? kvs_numa_hugetlb_mount(o->page_bytes, path, sizeof(path), o->log) : 0;
+	rc = huge ? kvs_numa_hugetlb_mount(o->page_bytes, path, sizeof(path), o->log, level) : 0;
 	if (rc == 0)
 		rc = seg_path(path, sizeof(path), NULL, id, node, backing, o->page_bytes);
 	if (rc == 0 && huge)
-		rc = kvs_numa_hugetlb_check(page, bind_node, bytes / page, o->log);
+		rc = kvs_numa_hugetlb_check(page, bind_node, bytes / page, o->log, level);
 	if (rc == 0)
 		rc = create_file(path, bytes, o, &fd);
 	if (rc == 0)

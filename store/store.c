@@ -431,6 +431,10 @@ static int store_open(const struct kvs_store_config *cfg, bool check, struct kvs
 	rc = kvs_cache_open(&s->cfg.cache, &s->cache);
 	if (rc == -KVS_ECONFIG)
 		explain_mismatch(s);
+	if ((rc == -ENOMEM || rc == -ENOSPC) && !(s->cfg.cache.flags & KVS_CACHE_ATTACH))
+		kvs_log_error(&s->log, "store: lower cache_buffer_capacity_gb (%.4g GiB asked), or "
+				       "free memory first",
+			      (double)(s->cfg.cache.slot_count * s->slot_bytes) / (double)(1ull << 30));
 	if (rc)
 		goto fail;
 	s->st = &s->cache->me->stats.store;

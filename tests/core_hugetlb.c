@@ -112,6 +112,10 @@ static kvs_test_rc test_enohuge(void)
 	core_log_quiet = 0;
 	KVS_CHECK_ERR(rc, -KVS_ENOHUGE);
 	printf("  %s\n", core_last_log);
+	/* the last line is the cause and the fix (before: "lower the capacity") */
+	KVS_CHECK(strstr(core_last_log, "pages of 2048 kB") != NULL);
+	KVS_CHECK(strstr(core_last_log, "vm.nr_hugepages") != NULL);
+	KVS_CHECK(strstr(core_last_log, "hugetlb=auto") != NULL);
 	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
 	KVS_CHECK(access(path, F_OK) != 0); /* nothing left behind */
 	return KVS_TEST_PASS;

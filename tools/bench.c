@@ -507,6 +507,11 @@ static void run_configs(struct b_report *rp, int memfd, bool progress)
 	char cap[32];
 
 	b_fmt_size(cap, sizeof(cap), sh->p.cap_slots * sh->p.shard_bytes);
+	/* why kernel shared's hugetlb=auto fell back: the library's first numa:
+	 * warning of any of its ranks (the one that made the cache) */
+	const char *fell_back = "";
+	for (uint32_t j = 0; j < sh->p.ranks && !fell_back[0]; j++)
+		fell_back = sh->run[RUN_KERNEL].rank[j].libnuma;
 	if (cli_plain)
 		snprintf(rp->backing_note, sizeof(rp->backing_note),
 			 "backing: every run on shm (/dev/shm: the plain library has no hugetlbfs)");
@@ -521,12 +526,12 @@ static void run_configs(struct b_report *rp, int memfd, bool progress)
 			 "hugetlb=required, as kernel shared got)%s", plain_note);
 	else
 		snprintf(rp->backing_note, sizeof(rp->backing_note),
-			 "backing: kernel shared and private on shm (/dev/shm; %s, private with "
+			 "backing: kernel shared and private on shm (/dev/shm; %s%s%s, private with "
 			 "hugetlb=off to match)%s",
 			 k->nrep && k->rep[0].backing == KVS_CACHE_BACKING_SHM
 				 ? "kernel shared's hugetlb=auto fell back"
 				 : "kernel shared did not run to the end",
-			 plain_note);
+			 fell_back[0] ? ": " : "", fell_back, plain_note);
 }
 
 /* --check, on every run: backend reads are the unique shards (shared), once per

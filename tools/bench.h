@@ -65,6 +65,7 @@ struct b_rank {
 	uint32_t bad_shards;      /* loaded shards whose bytes differ from the dump */
 	char err[B_ERR];          /* the first failure, one line */
 	char liberr[B_ERR];       /* the library's first error log line */
+	char libnuma[B_ERR];      /* its first numa: warning (why hugetlb=auto fell back) */
 	uint64_t tasks, shards, bytes; /* loaded and verified */
 	uint64_t finish_ns;       /* CLOCK_MONOTONIC at its last task's completion */
 	uint64_t cpu_ns;          /* process CPU (all threads), start to finish, minus verify */
@@ -198,7 +199,7 @@ struct b_report {
 	uint32_t repeat;          /* runs per configuration */
 	const char *workload_desc;
 	char trace_note[B_ERR];   /* --trace without --blocks: how the caches were sized */
-	char backing_note[B_ERR]; /* which memory each configuration's caches got, and why */
+	char backing_note[2 * B_ERR]; /* which memory each configuration's caches got, and why */
 	char engine_note[B_ERR];
 	double fill_s;
 	bool filled;

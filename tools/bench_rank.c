@@ -168,10 +168,12 @@ void b_log_cb(void *arg, int level, const char *msg)
 {
 	struct b_rank *r = arg;
 
-	if (level <= KVS_LOG_ERROR && r) {
+	if (r && (level <= KVS_LOG_ERROR || (level == KVS_LOG_WARN && !strncmp(msg, "numa: ", 6)))) {
+		char *keep = level <= KVS_LOG_ERROR ? r->liberr : r->libnuma;
+
 		pthread_mutex_lock(&g_log_lock);
-		if (!r->liberr[0])
-			snprintf(r->liberr, sizeof(r->liberr), "%s", msg);
+		if (!keep[0])
+			snprintf(keep, B_ERR, "%s", msg);
 		pthread_mutex_unlock(&g_log_lock);
 	}
 	if (b_verbose && level <= KVS_LOG_WARN)

@@ -589,9 +589,13 @@ static int sim_clock(const struct replay *r, const struct opts *o, uint64_t cap,
 	cfg.log = cache_log;
 	rc = kvs_cache_open(&cfg, &c);
 	if (rc) {
-		snprintf(err, errlen, "cannot open a cache of %llu slots of %llu bytes: %s",
+		snprintf(err, errlen, "cannot open a cache of %llu slots of %llu bytes: %s%s",
 			 (unsigned long long)cfg.slot_count, (unsigned long long)cfg.slot_bytes,
-			 kvs_strerror(rc));
+			 kvs_strerror(rc),
+			 rc == -ENOMEM || rc == -ENOSPC
+				 ? " (the node cannot hold it now: lower --capacity-gib or "
+				   "--capacity-blocks, or --shard-size)"
+				 : "");
 		free(blocks);
 		return rc;
 	}
