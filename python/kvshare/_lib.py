@@ -32,6 +32,11 @@ LIBRARY_ENV = "KVSHARE_LIBRARY"
 SONAME = "libkvshare.so.1"
 
 log = logging.getLogger("kvshare")
+# A library prints nothing the program did not ask for: without a handler of the
+# program's, the lines go nowhere (not to Python's last-resort stderr, beside the
+# raised error that already holds a failed call's ERROR lines).  The vLLM
+# connector hands them to vLLM's log (kvshare/vllm/connector.py).
+log.addHandler(logging.NullHandler())
 
 
 def _check_layouts():

@@ -274,3 +274,31 @@ def test_check_config(posix, tmp_path):
     with pytest.raises(kvshare.KvsError, match="did you mean 'cache_buffer_capacity_gb'"):
         kvshare.check_config({**good, "cache_bufer_capacity_gb": 1})
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kvshare.{uid}.")]
+
+
+def test_library_lines_not_printed_bare(posix, tmp_path, capfd):
+    """Without logging configured, the library's lines are not printed (the
+    issue: they went to stderr beside the raised error); the raised error
+    holds them, and a handler the program adds gets them."""
+    import logging
+
+    bad = {**posix("bare"), "backend_roots": str(tmp_path / "missing")}
+    with pytest.raises(kvshare.KvsError) as ei:
+        kvshare.Store(bad)
+    out, err = capfd.readouterr()
+    assert "missing" in ei.value.detail
+    assert "missing" not in out + err, (out, err)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    h = Keep()
+    logging.getLogger("kvshare").addHandler(h)
+    try:
+        with pytest.raises(kvshare.KvsError):
+            kvshare.Store(bad)
+    finally:
+        logging.getLogger("kvshare").removeHandler(h)
+    assert any("missing" in m for m in seen), seen

@@ -70,8 +70,9 @@ def _route_library_log():
     log, unless the user configured that logger: not Python's last-resort
     stderr with a bare message."""
     lib_log = logging.getLogger("kvshare")
-    if lib_log.handlers or lib_log.level != logging.NOTSET:
-        return
+    if lib_log.level != logging.NOTSET or any(not isinstance(h, logging.NullHandler)
+                                              for h in lib_log.handlers):
+        return  # the user's
     lib_log.addHandler(_ToVllmLog())
     lib_log.setLevel(logging.DEBUG)  # vLLM's level decides, in the handler
     lib_log.propagate = False
