@@ -84,13 +84,18 @@ def read_blocks(config, ids):
         return out
 
 
+def layout_tag(result):
+    """The layout_tag the engine's blocks are stored with (its fingerprint's)."""
+    return int.from_bytes(bytes.fromhex(result["fingerprint"])[:8], "little")
+
+
 def check_stored(b, r, store_of_b, store_of_r):
     """The stored blocks of X' are R's bit for bit (those B loaded and the one
     it computed after its load), and B's tokens are R's."""
     pb, pr = b["prompts"][0], r["prompts"][0]
     assert pr["cached"] == 0 and pb["ids"] == pr["ids"]
-    kv_b = read_blocks(store_of_b, pb["ids"])
-    kv_r = read_blocks(store_of_r, pr["ids"])
+    kv_b = read_blocks({**store_of_b, "layout_tag": layout_tag(b)}, pb["ids"])
+    kv_r = read_blocks({**store_of_r, "layout_tag": layout_tag(r)}, pr["ids"])
     for i in range(len(pb["ids"])):
         assert np.array_equal(kv_b[i], kv_r[i]), (
             f"block {i} ({'computed by B after its load' if i == SHARED else 'A'}) is not "
