@@ -71,25 +71,35 @@ static int shm_files(const char *uid, bool unlink_them)
 	return n;
 }
 
-/* Open the store kv describes; rc, the log in lines, the time in *ms. */
-static int open_kv(const char *kv, struct kvs_store **s, double *ms)
+/* cfg from kv, its log kept in lines (emptied) from this thread; a parse
+ * error is the only line. */
+static int parse_kv(const char *kv, struct kvs_store_config *cfg)
 {
-	struct kvs_store_config cfg;
 	char err[256];
-	uint64_t t0;
 	int rc;
 
 	pthread_mutex_lock(&log_mu);
 	lines[0] = '\0';
 	opener = pthread_self();
 	pthread_mutex_unlock(&log_mu);
-	kvs_store_config_init(&cfg);
-	cfg.log = keep_log;
-	rc = kvs_store_config_parse(&cfg, kv, err, sizeof(err));
-	if (rc) {
+	kvs_store_config_init(cfg);
+	cfg->log = keep_log;
+	rc = kvs_store_config_parse(cfg, kv, err, sizeof(err));
+	if (rc)
 		snprintf(lines, sizeof(lines), "parse: %s\n", err);
+	return rc;
+}
+
+/* Open the store kv describes; rc, the log in lines, the time in *ms. */
+static int open_kv(const char *kv, struct kvs_store **s, double *ms)
+{
+	struct kvs_store_config cfg;
+	uint64_t t0;
+	int rc;
+
+	rc = parse_kv(kv, &cfg);
+	if (rc)
 		return rc;
-	}
 	t0 = kvs_now_ns();
 	rc = kvs_store_open(&cfg, s);
 	*ms = (double)(kvs_now_ns() - t0) / 1e6;
@@ -415,20 +425,14 @@ static kvs_test_rc test_config_check(void)
 	KVS_CHECK(mkdtemp(root) != NULL);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct kvs_store_config cfg;
-		char uid[32], extra[256], kv[400], err[256];
+		char uid[32], extra[256], kv[400];
 		uint64_t t0;
 		int rc;
 
 		snprintf(uid, sizeof(uid), "kvstcheck%d", (int)getpid() % 100000 * 8 + (int)i);
 		snprintf(extra, sizeof(extra), cases[i].extra, root);
 		snprintf(kv, sizeof(kv), "unique_id=%s,device_id=0,%s", uid, extra);
-		pthread_mutex_lock(&log_mu);
-		lines[0] = '\0';
-		opener = pthread_self();
-		pthread_mutex_unlock(&log_mu);
-		kvs_store_config_init(&cfg);
-		cfg.log = keep_log;
-		KVS_CHECK_EQ(kvs_store_config_parse(&cfg, kv, err, sizeof(err)), 0);
+		KVS_CHECK_EQ(parse_kv(kv, &cfg), 0);
 		t0 = kvs_now_ns();
 		rc = kvs_store_config_check(&cfg);
 		printf("  check %s\n    -> %d after %.1f ms:\n%s", kv, rc,
