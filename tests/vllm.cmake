@@ -6,9 +6,12 @@
 #   vllm.identity   fingerprints and ids against vLLM's configs and block hasher
 #   vllm.connector  the connector's pieces against vLLM's classes, no engine
 #   vllm.scheduler  the connector under vLLM's real Scheduler, both roles, no model
-#   vllm.engine     real engines, one process each: TP=1 and TP=2 pairs sharing
-#                   blocks through kvshare (posix; Redis with counted reads),
-#                   a failing backend, engines killed -9 while storing
+#   vllm.engine     13 real engines (a GQA model with real weights), long-lived
+#                   servers started concurrently (tests/vllm/engine_server.py):
+#                   TP=1 <-> TP=2 on one cache, counted Redis reads, a failing
+#                   backend, engines killed -9 and restarted, fine-tunes and
+#                   kvshare_model_id, start-up refusals, Redis degraded; about
+#                   4-5 min on 2 cores (the whole label under 10)
 list(GET kvs_variants 0 kvs_vllm_variant)
 foreach(t identity connector scheduler engine)
   add_test(NAME vllm.${t} COMMAND ${PROJECT_SOURCE_DIR}/tests/vllm/run.sh
@@ -17,3 +20,6 @@ foreach(t identity connector scheduler engine)
                        LABELS "vllm;python"
                        ENVIRONMENT "KVSHARE_LIBRARY=$<TARGET_FILE:kvshare_${kvs_vllm_variant}>")
 endforeach()
+# every wait in it is bounded; this only stops a run gone wrong well past its
+# 4-5 minutes
+set_tests_properties(vllm.engine PROPERTIES TIMEOUT 900)

@@ -1,33 +1,92 @@
-"""KillingConnector: kvshare's connector, unchanged, in an engine that is
-killed -9 at a chosen point of its first save (test_engine.py's kill cases).
-vLLM loads it with kv_connector="KillingConnector",
-kv_connector_module_path="killing_connector" (tests/vllm on PYTHONPATH), and
-kv_connector_extra_config["test_kill_at"] says where the rank's process
-SIGKILLs itself:
-  "layer"   right after the first layer's dump of a step with saves was
-            submitted: the blocks being stored never get their other layers;
-  "cached"  right after wait_for_save found that step's dumps in the shared
-            cache: every block is complete there, its backend write not done
-            (the test delays the backend's writes)."""
+"""Test-only connectors: kvshare's connector, wrapped, for test_engine.py.
+vLLM loads them with kv_connector="<Class>",
+kv_connector_module_path="killing_connector" (tests/vllm on PYTHONPATH).
+
+KillingConnector: kvshare's connector, unchanged, in an engine whose rank is
+killed -9 at a chosen point of a save.  kv_connector_extra_config:
+  "test_kill_at"      where the rank's process SIGKILLs itself:
+      "layer"   right after the first layer's dump of a step with saves was
+                submitted: the blocks being stored never get their other layers;
+      "cached"  right after wait_for_save found that step's dumps in the shared
+                cache: every block is complete there, its backend write maybe
+                not done;
+  "test_kill_file"    armed only once this file exists (none: armed from the
+                      start), so an engine can serve prompts before it dies;
+  "test_kill_marker"  a file written just before the kill (the test then
+                      SIGKILLs the rest of the engine's process group);
+  "test_open_after"   a file each rank waits for before it opens its store
+                      (register_kv_caches; it writes "<file>.waiting" first,
+                      its weights loaded): the engine starts while another
+                      still holds the cache, and meets the cache only once
+                      the test lets it, after that engine died.
+
+SwappedHeadsConnector, IgnoreLoadErrorsConnector: deliberately broken
+connectors, to check that test_engine.py's comparisons can fail
+(KVSHARE_VLLM_TEST_BREAK).  SwappedHeadsConnector: each
+rank loads and dumps the shards of the mirrored heads (head h as H-1-h), so
+at TP=1 the two KV heads trade places, and at TP=2 rank 0 takes rank 1's
+head and the other way round.  Blocks it stores are read wrong by a correct
+engine, and it reads a correct engine's blocks wrong.  IgnoreLoadErrorsConnector:
+failed loads are never reported, so vLLM computes over blocks never filled."""
 import os
 import signal
+import time
 
 from kvshare.vllm import KVShareConnector
 
 
 class KillingConnector(KVShareConnector):
 
-    def _kill_at(self):
-        return self._vllm_config.kv_transfer_config.kv_connector_extra_config.get(
-            "test_kill_at")
+    def register_kv_caches(self, kv_caches):
+        gate = self._extra("test_open_after")
+        if gate:
+            open(f"{gate}.waiting", "w").close()
+            deadline = time.monotonic() + 900
+            while not os.path.exists(gate):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"killing_connector: {gate} never came")
+                time.sleep(0.05)
+        super().register_kv_caches(kv_caches)
+
+    def _extra(self, key):
+        return self._vllm_config.kv_transfer_config.kv_connector_extra_config.get(key)
+
+    def _armed(self, at):
+        if self._extra("test_kill_at") != at:
+            return False
+        arm = self._extra("test_kill_file")
+        return arm is None or os.path.exists(arm)
+
+    def _die(self):
+        marker = self._extra("test_kill_marker")
+        if marker:
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
-        if self._kill_at() == "layer" and self._saving:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self._saving and self._armed("layer"):
+            self._die()
 
     def wait_for_save(self):
         saving = bool(self._saving)
         super().wait_for_save()
-        if self._kill_at() == "cached" and saving:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if saving and self._armed("cached"):
+            self._die()
+
+
+class SwappedHeadsConnector(KVShareConnector):
+
+    def register_kv_caches(self, kv_caches):
+        super().register_kv_caches(kv_caches)
+        self._heads = [self._geo.heads - 1 - h for h in self._heads]
+
+
+class IgnoreLoadErrorsConnector(KVShareConnector):
+    """Deliberately broken: failed loads are never reported to vLLM, which
+    then computes over the KV blocks the load did not fill."""
+
+    def get_block_ids_with_load_errors(self):
+        super().get_block_ids_with_load_errors()
+        return set()

@@ -1,27 +1,83 @@
-"""The connector inside real vLLM engines (CPU, dummy weights of the tiny
-model): each engine is its own process (engine_child.py), one after another,
-on one node's kvshare store.
+"""The connector inside real vLLM engines (CPU) with real weights.
 
-Engine A computes prompt X and saves it.  Engine B, a fresh process, gets X'
-= X's first 17 blocks + one block of other tokens: it must load the 17 blocks
-from kvshare (vLLM reports 544 of its 576 tokens cached) and compute the last
-one.  Engine R, on a store of its own, computes X' from nothing and saves it
-(kv_producer: it never loads).  Dummy models' greedy tokens do not show wrong
-KV (docs/vllm.md), so the KV bytes are compared: the stored blocks of X' must
-be R's bit for bit -- the 17 that A computed (determinism) and the one B
-computed after its load, which attends over the loaded KV: a load into the
-wrong blocks, of the wrong heads or of nothing changes it.  The tokens of B
-and R must be equal too.  Engine F then meets the same stored blocks with a
-backend whose every read fails: its loads fail, vLLM recomputes, the tokens
-are still R's (never wrong KV, never a hang).
+The model is a random-initialised GQA Llama (conftest.GQA: 4 query heads over
+2 KV heads of 32, 2 layers, float32), saved as safetensors and loaded by vLLM
+(load_format "safetensors"); its weights are scaled so that a prompt's prefix
+decides the greedy tokens, by a margin far above float32 noise (each reference
+answer's margin is checked): wrong KV gives other tokens.  So every load is
+checked by its tokens: they must equal those of engine REF, which has no
+connector, on the same prompt.  A prompt X is 18 blocks of 32 tokens; X' is
+X's first 17 blocks and one block of other tokens: an engine that finds X
+stored loads 17 blocks (vLLM reports 544 of X''s 576 tokens cached) and
+computes the last one over them.
 
-TP=1 on the posix backend; TP=2 (the ranks save and load their own heads of
-one stored block) on a Redis server the test starts, where the shard reads
-and writes are counted: each stored shard is written once and read once."""
+Engines are long-lived servers (engine_server.py, driven over pipes), started
+concurrently and each used for several steps; vLLM's local prefix cache is
+emptied before each load so that the blocks come from kvshare.  Every engine
+is its own process group, SIGKILLed at the end (or on failure) whatever
+happened; each wait is bounded.  Each engine's start-up time is printed in the
+summary.  To keep start-up affordable, an engine runs vLLM's engine core and
+its TP=1 worker in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+executor "uni"), except E2 and KB: E2 (TP=2) has vLLM's usual layout (the
+engine core, so the scheduler-side connector, in a process of its own, and a
+process per rank) and so has KB at TP=1.
+
+What each test proves:
+  test_startup_refused          a kvshare_config with a key typo, a missing
+      backend root, or a Redis endpoint nobody answers fails LLM() with the
+      library's message naming the key, the path, the socket -- before the
+      weights load (vLLM's "Starting to load model" never logged).
+  test_tp1_tp2_share_one_cache  E1 (TP=1) and E2 (TP=2) on one kvshare cache
+      (Redis backend), both alive: at once E1 stores X and E2 stores Y; then at
+      once E2 loads X' (each rank its head of E1's blocks) and E1 loads Y'
+      (both heads from E2's two ranks' shards): 544 cached each, tokens REF's.
+      Each stored shard is written to Redis once (SET counted), none read.
+  test_redis_counted_reads      RB (TP=2), a fresh cache on the same Redis:
+      loads X' and Y' from the backend (544 cached, tokens REF's), each
+      rank reading its own heads: 17 x 4 GETs per prompt, no SET.
+  test_failing_backend          F, every backend read failing
+      (fault_error_ppm=1000000) over the blocks of X': its loads fail, vLLM
+      recomputes ("blocks are recomputed" logged), the tokens are REF's.
+  test_killed_and_restarted     on a posix backend, cache K: KA is killed -9
+      right after its first layer's dump of W (killing_connector.py): no block
+      of W is in the backend; KB, fresh on the cache KA left, finds none of
+      W' (0 cached, tokens REF's), then is killed -9 (its rank, then the whole
+      process group) right after its dumps of Z reached the cache; KC, fresh
+      on the cache KB left, loads Z' (544 cached, tokens REF's), and the
+      blocks of Z in the backend afterwards are bit for bit those E1 computed
+      from scratch.
+  test_finetune_same_directory  after KB/KC stored Z on model directory MK,
+      a fine-tune is written over MK (same config.json, other weights); FT on
+      MK, same cache and backend, must find nothing of Z' (0 cached) and
+      answer as the fine-tune does (REF_TUNE, no connector).
+  test_same_model_id_other_weights  MID: another directory with the
+      fine-tune's weights, the same kvshare_model_id and kvshare_unique_id as
+      E1/E2: 0 cached of X', REF_TUNE's tokens.
+  test_redis_degraded           Redis unreachable with redis_start_degraded=1:
+      DEG starts, serves X' (REF's tokens) and the library's lines about the
+      unreachable server are rate-limited: at most 4, not one per shard.
+  test_library_lines_in_vllm_format  the library's own lines (logger
+      "kvshare") are in the engine's log in vLLM's format
+      ("(<process> pid=N) INFO MM-DD hh:mm:ss [file.py:N] ..."), not bare
+      stderr lines.
+  test_no_cache_left_behind     every engine ended, no cache of the run is
+      left in /dev/shm (the caches of the engines killed -9 were adopted and
+      then closed by the engines after them).
+
+KVSHARE_VLLM_TEST_BREAK breaks engines on purpose, to check that the tests
+can fail: "swap-heads:e2,rb" runs those engines (names as in Fleet.spec) with
+killing_connector.SwappedHeadsConnector (each rank loads and dumps the
+mirrored heads), "ignore-load-errors:f" with IgnoreLoadErrorsConnector (failed
+loads never reported to vLLM), "no-weights-fingerprint" sets
+kvshare_weights_fingerprint=False in every engine (the fingerprint leaves the
+weights out); items joined by ";"."""
 import json
 import os
 import random
+import re
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,159 +87,222 @@ import numpy as np
 import pytest
 
 import kvshare
+from conftest import SUMMARY, write_gqa_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(HERE, "engine_server.py")
 BLOCK = 32
-LAYERS, HEADS, HEAD_DIM = 2, 2, 32           # conftest.TINY
-SHARD = 2 * BLOCK * HEAD_DIM * 4             # a (layer, head) of a block, float32
-SPB = LAYERS * HEADS
-SHARED = 17                                  # blocks X' shares with X
+LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 32          # conftest.GQA
+SHARD = 2 * BLOCK * HEAD_DIM * 4               # a (layer, KV head) of a block, float32
+SPB = LAYERS * KV_HEADS                        # shards per block
+SHARED = 17                                    # blocks X' shares with X
+# A reference token's least lead over the runner-up (logprob): 100 times and
+# more the float32 differences between one engine and another (TP degrees,
+# batch shapes), so that equal tokens mean equal KV to that precision.
+MIN_GAP = 1e-3
+MODEL_ID = "kvt-gqa-llama"
+TUNE = (1, 7)        # the fine-tune: gqa_weights(1, tune=7)
 
 rng = random.Random(23)
-X = [rng.randrange(3, 1000) for _ in range(18 * BLOCK)]
-X2 = X[:SHARED * BLOCK] + [rng.randrange(3, 1000) for _ in range(BLOCK)]
 
 
-def run_engine(tmp_path, name, killed=False, **spec):
-    """Run one engine to completion, its result (engine_child.py); killed:
-    it must die (kill_at), its log."""
-    spec.setdefault("max_tokens", 4)
-    path, out, log = (tmp_path / f"{name}.{ext}" for ext in ("json", "out", "log"))
-    path.write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
-    if spec.get("tp", 1) > 1:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(c % os.cpu_count())
-                                                    for c in range(spec["tp"]))
-    t0 = time.monotonic()
-    with open(log, "w") as f:
-        rc = subprocess.run([sys.executable, os.path.join(HERE, "engine_child.py"), str(path),
-                             str(out)], env=env, stdout=f, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, timeout=600).returncode
-    text = log.read_text()
-    if killed:
-        assert rc != 0 and not out.exists(), f"engine {name} was not killed:\n{text[-3000:]}"
-        print(f"engine {name}: killed -9 while storing after {time.monotonic() - t0:.0f} s")
-        return text
-    if rc != 0:
-        pytest.fail(f"engine {name} exited {rc}:\n" + "\n".join(text.splitlines()[-40:]))
-    print(f"engine {name}: {time.monotonic() - t0:.0f} s")
-    result = json.loads(out.read_text())
-    result["log"] = text
-    return result
+def _pair():
+    p = [rng.randrange(3, 1000) for _ in range((SHARED + 1) * BLOCK)]
+    return p, p[:SHARED * BLOCK] + [rng.randrange(3, 1000) for _ in range(BLOCK)]
 
 
-def read_blocks(config, ids):
-    """The stored bytes of blocks, read back through a fresh cache."""
-    keys = {"unique_id": f"vt-read-{os.getpid()}-{time.monotonic_ns()}", "device_id": 0,
-            "shard_size": SHARD, "block_size": SHARD * SPB, "copy_engine": "host",
-            "cache_buffer_capacity_gb": 0.01, **config}
-    with kvshare.Store(keys) as s:
-        out = np.zeros((len(ids), SHARD * SPB), dtype=np.uint8)
-        assert s.load([bytes.fromhex(i) for i in ids], list(out)).wait()
+X, X2 = _pair()   # E1 stores X; E2, RB, F, MID, DEG get X'
+Y, Y2 = _pair()   # E2 stores Y; E1, RB get Y'
+W, W2 = _pair()   # KA dies storing W; KB gets W'
+Z, Z2 = _pair()   # KB dies storing Z; KC, FT get Z'; E1 computes Z (its bytes)
+
+# vLLM's line prefix: "(EngineCore pid=12) INFO 12-03 14:42:22 [core.py:133] "
+VLLM_LINE = re.compile(r"^(\([\w.-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                       r"\d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ")
+BREAKS = {"swap-heads": "SwappedHeadsConnector", "ignore-load-errors": "IgnoreLoadErrorsConnector"}
+WEIGHTS_LOADING = ("Starting to load model", "Loading weights took", "Model loading took")
+
+
+def tail(text, n=40):
+    return "\n".join(text.splitlines()[-n:])
+
+
+class EngineGone(Exception):
+    pass
+
+
+def group_members(pgid):
+    """The live processes of process group pgid (zombies left out)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(pid))
+    return out
+
+
+class Engine:
+    """One engine_server.py process (its own process group) and its pipes."""
+
+    def __init__(self, fleet, name, spec, env):
+        self.name, self.spec, self.fleet = name, spec, fleet
+        self.log_path = fleet.tmp / f"{name}.log"
+        spec_path = fleet.tmp / f"{name}.json"
+        spec_path.write_text(json.dumps(spec))
+        r, w = os.pipe()
+        self.launched, self.launched_wall = time.monotonic(), time.time()
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, SERVER, str(spec_path), str(w)],
+                                         pass_fds=(w,), stdin=subprocess.PIPE, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, text=True,
+                                         start_new_session=True)
+        os.close(w)
+        self.pgid = self.proc.pid
+        self.reply, self.buf = r, b""
+        self.ready_info = None
+        self.ready_s = None
+        self.state = "starting"
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def _fail(self, what):
+        pytest.fail(f"engine {self.name} {what}; the last lines of its log "
+                    f"({self.log_path}):\n{tail(self.log())}", pytrace=False)
+
+    def readline(self, timeout):
+        """The next reply line; EngineGone at the pipe's end (the process
+        died), pytest.fail after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._fail(f"gave no reply in {timeout} s")
+            ready, _, _ = select.select([self.reply], [], [], min(left, 1.0))
+            if ready:
+                data = os.read(self.reply, 1 << 20)
+                if not data:
+                    raise EngineGone(self.name)
+                self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def wait_ready(self, timeout=420):
+        if self.ready_info is None:
+            try:
+                self.ready_info = self.readline(timeout)
+            except EngineGone:
+                self.proc.wait(30)
+                self.state = "died"
+                self._fail(f"exited {self.proc.returncode} before it was ready")
+            # from the launch to the engine's own "ready" (not to this call)
+            self.ready_s = self.ready_info["t"] - self.launched_wall
+            self.state = "ready"
+        return self.ready_info
+
+    @property
+    def fingerprint(self):
+        return self.wait_ready()["fingerprint"]
+
+    def send(self, cmd):
+        self.wait_ready()
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self._fail(f"is gone (exit {self.proc.poll()})")
+
+    def recv(self, timeout=180):
+        try:
+            out = self.readline(timeout)
+        except EngineGone:
+            self.proc.wait(30)
+            self._fail(f"died (exit {self.proc.returncode})")
+        if "error" in out:
+            self._fail(f"answered {out['error']}")
         return out
 
+    def call(self, cmd, timeout=180):
+        self.send(cmd)
+        return self.recv(timeout)
 
-def layout_tag(result):
-    """The layout_tag the engine's blocks are stored with (its fingerprint's)."""
-    return int.from_bytes(bytes.fromhex(result["fingerprint"])[:8], "little")
+    def gen(self, prompt, reset=True, logprobs=False):
+        """One prompt's result (engine_server.py), vLLM's prefix cache emptied first."""
+        if reset:
+            assert self.call({"op": "reset"})["ok"], f"{self.name}: reset_prefix_cache failed"
+        return self.call({"op": "generate", "prompts": [prompt],
+                          "logprobs": logprobs})["prompts"][0]
 
+    def expect_death(self, marker, timeout=180):
+        """The engine's rank kills itself (killing_connector.py writes marker
+        first): SIGKILL the rest of its process group at once, as a crash of
+        the whole engine would."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(marker) and self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self._fail(f"was not killed within {timeout} s")
+            time.sleep(0.05)
+        assert os.path.exists(marker), (
+            f"engine {self.name} exited {self.proc.returncode} without being killed:\n"
+            f"{tail(self.log())}")
+        self.kill()
+        self.state = "killed"
 
-def check_stored(b, r, store_of_b, store_of_r):
-    """The stored blocks of X' are R's bit for bit (those B loaded and the one
-    it computed after its load), and B's tokens are R's."""
-    pb, pr = b["prompts"][0], r["prompts"][0]
-    assert pr["cached"] == 0 and pb["ids"] == pr["ids"]
-    kv_b = read_blocks({**store_of_b, "layout_tag": layout_tag(b)}, pb["ids"])
-    kv_r = read_blocks({**store_of_r, "layout_tag": layout_tag(r)}, pr["ids"])
-    for i in range(len(pb["ids"])):
-        assert np.array_equal(kv_b[i], kv_r[i]), (
-            f"block {i} ({'computed by B after its load' if i == SHARED else 'A'}) is not "
-            f"the KV engine R computed")
-    assert pb["tokens"] == pr["tokens"]
+    def kill(self):
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 30
+        while group_members(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = group_members(self.pgid)
+        assert not left, f"engine {self.name}: processes {left} outlived SIGKILL of its group"
 
+    def exit_status(self, timeout=240):
+        """For an engine that must not start: its exit code (it must exit)."""
+        try:
+            self.ready_info = self.readline(timeout)
+        except EngineGone:
+            self.proc.wait(30)
+            self.ready_s = time.monotonic() - self.launched  # here: to its exit
+            self.state = "refused"
+            return self.proc.returncode
+        self.state = "ready"
+        self._fail("started, but its configuration must be refused")
 
-def check_pair(a, b, r, store_of_ab, store_of_r):
-    assert a["fingerprint"] == b["fingerprint"] == r["fingerprint"]
-    pa, pb = a["prompts"][0], b["prompts"][0]
-    assert pa["cached"] == 0
-    # B matched the 17 shared blocks (at least 480 of the 512-token prefix)
-    assert pb["cached"] == SHARED * BLOCK, b["log"][-3000:]
-    assert pb["ids"][:SHARED] == pa["ids"][:SHARED]
-    check_stored(b, r, store_of_ab, store_of_r)
+    def close_begin(self):
+        if self.proc.poll() is None and self.state == "ready":
+            try:
+                self.proc.stdin.write('{"op": "exit"}\n')
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
 
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    """The tiny model, one directory for the module: its path is in the
-    fingerprint, so engines that share blocks load it from the same place."""
-    from conftest import write_model
-
-    return write_model(tmp_path_factory.mktemp("model") / "tiny-llama")
-
-
-STORE1 = {"backend": "posix", "fsync": 0, "cache_buffer_capacity_gb": 0.05}
-
-
-@pytest.fixture(scope="module")
-def ref1(tmp_path_factory, model):
-    """Engine R at TP=1: X' computed from nothing on a store of its own, and
-    that store's keys."""
-    tmp = tmp_path_factory.mktemp("ref1")
-    (tmp / "store").mkdir()
-    r = run_engine(tmp, "r", model=model, unique_id=f"vt-{os.getpid()}r", prompts=[X2],
-                   role="kv_producer",
-                   kvshare_config={**STORE1, "backend_roots": str(tmp / "store")})
-    return r, {"backend": "posix", "backend_roots": str(tmp / "store")}
-
-
-def test_tp1_pair(tmp_path, model, ref1):
-    r, store_of_r = ref1
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    uid = f"vt-{os.getpid()}"
-    a = run_engine(tmp_path, "a", model=model, unique_id=uid, prompts=[X],
-                   kvshare_config={**STORE1, "backend_roots": str(shared)})
-    b = run_engine(tmp_path, "b", model=model, unique_id=uid, prompts=[X2],
-                   kvshare_config={**STORE1, "backend_roots": str(shared)})
-    check_pair(a, b, r, {"backend": "posix", "backend_roots": str(shared)}, store_of_r)
-    # Engine F finds the same 17 blocks stored, but every backend read fails:
-    # its loads fail, vLLM recomputes those blocks, and the tokens are R's.
-    f = run_engine(tmp_path, "f", model=model, unique_id=uid + "f", prompts=[X2],
-                   role="kv_consumer", kvshare_config={
-                       **STORE1, "backend_roots": str(shared), "fault_error_ppm": 1000000})
-    assert "blocks are recomputed" in f["log"], f["log"][-3000:]
-    assert f["prompts"][0]["tokens"] == r["prompts"][0]["tokens"]
-
-
-def block_files(root):
-    return sorted(os.path.relpath(os.path.join(d, f), root)
-                  for d, _, files in os.walk(root) for f in files)
-
-
-@pytest.mark.parametrize("kill_at", ["layer", "cached"])
-def test_tp1_killed_while_storing(tmp_path, model, ref1, kill_at):
-    """Engine A is killed -9 while it stores X (killing_connector.py): after
-    its first layer's dump ("layer": no block of X ever gets its second
-    layer), or once its dumps are in the shared cache ("cached": every block
-    complete there, its backend write left to a dead rank).  Engine B, on the
-    cache A left behind, never loads a partial block: none of X at "layer"
-    (B computes X' itself), the 17 complete ones at "cached"; the blocks of X'
-    stored after B are R's bit for bit, and B's tokens are R's."""
-    r, store_of_r = ref1
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    uid = f"vk-{kill_at}-{os.getpid()}"
-    keys = {**STORE1, "backend_roots": str(shared)}
-    log = run_engine(tmp_path, "a", killed=True, model=model, unique_id=uid, prompts=[X],
-                     kill_at=kill_at, kvshare_config=keys)
-    if kill_at == "layer":
-        assert block_files(shared) == [], "a block of X was written with one layer of two"
-    b = run_engine(tmp_path, "b", model=model, unique_id=uid, prompts=[X2],
-                   kvshare_config=keys)
-    want = 0 if kill_at == "layer" else SHARED * BLOCK
-    assert b["prompts"][0]["cached"] == want, (b["log"][-3000:], log[-2000:])
-    check_stored(b, r, {"backend": "posix", "backend_roots": str(shared)}, store_of_r)
+    def close_end(self, timeout):
+        try:
+            self.proc.wait(max(0.1, timeout))
+        except subprocess.TimeoutExpired:
+            pass
+        if self.state == "ready":
+            self.state = "closed" if self.proc.poll() == 0 else f"exit {self.proc.poll()}"
+        self.kill()  # whatever is left of the group
+        os.close(self.reply)
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
 
 
 class Redis:
@@ -196,7 +315,8 @@ class Redis:
         self.sock = str(tmp / "redis.sock")
         self.proc = subprocess.Popen([exe, "--port", "0", "--unixsocket", self.sock,
                                       "--save", "", "--appendonly", "no"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
         for _ in range(200):
             if os.path.exists(self.sock):
                 break
@@ -205,6 +325,7 @@ class Redis:
     def counts(self):
         """Calls per command (INFO commandstats), e.g. {"get": 68, "set": 72}."""
         with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(10)
             c.connect(self.sock)
             c.sendall(b"INFO commandstats\r\n")
             data = b""
@@ -213,44 +334,491 @@ class Redis:
             head, _, body = data.partition(b"\r\n")
             while len(body) < int(head[1:]) + 2:
                 body += c.recv(65536)
-            data = body
         out = {}
-        for line in data.decode().splitlines():
+        for line in body.decode().splitlines():
             if line.startswith("cmdstat_"):
                 name, rest = line[len("cmdstat_"):].split(":", 1)
                 out[name] = int(rest.split("calls=")[1].split(",")[0])
-        return out
+        return {"get": out.get("get", 0), "set": out.get("set", 0)}
+
+    def settle(self, base, timeout=60, **delta):
+        """The counts once they reach base + delta (the backend writes run
+        after a save returns), checked to stay there; the last counts on
+        timeout."""
+        want = {k: base[k] + delta.get(k, 0) for k in base}
+        deadline = time.monotonic() + timeout
+        now = self.counts()
+        while any(now[k] < want[k] for k in want) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self.counts()
+        time.sleep(0.5)
+        return self.counts(), want
 
     def close(self):
         self.proc.kill()
-        self.proc.wait()
+        self.proc.wait(30)
 
 
-@pytest.fixture
-def redis(tmp_path):
-    r = Redis(tmp_path)
-    yield r
-    r.close()
+def dead_socket(path):
+    """A unix socket file nobody listens on (connect: ECONNREFUSED)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()
+    return str(path)
 
 
-def test_tp2_pair(tmp_path, model, redis):
-    uid = f"vt2-{os.getpid()}"
-    store = {"backend": "redis", "redis_endpoints": redis.sock,
-             "cache_buffer_capacity_gb": 0.05}
-    a = run_engine(tmp_path, "a2", model=model, tp=2, unique_id=uid, prompts=[X],
-                   kvshare_config={**store, "redis_key_prefix": "ab:"})
-    after_a = redis.counts()
-    b = run_engine(tmp_path, "b2", model=model, tp=2, unique_id=uid, prompts=[X2],
-                   kvshare_config={**store, "redis_key_prefix": "ab:"})
-    after_b = redis.counts()
-    r = run_engine(tmp_path, "r2", model=model, tp=2, unique_id=uid + "r", prompts=[X2],
-                   role="kv_producer", kvshare_config={**store, "redis_key_prefix": "r:"})
-    # A's two ranks each dumped their heads; every stored shard was written once
-    assert after_a.get("set", 0) == 18 * SPB and after_a.get("get", 0) == 0
-    # B's ranks read each shard of the 17 blocks once (each its own heads) and
-    # wrote the one block they computed
-    assert after_b.get("get", 0) == SHARED * SPB
-    assert after_b["set"] - after_a["set"] == SPB
-    check_pair(a, b, r, {"backend": "redis", "redis_endpoints": redis.sock,
-                         "redis_key_prefix": "ab:"},
-               {"backend": "redis", "redis_endpoints": redis.sock, "redis_key_prefix": "r:"})
+def store_keys(spec_keys, fp_hex, name):
+    """A fresh reader's store over an engine's backend (its own cache)."""
+    fp = bytes.fromhex(fp_hex)
+    return {"unique_id": f"vt-{os.getpid()}-read-{name}-{time.monotonic_ns()}",
+            "device_id": 0, "shard_size": SHARD, "block_size": SHARD * SPB,
+            "copy_engine": "host", "cache_buffer_capacity_gb": 0.01,
+            "layout_tag": int.from_bytes(fp[:8], "little"),
+            **{k: v for k, v in spec_keys.items() if k.startswith(("backend", "redis"))}}
+
+
+def read_blocks(keys, ids):
+    """The stored bytes of blocks, read through a fresh cache."""
+    with kvshare.Store(keys) as s:
+        out = np.zeros((len(ids), SHARD * SPB), dtype=np.uint8)
+        assert s.load([bytes.fromhex(i) for i in ids], list(out)).wait()
+        return out
+
+
+def stored_prefix(keys, ids):
+    with kvshare.Store(keys) as s:
+        return s.lookup_prefix([bytes.fromhex(i) for i in ids])
+
+
+def block_files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, files in os.walk(root) for f in files)
+
+
+class Fleet:
+    """The module's engines, made on first use (start() makes them early, so
+    that their start-ups overlap), and the steps several tests build on (once)."""
+
+    def __init__(self, tmp, redis):
+        self.t0 = time.monotonic()
+        self.tmp, self.redis = tmp, redis
+        self.engines, self.phases, self.refs = {}, {}, {}
+        self.closed = False
+        self.model = write_gqa_model(tmp / "model")              # M: REF, E1, E2, RB, F, DEG
+        self.model_k = write_gqa_model(tmp / "model-k")          # MK: KA, KB, KC; then FT
+        self.model_tune = write_gqa_model(tmp / "model-tune", *TUNE)  # REF_TUNE, MID
+        self.posix_k = tmp / "posix-k"
+        self.posix_k.mkdir()
+        self.dead = dead_socket(tmp / "nobody.sock")
+        pid = os.getpid()
+        self.uid_c, self.uid_k = f"vt-{pid}-c", f"vt-{pid}-k"
+        self.redis_c = {"backend": "redis", "redis_endpoints": redis.sock,
+                        "redis_key_prefix": "c:", "cache_buffer_capacity_gb": 0.05}
+        self.posix = {"backend": "posix", "backend_roots": str(self.posix_k), "fsync": 0,
+                      "cache_buffer_capacity_gb": 0.05}
+        self.kill_file = str(tmp / "kb.arm")
+        self.gates = {"kb": str(tmp / "kb.open"), "kc": str(tmp / "kc.open")}
+        # KVSHARE_VLLM_TEST_BREAK (module docstring): {engine: connector class}
+        # and whether the fingerprint leaves the weights out
+        self.broken, self.no_weights = {}, False
+        for item in filter(None, os.environ.get("KVSHARE_VLLM_TEST_BREAK", "").split(";")):
+            kind, _, names = item.partition(":")
+            if kind == "no-weights-fingerprint":
+                self.no_weights = True
+                continue
+            cls = BREAKS[kind]  # KeyError: an unknown break
+            self.broken.update((n, cls) for n in names.split(","))
+
+    def spec(self, name):
+        m, mk, mt = self.model, self.model_k, self.model_tune
+        c = {"model_id": MODEL_ID, "unique_id": self.uid_c, "kvshare_config": self.redis_c}
+        k = {"model": mk, "unique_id": self.uid_k, "kvshare_config": self.posix}
+        specs = {
+            "ref": {"model": m, "connector": False},
+            "ref_tune": {"model": mt, "connector": False},
+            "e1": {"model": m, **c},
+            "e2": {"model": m, "tp": 2, "mp_core": True, **c},
+            "rb": {"model": m, "tp": 2, **c, "unique_id": self.uid_c + "-b"},
+            "f": {"model": m, **c, "unique_id": self.uid_c + "-f", "role": "kv_consumer",
+                  "kvshare_config": {**self.redis_c, "fault_error_ppm": 1000000}},
+            "mid": {"model": mt, **c},
+            "ka": {**k, "kill_at": "layer", "kill_marker": str(self.tmp / "ka.killed")},
+            "kb": {**k, "mp_core": True, "kill_at": "cached", "kill_file": self.kill_file,
+                   "kill_marker": str(self.tmp / "kb.killed"), "open_after": self.gates["kb"]},
+            "kc": {**k, "open_after": self.gates["kc"]},
+            "ft": k,
+            "deg": {"model": m, "unique_id": f"vt-{os.getpid()}-d", "kvshare_config": {
+                "backend": "redis", "redis_endpoints": self.dead,
+                "redis_start_degraded": 1, "cache_buffer_capacity_gb": 0.05}},
+            # engines that must not start, tried one after another in one
+            # process (engine_server.attempts): a key typo, a missing root, a
+            # Redis nobody answers
+            "refusals": {"attempts": {
+                "key": {"model": m, "kvshare_config": {
+                    "backend": "posix", "backend_roots": str(self.posix_k),
+                    "cache_bufer_capacity_gb": 0.05}},
+                "root": {"model": m, "kvshare_config": {
+                    "backend": "posix", "backend_roots": str(self.tmp / "no-such-root"),
+                    "cache_buffer_capacity_gb": 0.05}},
+                "redis": {"model": m, "kvshare_config": {
+                    "backend": "redis", "redis_endpoints": self.dead,
+                    "cache_buffer_capacity_gb": 0.05}}}},
+        }
+        spec = dict(specs[name])
+        if name in self.broken:
+            spec["connector_class"] = "killing_connector:" + self.broken[name]
+        if self.no_weights:
+            spec["weights_fingerprint"] = False
+        return spec
+
+    def env(self, spec):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+        tp = spec.get("tp", 1)
+        if not spec.get("mp_core"):
+            # the engine core in the server's process (a TP=1 worker too: "uni")
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            if tp == 1:
+                spec["executor"] = "uni"
+        if tp > 1:  # one NUMA node here: vLLM's "auto" binding wants one per rank
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(c % os.cpu_count())
+                                                        for c in range(tp))
+        return env
+
+    def start(self, *names):
+        for name in names:
+            if name not in self.engines:
+                spec = self.spec(name)
+                env = self.env(spec)
+                self.engines[name] = Engine(self, name, spec, env)
+
+    def get(self, name):
+        self.start(name)
+        e = self.engines[name]
+        e.wait_ready()
+        return e
+
+    def once(self, key, fn):
+        if key not in self.phases:
+            self.phases[key] = None  # a failed step is not retried by the next test
+            self.phases[key] = fn()
+        if self.phases[key] is None:
+            pytest.fail(f"step {key!r} failed in an earlier test", pytrace=False)
+        return self.phases[key]
+
+    def ref(self, prompt, engine="ref"):
+        """REF's (or REF_TUNE's) greedy tokens of prompt, their margin checked."""
+        key = (engine, tuple(prompt))
+        if key not in self.refs:
+            r = self.get(engine).gen(prompt, logprobs=True)
+            assert r["gap"] is not None and r["gap"] >= MIN_GAP, (
+                f"{engine}: the greedy tokens of a prompt lead by only {r['gap']}: they "
+                f"would not show wrong KV (choose other weights, conftest.GAIN)")
+            self.refs[key] = r["tokens"]
+        return self.refs[key]
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for e in self.engines.values():
+            e.close_begin()
+        deadline = time.monotonic() + 60
+        for e in self.engines.values():
+            e.close_end(deadline - time.monotonic())
+        total = time.monotonic() - self.t0
+        SUMMARY.append("vllm.engine: engine start-ups (launch: s after the module's start; "
+                       "ready: s from launch to its first reply):")
+        for e in self.engines.values():
+            ready = f"{e.ready_s:6.1f}" if e.ready_s is not None else "     -"
+            inner = (f" (LLM() {e.ready_info['startup_s']:.1f} s)"
+                     if e.ready_info and "startup_s" in e.ready_info else "")
+            SUMMARY.append(f"  {e.name:13s} tp={e.spec.get('tp', 1)} launch {e.launched - self.t0:6.1f}"
+                           f"  ready {ready}{inner}  {e.state}")
+        SUMMARY.append(f"vllm.engine: {len(self.engines)} engines, {total:.0f} s from the "
+                       f"module's first engine to the last one's end")
+
+    def leftovers(self):
+        """The kvshare caches of this run still in /dev/shm (their ids all
+        start vt-<pid>-)."""
+        prefix = f"kvshare.vt-{os.getpid()}-"
+        return sorted(n[len("kvshare."):-len(".ctl")] for n in os.listdir("/dev/shm")
+                      if n.startswith(prefix) and n.endswith(".ctl"))
+
+    def clean(self):
+        """Remove this run's stale caches (engines killed on a failure) with
+        the kvshare CLI of the library's build, where there is one."""
+        lib = os.environ.get("KVSHARE_LIBRARY", "")
+        cli = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lib))), "bin",
+                           "kvshare") if lib else ""
+        for uid in self.leftovers():
+            if os.access(cli, os.X_OK):
+                subprocess.run([cli, "clean", uid], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("engines")
+    redis = Redis(tmp)
+    f = None
+    try:
+        f = Fleet(tmp, redis)
+        # the first wave: what the first tests need, and the engines on MK
+        # (KB and KC wait to meet the cache until the one before them died),
+        # whose weights must all be loaded before FT's replace them
+        f.start("refusals", "ka", "kb", "kc", "ref", "e1", "e2")
+        yield f
+    finally:
+        try:
+            if f is not None:
+                f.close()
+                f.clean()
+        finally:
+            redis.close()
+
+
+def test_startup_refused(fleet):
+    want = {"key": "cache_bufer_capacity_gb", "root": str(fleet.tmp / "no-such-root"),
+            "redis": fleet.dead}
+    e = fleet.engines.get("refusals") or (fleet.start("refusals") or fleet.engines["refusals"])
+    replies = {}
+    try:
+        for _ in want:
+            r = e.readline(300)
+            replies[r["name"]] = r
+    except EngineGone:
+        pass
+    e.proc.wait(60)
+    e.ready_s, e.state = time.monotonic() - e.launched, "refused"
+    text = e.log()
+    logs = dict(part.split("\n", 1) for part in text.split("engine_server: attempt ")[1:])
+    for name, named in want.items():
+        r, log = replies.get(name), logs.get(name, "")
+        assert r is not None, f"no answer for attempt {name}:\n{tail(text)}"
+        assert r["refused"], f"engine {name} started: its configuration must be refused"
+        assert named in r["error"] and named in log, (
+            f"{name}: LLM() raised without naming {named!r}: {r['error']}\n{tail(log)}")
+        loaded = [w for w in WEIGHTS_LOADING if w in log]
+        assert not loaded, (f"{name}: refused only after the weights loaded ({loaded[0]!r} "
+                            f"logged):\n{tail(log)}")
+
+
+def _wait_file(path, engine, timeout=420):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if engine.proc.poll() is not None:
+            engine._fail(f"exited {engine.proc.returncode}")
+        if time.monotonic() > deadline:
+            engine._fail(f"did not write {path} in {timeout} s")
+        time.sleep(0.1)
+
+
+def _k_chain(fleet):
+    """KA killed storing W; KB: W', then killed storing Z; KC loads Z'."""
+    fleet.start("kb", "kc")
+    ka, kb, kc = (fleet.engines[n] for n in ("ka", "kb", "kc"))
+    ka.wait_ready()
+    ka.send({"op": "generate", "prompts": [W]})
+    ka.expect_death(ka.spec["kill_marker"])
+    files_after_ka = block_files(fleet.posix_k)
+    _wait_file(fleet.gates["kb"] + ".waiting", kb)  # weights loaded, no store yet
+    open(fleet.gates["kb"], "w").close()  # KB meets the cache KA left
+    kb.wait_ready()
+    fleet.start("rb", "f")
+    w2 = kb.gen(W2)
+    open(fleet.kill_file, "w").close()  # armed: its next save kills it
+    kb.send({"op": "generate", "prompts": [Z]})
+    kb.expect_death(kb.spec["kill_marker"])
+    fleet.start("ref_tune", "mid", "deg")
+    _wait_file(fleet.gates["kc"] + ".waiting", kc)
+    open(fleet.gates["kc"], "w").close()  # KC meets the cache KB left
+    kc.wait_ready()
+    # Every engine on MK is made (each of its processes took the weights'
+    # fingerprint: an engine's scheduler takes it only once its workers are
+    # up): a fine-tune may replace the weights now, for FT.
+    write_gqa_model(fleet.tmp / "model-k", *TUNE)
+    fleet.start("ft")
+    z2 = kc.gen(Z2)
+    keys = store_keys(fleet.posix, kc.fingerprint, "k")
+    deadline = time.monotonic() + 60
+    while stored_prefix(keys, z2["ids"]) < SHARED + 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {"files_after_ka": files_after_ka, "w2": w2, "z2": z2, "keys": keys}
+
+
+def _e1_z(fleet):
+    """E1 computes Z from scratch; its backend writes waited for."""
+    c0 = fleet.redis.counts()
+    z = fleet.get("e1").gen(Z)
+    got, want = fleet.redis.settle(c0, set=(SHARED + 1) * SPB)
+    assert got == want, f"E1 storing Z: Redis counts {got}, want {want}"
+    return z
+
+
+def test_killed_and_restarted(fleet):
+    k = fleet.once("k_chain", lambda: _k_chain(fleet))
+    kc = fleet.engines["kc"]
+    assert k["files_after_ka"] == [], "a block of W was written with one layer of two"
+    assert k["w2"]["cached"] == 0, (
+        f"KB loaded {k['w2']['cached']} tokens of W', none of whose blocks KA completed")
+    assert k["w2"]["tokens"] == fleet.ref(W2), "KB: wrong tokens"
+    assert k["z2"]["cached"] == SHARED * BLOCK, (
+        f"KC found {k['z2']['cached']} of Z' cached (KB died with Z in the cache), want "
+        f"{SHARED * BLOCK}:\n{tail(kc.log())}")
+    assert k["z2"]["tokens"] == fleet.ref(Z2), "KC, loading what KB left: wrong tokens"
+    # the blocks of Z in K's backend (whoever wrote them: KB before it died, or
+    # KC for it) are bit for bit what E1 computed from scratch
+    assert stored_prefix(k["keys"], k["z2"]["ids"]) == SHARED + 1, "Z' is not all in the backend"
+    e1 = fleet.get("e1")
+    z = fleet.once("e1_z", lambda: _e1_z(fleet))
+    assert z["cached"] == 0
+    c_keys = store_keys(fleet.redis_c, e1.fingerprint, "c")
+    ours = read_blocks(k["keys"], k["z2"]["ids"][:SHARED])
+    e1s = read_blocks(c_keys, z["ids"][:SHARED])
+    for i in range(SHARED):
+        assert np.array_equal(ours[i], e1s[i]), f"block {i} of Z in K's backend is not E1's KV"
+
+
+def _cross_tp(fleet):
+    """E1 (TP=1) and E2 (TP=2) on cache C: each stores, then each loads the
+    other's, at the same time."""
+    e1, e2, redis = fleet.get("e1"), fleet.get("e2"), fleet.redis
+    assert e1.fingerprint == e2.fingerprint, "the TP degree changed the fingerprint"
+    c0 = redis.counts()
+    e1.call({"op": "reset"})
+    e2.call({"op": "reset"})
+    e1.send({"op": "generate", "prompts": [X]})
+    e2.send({"op": "generate", "prompts": [Y]})
+    x, y = e1.recv()["prompts"][0], e2.recv()["prompts"][0]
+    assert x["cached"] == 0 and y["cached"] == 0, (x["cached"], y["cached"])
+    c1, want = redis.settle(c0, set=2 * (SHARED + 1) * SPB)
+    assert c1 == want, f"storing X and Y: Redis counts {c1}, want {want} (each shard once)"
+    e1.call({"op": "reset"})
+    e2.call({"op": "reset"})
+    e1.send({"op": "generate", "prompts": [Y2]})
+    e2.send({"op": "generate", "prompts": [X2]})
+    y2, x2 = e1.recv()["prompts"][0], e2.recv()["prompts"][0]
+    # the only new block of each: its last, which each engine computed and stored
+    c2, want = redis.settle(c1, set=2 * SPB)
+    return {"x": x, "y": y, "x2": x2, "y2": y2, "counts": (c2, want)}
+
+
+def test_tp1_tp2_share_one_cache(fleet):
+    fleet.start("ref", "rb", "f")
+    r = fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    e1, e2 = fleet.engines["e1"], fleet.engines["e2"]
+    assert r["x2"]["cached"] == SHARED * BLOCK, (
+        f"E2 (TP=2) found {r['x2']['cached']} of X' cached, want {SHARED * BLOCK}:\n"
+        f"{tail(e2.log())}")
+    assert r["y2"]["cached"] == SHARED * BLOCK, (
+        f"E1 (TP=1) found {r['y2']['cached']} of Y' cached, want {SHARED * BLOCK}:\n"
+        f"{tail(e1.log())}")
+    assert r["x2"]["ids"][:SHARED] == r["x"]["ids"][:SHARED]
+    assert r["x2"]["tokens"] == fleet.ref(X2), "E2 (TP=2) loading E1's (TP=1) X: wrong tokens"
+    assert r["y2"]["tokens"] == fleet.ref(Y2), "E1 (TP=1) loading E2's (TP=2) Y: wrong tokens"
+    assert r["x"]["tokens"] == fleet.ref(X) and r["y"]["tokens"] == fleet.ref(Y)
+    got, want = r["counts"]
+    assert got == want, f"loading X' and Y' from the shared cache: Redis counts {got}, want {want}"
+
+
+def test_redis_counted_reads(fleet):
+    fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    rb, redis = fleet.get("rb"), fleet.redis
+    assert rb.fingerprint == fleet.engines["e1"].fingerprint
+    for prompt, name in ((X2, "X'"), (Y2, "Y'")):
+        c0 = redis.counts()
+        r = rb.gen(prompt)
+        assert r["cached"] == SHARED * BLOCK, (
+            f"RB found {r['cached']} of {name} cached, want {SHARED * BLOCK}:\n"
+            f"{tail(rb.log())}")
+        got, want = redis.settle(c0, get=SHARED * SPB)
+        assert got == want, (f"RB loading {name}: Redis counts {got}, want {want} (each "
+                             f"shard of its 17 blocks read once, each rank its heads; the "
+                             f"last block stored already)")
+        assert r["tokens"] == fleet.ref(prompt), f"RB (TP=2) loading {name}: wrong tokens"
+
+
+def test_failing_backend(fleet):
+    fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    f = fleet.get("f")
+    r = f.gen(X2)
+    text = f.log()
+    assert "blocks are recomputed" in text, tail(text)
+    assert r["tokens"] == fleet.ref(X2), "F (every backend read failing): wrong tokens"
+
+
+def test_finetune_same_directory(fleet):
+    k = fleet.once("k_chain", lambda: _k_chain(fleet))
+    ft, kc = fleet.get("ft"), fleet.engines["kc"]
+    assert k["z2"]["cached"] == SHARED * BLOCK  # Z' was there to be found
+    r = ft.gen(Z2)
+    tuned = fleet.ref(Z2, "ref_tune")
+    assert tuned != fleet.ref(Z2), "the fine-tune answers as the model it replaced"
+    wrong = [f"found {r['cached']} tokens of Z' cached (the KV of the weights it replaced)"
+             ] if r["cached"] != 0 else []
+    if r["tokens"] != tuned:
+        wrong.append(f"answers {r['tokens']}, the fine-tune {tuned}")
+    assert not wrong, "FT (the fine-tune written over MK): " + "; ".join(wrong)
+    assert ft.fingerprint != kc.fingerprint, (
+        "the fine-tune written over MK has the fingerprint of the weights it replaced")
+
+
+def test_same_model_id_other_weights(fleet):
+    fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    mid = fleet.get("mid")
+    r = mid.gen(X2)
+    tuned = fleet.ref(X2, "ref_tune")
+    assert tuned != fleet.ref(X2), "the fine-tune answers as the base model"
+    wrong = [f"found {r['cached']} tokens of X' cached (E1's KV)"] if r["cached"] != 0 else []
+    if r["tokens"] != tuned:
+        wrong.append(f"answers {r['tokens']}, its weights {tuned}")
+    assert not wrong, ("MID (other weights, the same kvshare_model_id and cache): "
+                       + "; ".join(wrong))
+    assert mid.fingerprint != fleet.engines["e1"].fingerprint, (
+        "other weights under the same kvshare_model_id: the same fingerprint")
+
+
+def test_redis_degraded(fleet):
+    deg = fleet.get("deg")
+    r = deg.gen(X2)
+    assert r["tokens"] == fleet.ref(X2), "DEG (Redis unreachable): wrong tokens"
+    assert r["cached"] == 0
+    text = deg.log()
+    # the library's lines name the endpoint "redis <socket>"
+    about = re.compile(r"\bredis " + re.escape(fleet.dead))
+    lines = [line for line in text.splitlines() if about.search(line)]
+    # each store open (vLLM's config check, the worker's, the scheduler's
+    # watcher) says it once: "connection not established ..." and "...
+    # unreachable at open ..., opened degraded (redis_start_degraded=1) ..."
+    opens = sum("opened degraded" in line for line in lines)
+    assert opens, f"DEG logged no degraded open of {fleet.dead}:\n{tail(text)}"
+    failures = len(lines) - 2 * opens
+    # serving X' stored 18 blocks x 4 shards and looked them up, all failing
+    assert failures <= 5, (f"{len(lines)} lines about the unreachable Redis, {opens} opens: "
+                           f"not rate-limited:\n" + "\n".join(lines))
+    bare = [line for line in lines if not VLLM_LINE.match(line)]
+    assert not bare, "library lines not in vLLM's format:\n" + "\n".join(bare)
+    SUMMARY.append(f"vllm.engine: DEG logged {len(lines)} lines about the unreachable "
+                   f"Redis: {opens} store opens, {failures} more")
+
+
+def test_library_lines_in_vllm_format(fleet):
+    """The posix backend's open line ("backend: posix, 1 root(s), ...") of KC's
+    worker: in vLLM's log format, and never bare."""
+    fleet.once("k_chain", lambda: _k_chain(fleet))
+    text = fleet.engines["kc"].log()
+    lines = [line for line in text.splitlines() if "backend: posix, " in line]
+    assert lines, f"no library line (\"backend: posix, ...\") in KC's log:\n{tail(text)}"
+    bare = [line for line in lines if not VLLM_LINE.match(line)]
+    assert not bare, "library lines not in vLLM's format:\n" + "\n".join(bare)
+
+
+def test_no_cache_left_behind(fleet):
+    """Once every engine ended (those killed -9 had their caches adopted by
+    the next engine, the others exited cleanly), no cache of this run is left
+    in /dev/shm: the last clean close removed each."""
+    fleet.close()
+    left = fleet.leftovers()
+    states = ", ".join(f"{e.name} {e.state}" for e in fleet.engines.values())
+    assert not left, f"caches left behind: {left} (engines: {states})"
