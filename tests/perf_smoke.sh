@@ -32,6 +32,8 @@ vllm_ttft.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	KVSHARE_LIBRARY=$build/lib/libkvshare.so.1 ;;
 weights_fingerprint.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} ;;
+vllm_load_profile.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script" "$build")
+	PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} KVSHARE_LIBRARY=$build/lib/libkvshare.so.1 ;;
 *.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script" "$build") ;;
 *) cmd=("$root/$script" "$build") ;;
 esac
@@ -146,6 +148,17 @@ weights_fingerprint.py)
 		want 1 "^weights_fingerprint case=$c files=2 gib_per_file=$num ms=$num ms_per_file=$num read_mib=$num total_gib=$num$"
 	done
 	want 1 "^weights_fingerprint model=70b_bf16 files=30 est_cold_ms=$num est_warm_ms=$num$"
+	;;
+vllm_load_profile.py)
+	want 1 "^vllm_load_profile config layers=8 kv_heads=8 head_dim=128 blocks=4 shard_bytes=32768 prefix_bytes=8388608 "
+	want 1 "^vllm_load_profile floor copy_bytes=8388608 floor_ms=$num floor_median_ms=$num shard_floor_ms=$num shard_copies=256 shard_call_overhead_ms=$num$"
+	want 1 "^vllm_load_profile tp=1 lookup ids_ms=$num lookup_prefix_ms=$num blocks=5 hit=4 "
+	for c in backend_hot cache_hit; do
+		want 1 "^vllm_load_profile tp=1 case=$c total_ms=$num .* owner_reads=[0-9]+ load_hits=[0-9]+ gib_per_s=$num floor_ms=$num total/floor=$num best_ms=$num rounds=1 all_ms=[0-9]+$"
+	done
+	want 1 "^vllm_load_profile tp=1 case=backend_hot .* owner_reads=256 load_hits=0 "
+	want 1 "^vllm_load_profile tp=1 case=cache_hit .* owner_reads=0 load_hits=256 "
+	want 0 "FAILED"
 	;;
 python_load.py)
 	for v in kernel plain; do

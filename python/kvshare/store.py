@@ -26,6 +26,7 @@ then drops those references.
 import ctypes
 import errno
 import hashlib
+import struct
 import weakref
 
 from . import _abi
@@ -33,6 +34,24 @@ from ._lib import KvsError, check, lib, log_callback
 
 UINT64_MAX = (1 << 64) - 1
 _MASK128 = (1 << 128) - 1
+
+# struct kvs_store_shard {block, shard, tensor_count, tensors} and struct
+# kvs_store_tensor {addr, offset, len}, as Store._c_shards packs them; checked
+# against _abi.py's (generated from kvshare.h) when this module loads.
+_SHARD = struct.Struct("=16sIIQ")
+_TENSOR = struct.Struct("=QQQ")
+
+
+def _check_packing():
+    s, t = _abi.kvs_store_shard, _abi.kvs_store_tensor
+    got = (ctypes.sizeof(s), s.block.offset, s.shard.offset, s.tensor_count.offset,
+           s.tensors.offset, ctypes.sizeof(t), t.addr.offset, t.offset.offset, t.len.offset)
+    if got != (_SHARD.size, 0, 16, 20, 24, _TENSOR.size, 0, 8, 16):
+        raise ImportError(f"kvshare: kvs_store_shard/kvs_store_tensor in _abi.py {got} are not "
+                          f"what store.py packs: update _SHARD/_TENSOR with the header")
+
+
+_check_packing()
 
 
 def block_id(key):
@@ -342,18 +361,36 @@ class Store:
         return self._c_shards(units, keep)
 
     def _c_shards(self, units, keep):
-        """C arrays of (block id bytes, shard, tensor addresses) units."""
-        tc = len(self.tensor_bytes)
-        c_tensors = (_abi.kvs_store_tensor * (len(units) * tc))(
-            *[(a, 0, 0) for _, _, addrs in units for a in addrs])
-        base = ctypes.addressof(c_tensors)
-        step = ctypes.sizeof(_abi.kvs_store_tensor) * tc
-        ids = {bid: _abi.kvs_block_id.from_buffer_copy(bid) for bid, _, _ in units}
-        c_shards = (_abi.kvs_store_shard * len(units))(
-            *[_abi.kvs_store_shard(ids[bid], s, tc, base + k * step)
-              for k, (bid, s, _) in enumerate(units)])
-        keep.append(c_tensors)  # c_shards point into it until the submit copies both
-        return c_shards, len(units)
+        """C arrays of units (block id, shard, addresses), checked as they are
+        packed: addresses an int, the first byte of the shard's stored tensors
+        in order (load_shards'), or a list of one address per stored tensor.
+        Packed with struct into bytearrays the C arrays are views of (about
+        0.5 us a unit; a ctypes object per unit cost 3-5 us, the most of a
+        layer's submit in perf/vllm_load_profile.py)."""
+        n, offs, spb = len(units), self._tensor_offsets, self.shards_per_block
+        if not n:
+            raise ValueError("kvshare: no shards")
+        tc = len(offs)
+        tstep = tc * _TENSOR.size
+        tbuf, sbuf = bytearray(n * tstep), bytearray(n * _SHARD.size)
+        c_tensors = (ctypes.c_char * len(tbuf)).from_buffer(tbuf)
+        tbase = ctypes.addressof(c_tensors)
+        pack_s, pack_t, ssz, tsz = _SHARD.pack_into, _TENSOR.pack_into, _SHARD.size, _TENSOR.size
+        for i, (b, shard, addrs) in enumerate(units):
+            if not 0 <= shard < spb:
+                raise ValueError(f"kvshare: unit {i}: shard {shard}, a block has {spb}")
+            if isinstance(addrs, int) and not isinstance(addrs, bool) and addrs > 0:
+                addrs = (addrs,) if tc == 1 else [addrs + off for off in offs]
+            elif not isinstance(addrs, list) or len(addrs) != tc:
+                raise TypeError(f"kvshare: unit {i}: an address is a positive int")
+            bid = b if type(b) is bytes and len(b) == 16 else block_id(b)
+            pack_s(sbuf, i * ssz, bid, shard, tc, tbase + i * tstep)
+            t = i * tstep
+            for a in addrs:
+                pack_t(tbuf, t, a, 0, 0)
+                t += tsz
+        keep.append(c_tensors)  # the shards point into it until the submit copies both
+        return (_abi.kvs_store_shard * n).from_buffer(sbuf), n
 
     def _submit(self, kind, fn, c_arg, n, *extra, keep):
         tid = ctypes.c_uint64()
@@ -386,20 +423,6 @@ class Store:
         event = getattr(cuda_event, "cuda_event", cuda_event)
         return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
 
-    def _raw_units(self, units):
-        """(block id, shard, tensor addresses) of load_shards/dump_shards units."""
-        out = []
-        for i, (b, shard, addr) in enumerate(units):
-            if not 0 <= shard < self.shards_per_block:
-                raise ValueError(f"kvshare: unit {i}: shard {shard}, a block has "
-                                 f"{self.shards_per_block}")
-            if not isinstance(addr, int) or isinstance(addr, bool) or addr <= 0:
-                raise TypeError(f"kvshare: unit {i}: an address is a positive int")
-            out.append((block_id(b), shard, [addr + off for off in self._tensor_offsets]))
-        if not out:
-            raise ValueError("kvshare: no shards")
-        return out
-
     def load_shards(self, units, keep=()):
         """Load shards given by address, any shard of any block per unit:
         units are (block id, shard, address) with address the first byte of
@@ -409,14 +432,14 @@ class Store:
         vouches for them, and keep (e.g. the KV tensors they point into) is
         held until the task is reaped.  Returns a Task."""
         keep = list(keep)
-        shards, n = self._c_shards(self._raw_units(units), keep)
+        shards, n = self._c_shards(units, keep)
         return self._submit("load", self._lib.kvs_store_load, shards, n, keep=keep)
 
     def dump_shards(self, units, keep=(), cuda_event=None):
         """Dump shards given by address (as load_shards, the other way; as dump
         for cuda_event and completion).  Returns a Task."""
         keep = list(keep)
-        shards, n = self._c_shards(self._raw_units(units), keep)
+        shards, n = self._c_shards(units, keep)
         event = getattr(cuda_event, "cuda_event", cuda_event)
         return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
 
