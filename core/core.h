@@ -150,6 +150,9 @@ int kvs_core_reap_locked(struct kvs_cache *c);
 int kvs_core_reap_try(struct kvs_cache *c);
 /* Take a free rank entry and lock its byte (lifecycle lock held): 0, -EBUSY. */
 int kvs_core_rank_attach(struct kvs_cache *c);
+/* Record in our rank entry the copy engine our store copies with
+ * (KVS_COPY_ENGINE_HOST or _CUDA) for kvs_cache_rank_info and inspect. */
+void kvs_core_rank_set_copy_engine(struct kvs_cache *c, uint32_t engine);
 /* Drop our pins and free our entry (lifecycle lock held).  false: a bucket
  * lock timed out; the entry is kept for a reaper. */
 bool kvs_core_rank_detach(struct kvs_cache *c);
@@ -245,6 +248,8 @@ void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout
 #define KVS_CORE_GET_NO_OWN (1u << 18) /* never the owner: -ENOENT, nothing keyed, where the
 					  get would own (absent, or unfilled and unpinned) */
 #define KVS_CORE_GET_QUIET (1u << 19)  /* not a hit in the stats */
+#define KVS_CORE_GET_DUMP (1u << 20)   /* a store dump's get: counted in dump_gets, not as a
+					  hit, join or miss (those count reads) */
 /* A writer's get: pin only what is there, not a use anyone asked for. */
 #define KVS_CORE_GET_RESIDENT (KVS_CORE_GET_NO_OWN | KVS_CORE_GET_QUIET)
 /* kvs_cache_get without the public flag check and with the raw state (DIRTY). */

@@ -18,8 +18,11 @@
  *     open uses (header.c), whose first complaint becomes info->detail.  A header
  *     in shared memory can change under a reader; a private copy cannot, so what is
  *     validated is what is reported;
- *   - for a valid READY header, reads the pid and device of each live entry with
- *     pread() at the validated ranks_off.
+ *   - for a valid READY header, reads the pid, device and copy engine of each
+ *     live entry with pread() at the validated ranks_off, and lists after them
+ *     the entries still attached whose liveness byte nobody holds: processes
+ *     that died and are not reaped yet (the next attach reaps them; a tool that
+ *     attaches can then say whom it reaped).
  *
  * It maps nothing, takes no lock, writes nothing.  The result is a snapshot:
  * liveness is exact when each byte is tested, and a rank may attach or die just
@@ -84,9 +87,10 @@ static int read_at(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* What a live entry recorded at attach: pid and device (READY header only). */
+/* What an entry recorded at attach: pid and device, and its store's copy
+ * engine (*engine, 0 when none) (READY header only). */
 static int read_rank(int fd, const struct kvs_shm_header *h, uint32_t r,
-		     struct kvs_cache_info_rank *out)
+		     struct kvs_cache_info_rank *out, uint32_t *engine)
 {
 	struct kvs_shm_rank e; /* only its leading fields are read */
 	uint64_t off = h->ranks_off + (uint64_t)r * sizeof(struct kvs_shm_rank);
@@ -102,6 +106,8 @@ static int read_rank(int fd, const struct kvs_shm_header *h, uint32_t r,
 	out->pid = e.pid;
 	out->device_id = e.device_id < 0 ? -1 : e.device_id;
 	out->recorded = 1;
+	/* relaxed: a private copy */
+	*engine = atomic_load_explicit(&e.copy_engine, memory_order_relaxed);
 	return 0;
 }
 
@@ -164,6 +170,8 @@ KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 {
 	struct kvs_shm_header *h = NULL;
 	struct stat st;
+	uint64_t live = 0; /* bit r: entry r's liveness byte was held */
+	uint32_t engine;
 	int fd, rc;
 
 	if (!uid || !info)
@@ -194,6 +202,7 @@ KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 
 			e->entry = r;
 			e->device_id = -1;
+			live |= UINT64_C(1) << r;
 		}
 	}
 
@@ -229,10 +238,34 @@ KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 		for (uint32_t k = 0; k < info->ranks_live; k++) {
 			struct kvs_cache_info_rank *e = &info->live[k];
 
-			rc = read_rank(fd, h, e->entry, e);
+			engine = 0;
+			rc = read_rank(fd, h, e->entry, e, &engine);
 			if (rc)
 				goto out;
 			info->gpu_ranks_live += e->recorded && e->device_id >= 0;
+			info->cpu_ranks_live += e->recorded && e->device_id >= 0 &&
+						engine == KVS_COPY_ENGINE_HOST;
+		}
+		/* Dead, not reaped: ATTACHED with its byte free (tested again after
+		 * the read: a process attaching meanwhile locks its byte first). */
+		for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
+			struct kvs_cache_info_rank *e = &info->live[info->ranks_live + info->ranks_dead];
+
+			if (live & (UINT64_C(1) << r))
+				continue;
+			memset(e, 0, sizeof(*e));
+			e->entry = r;
+			e->device_id = -1;
+			rc = read_rank(fd, h, r, e, &engine);
+			if (rc)
+				goto out;
+			rc = e->recorded ? byte_locked(fd, (off_t)r) : 1;
+			if (rc < 0)
+				goto out;
+			if (rc == 0)
+				info->ranks_dead++;
+			else
+				memset(e, 0, sizeof(*e));
 		}
 	}
 	rc = 0;

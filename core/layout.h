@@ -16,7 +16,8 @@
  *  ranks    ranks_off       KVS_MAX_RANKS * 17600     64     the rank itself; its    entry state/epoch changed only under
  *                                                            reaper                  the lifecycle OFD lock; pins written
  *                                                                                    under the pinned slot's bucket lock;
- *                                                                                    stats relaxed, owner-written.
+ *                                                                                    stats relaxed (store failures:
+ *                                                                                    release), owner-written.
  *  buckets  buckets_off     bucket_count * 64         64     any rank                robust process-shared mutex guards the
  *                                                                                    chain head and its slots' links, refs,
  *                                                                                    keys, generation and filler.
@@ -90,7 +91,11 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 9u /* 9: counters per entry over all its attaches, a base per
+#define KVS_LAYOUT_VERSION 10u /* 10: a store dump's gets counted in dump_gets, not in
+				* hits/joins/misses; the rank entry records its store's copy
+				* engine (copy_engine, was pad32); failure counters counted
+				* after their attempt (release).  9: counters per entry over
+				* all its attaches, a base per
 				* attach; no departed total (nothing is folded).  8: claims: a
 				* DURABLE one proof only within its grace (and
 				* recorded for a block found stored), a new generation counts
@@ -168,7 +173,10 @@ enum kvs_shm_rank_state {
 
 /* Counters of one rank's store (kvs_store_stats: the same fields in the same
  * order), written by its dispatcher, copier and task threads.  Relaxed
- * fetch_add; readers sum racily. */
+ * fetch_add, but for the failure counters (tasks_failed, tasks_timedout,
+ * read_errors, write_errors): release, after their attempt was counted, and read
+ * first (acquire) by kvs_store_stats, so a snapshot never shows more failures
+ * than attempts.  Readers sum racily. */
 struct kvs_shm_store_stats {
 	_Atomic uint64_t tasks_load, tasks_dump, tasks_prefetch, tasks_failed, tasks_timedout;
 	_Atomic uint64_t shards_loaded, shards_dumped, dump_dedup, load_hits;
@@ -201,7 +209,8 @@ struct kvs_shm_stats {
 	_Atomic uint64_t lock_repairs;
 	_Atomic uint64_t enospc;
 	_Atomic uint64_t joins; /* gets that found the slot being filled (LOADING) */
-	_Atomic uint64_t reserved[4]; /* (the header counts reaped entries) */
+	_Atomic uint64_t dump_gets; /* gets of store dumps (in none of the three above) */
+	_Atomic uint64_t reserved[3]; /* (the header counts reaped entries) */
 	struct kvs_shm_store_stats store; /* the rank's store pipeline (store/) */
 };
 
@@ -271,7 +280,11 @@ struct kvs_shm_rank {
 	/* Bumped (kvs_wait_bump) when a claim this rank waits on ends or loses its
 	 * writer: the rank's copier sleeps on it (wait/ protocol). */
 	_Atomic uint32_t bell;
-	uint32_t pad32;
+	/* The copy engine of the rank's store (KVS_COPY_ENGINE_HOST: CPU-only, or
+	 * _CUDA; 0: none yet, or no store): zeroed by the attach before it
+	 * publishes ATTACHED, then set once by the rank's store open.  Relaxed both
+	 * ways: a description for kvs_cache_rank_info and inspect, ordering nothing. */
+	_Atomic uint32_t copy_engine;
 	uint64_t pad[5];
 	struct kvs_shm_stats stats;     /* cumulative over the entry's attaches */
 	struct kvs_shm_stats base;      /* stats as they were at the current attach (written

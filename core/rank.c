@@ -249,6 +249,8 @@ int kvs_core_rank_attach(struct kvs_cache *c)
 		c->rank_epoch = atomic_load_explicit(&e->epoch, memory_order_relaxed) + 1;
 		e->pid = (int32_t)getpid();
 		e->device_id = c->cfg.device_id;
+		/* relaxed: published by the release below; the store sets it later */
+		atomic_store_explicit(&e->copy_engine, 0, memory_order_relaxed);
 		atomic_store_explicit(&e->epoch, c->rank_epoch, memory_order_relaxed);
 		/* release: the fields above are visible to whoever sees ATTACHED */
 		atomic_store_explicit(&e->state, KVS_SHM_RANK_ATTACHED, memory_order_release);
@@ -256,13 +258,20 @@ int kvs_core_rank_attach(struct kvs_cache *c)
 		gpu = live_gpu_ranks(c);
 		if (c->cfg.device_id >= 0 && gpu + 1 > c->local_rank_size) {
 			atomic_fetch_add_explicit(&c->hdr->lrs_mismatch, 1, memory_order_relaxed);
-			kvs_log_warn(&c->log, "%u GPU ranks attached, local_rank_size is %u", gpu + 1,
-				     c->local_rank_size);
+			kvs_log_warn(&c->log, "%u ranks (device_id >= 0) attached, local_rank_size is %u",
+				     gpu + 1, c->local_rank_size);
 		}
 		return 0;
 	}
 	kvs_log_error(&c->log, "no free rank entry (%u attached)", KVS_MAX_RANKS);
 	return -EBUSY;
+}
+
+void kvs_core_rank_set_copy_engine(struct kvs_cache *c, uint32_t engine)
+{
+	/* relaxed: a description read racily (kvs_cache_rank_info, inspect) */
+	if (c && c->me)
+		atomic_store_explicit(&c->me->copy_engine, engine, memory_order_relaxed);
 }
 
 bool kvs_core_rank_detach(struct kvs_cache *c)

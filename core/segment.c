@@ -204,7 +204,12 @@ static int record_seg(struct kvs_cache *c, struct kvs_shm_seg *sg, const struct 
 	sg->prefault_threads = m->prefault_threads;
 	if (sg->backing != KVS_NUMA_BACKING_HUGETLB && KVS_KERNEL && c->cfg.hugetlb == KVS_HUGETLB_AUTO)
 		h->fallbacks |= KVS_FALLBACK_HUGETLB;
-	if (sg->bound_node < 0 && c->cfg.numa == KVS_NUMA_AUTO)
+	/* A NUMA fallback is a binding that was wanted (the segment is for a
+	 * node), possible (the machine has several nodes with memory) and not
+	 * had; an unbound segment on a one-node machine, or with no node known,
+	 * lost nothing. */
+	if (sg->node >= 0 && sg->bound_node < 0 && c->cfg.numa == KVS_NUMA_AUTO &&
+	    kvs_numa_node_count() > 1)
 		h->fallbacks |= KVS_FALLBACK_NUMA;
 	return 0;
 }

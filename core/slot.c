@@ -108,6 +108,23 @@ static void make_owner(struct kvs_cache *c, uint32_t i)
 static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		    uint32_t flags, struct kvs_slot *slot);
 
+/* Count a get that pinned a slot in state st (owner: it fills it).  A dump's
+ * get is counted apart: a dump that finds its shard READY is a dedup, not a
+ * read served by the tier, and hit ratios are of reads. */
+static void count_get(struct kvs_cache *c, uint32_t flags, bool owner, uint32_t st)
+{
+	if (flags & KVS_CORE_GET_DUMP)
+		KVS_COUNT(c, dump_gets, 1);
+	else if (owner)
+		KVS_COUNT(c, misses, 1);
+	else if (flags & KVS_CORE_GET_QUIET)
+		return;
+	else if (ready_like(st))
+		KVS_COUNT(c, hits, 1);
+	else
+		KVS_COUNT(c, joins, 1); /* a read in flight serves this get too */
+}
+
 /* A get that found every candidate slot pinned: if a dead rank's pins are among
  * them, they go (reaped; not for a get that must not block), and it tries again. */
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
@@ -155,7 +172,7 @@ static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 		atomic_fetch_add_explicit(&c->slots[i].ref, 1, memory_order_relaxed);
 		make_owner(c, i);
 		clock_alloc(c, i);
-		KVS_COUNT(c, misses, 1);
+		count_get(c, flags, true, KVS_SHM_SLOT_LOADING);
 		fill_slot(c, slot, i, pin, KVS_SLOT_OWNER, KVS_SHM_SLOT_LOADING);
 		goto out;
 	}
@@ -187,13 +204,8 @@ static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 	if (owner) {
 		make_owner(c, i);
 		st = KVS_SHM_SLOT_LOADING;
-		KVS_COUNT(c, misses, 1);
-	} else if (!(flags & KVS_CORE_GET_QUIET)) {
-		if (ready_like(st))
-			KVS_COUNT(c, hits, 1);
-		else
-			KVS_COUNT(c, joins, 1); /* a read in flight serves this get too */
 	}
+	count_get(c, flags, owner, st);
 	fill_slot(c, slot, i, pin, owner ? KVS_SLOT_OWNER : 0, st);
 out:
 	kvs_core_bucket_unlock(c, b);

@@ -49,6 +49,7 @@ static void add_stats(struct kvs_cache_stats *o, struct kvs_shm_stats *s, struct
 	ADD(lock_repairs);
 	ADD(enospc);
 	ADD(joins);
+	ADD(dump_gets);
 #undef ADD
 }
 
@@ -129,6 +130,10 @@ KVS_API int kvs_cache_rank_info(struct kvs_cache *c, int rank, struct kvs_cache_
 	o->pid = e->pid;
 	o->device_id = e->device_id < 0 ? -1 : e->device_id;
 	o->alive = kvs_core_rank_alive(c, (uint32_t)rank, epoch);
+	/* relaxed: a description (layout.h); bounded: any word may be there */
+	o->copy_engine = atomic_load_explicit(&e->copy_engine, memory_order_relaxed);
+	if (o->copy_engine != KVS_COPY_ENGINE_HOST && o->copy_engine != KVS_COPY_ENGINE_CUDA)
+		o->copy_engine = 0;
 	for (uint32_t p = 0; p < KVS_RANK_PINS; p++)
 		/* relaxed: a count, not a snapshot */
 		o->pins += (atomic_load_explicit(&e->pins[p], memory_order_relaxed) &

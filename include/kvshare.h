@@ -344,8 +344,14 @@ struct kvs_cache_info {
 	uint64_t data_bytes;      /* sum of the data segments' sizes (READY, header) */
 	char hugetlb_dir[256];    /* hugetlbfs mount of its hugetlb data segments, "" */
 	char detail[160];         /* LAYOUT, CORRUPT: why, naming the field; else "" */
-	struct kvs_cache_info_rank live[KVS_CACHE_MAX_RANKS]; /* the first ranks_live */
-	uint64_t reserved[8];
+	/* The first ranks_live are the live entries; the ranks_dead after them
+	 * (READY only) are entries still attached whose process died: not reaped
+	 * yet (the next attach reaps them, dropping their pins). */
+	struct kvs_cache_info_rank live[KVS_CACHE_MAX_RANKS];
+	uint32_t ranks_dead;      /* (READY) attached entries whose liveness lock is free */
+	uint32_t cpu_ranks_live;  /* (READY) of gpu_ranks_live, ranks whose store copies
+				     with the host engine (CPU-only) */
+	uint64_t reserved[7];
 };
 
 /*
@@ -503,8 +509,17 @@ KVS_API int kvs_cache_touch(struct kvs_cache *cache, const struct kvs_block_id *
 
 /* kvs_cache_stats.fallbacks bits */
 #define KVS_FALLBACK_HUGETLB (1u << 0) /* data plane on /dev/shm instead of hugetlbfs */
-#define KVS_FALLBACK_NUMA    (1u << 1) /* no NUMA binding */
+#define KVS_FALLBACK_NUMA    (1u << 1) /* a segment made for a NUMA node could not be bound
+					  to it, on a machine of several nodes (numa=auto);
+					  one node, numa=off or no node known is no fallback */
 
+/*
+ * Counters of gets.  Every get of a load, a prefetch or kvs_cache_get is one of
+ * hits (READY), joins (a fill in flight) or misses (the caller owns the fill);
+ * a store dump's gets are counted apart, in dump_gets (hits would otherwise
+ * count a dump's dedups as reads served).  owner_fills and failures are how
+ * fills ended (READY or FAILED: a load's read, a dump's gather, a takeover's).
+ */
 struct kvs_cache_stats {
 	uint64_t hits, misses, owner_fills, waits, wait_ns, failures, evictions;
 	uint64_t clock_sweeps;   /* complete CLOCK passes over a pool */
@@ -516,7 +531,8 @@ struct kvs_cache_stats {
 	uint32_t fallbacks;      /* KVS_FALLBACK_* */
 	uint32_t ranks_attached; /* live entries now (ranks and watchers whose liveness
 				    lock is held: one killed and not reaped yet is not) */
-	uint32_t gpu_ranks_attached;
+	uint32_t gpu_ranks_attached; /* of those, ranks (device_id >= 0), GPU or CPU-only
+					(kvs_cache_rank_info.copy_engine tells them apart) */
 	uint32_t adoptions;      /* times this segment was adopted after its users died */
 	uint64_t slot_count, slot_bytes;
 	uint64_t slots_ready, slots_loading, slots_failed, slots_pinned;
@@ -533,7 +549,11 @@ struct kvs_cache_stats {
 	 * of their own.  Every get is one of hits, joins, misses (a get refused,
 	 * -ENOSPC or -ENOENT, is none): queries = hits + joins + misses. */
 	uint64_t joins;
-	uint64_t reserved[2];
+	/* Gets of store dumps (a dump shard pinned: found filled, being filled, or
+	 * owned to gather), in none of hits, joins, misses; a dump's dedups are
+	 * kvs_store_stats.dump_dedup. */
+	uint64_t dump_gets;
+	uint64_t reserved[1];
 };
 
 /*
@@ -562,7 +582,13 @@ struct kvs_cache_rank_info {
 	int32_t device_id;  /* >= 0 a rank, -1 a watcher (free entry: -1) */
 	uint32_t epoch;     /* attaches of this entry so far */
 	uint32_t pins;      /* slots it pins now (pin-table entries in use) */
-	uint64_t reserved[4];
+	uint32_t copy_engine; /* the copy engine of the rank's store, as it recorded it:
+				 KVS_COPY_ENGINE_HOST (a CPU-only rank: device
+				 addresses are host memory) or KVS_COPY_ENGINE_CUDA;
+				 0 none (a watcher, a rank without a store, or its
+				 store still opening) */
+	uint32_t pad;
+	uint64_t reserved[3];
 };
 
 /*
@@ -1369,10 +1395,20 @@ struct kvs_store_stats {
 	uint64_t dump_dedup;      /* dump shards not gathered: READY (in the backend) or
 				     DIRTY (a peer's dump, counted with ours) */
 	uint64_t load_hits;       /* load shards READY at get */
-	uint64_t owner_reads;     /* backend reads submitted as owner */
-	uint64_t read_errors;     /* owner reads that failed (slot published FAILED) */
-	uint64_t backend_writes;  /* backend writes completed */
-	uint64_t write_errors;
+	/* Each failure counter is a subset of an attempt counter, in every
+	 * snapshot (failures are counted after their attempt and read before it):
+	 * read_errors <= owner_reads, write_errors <= backend_writes,
+	 * tasks_timedout <= tasks_failed <= tasks_load + tasks_dump +
+	 * tasks_prefetch.  A dump's shard is gathered (shards_dumped) or found
+	 * (dump_dedup); a failed one fails its task (tasks_failed). */
+	uint64_t owner_reads;     /* backend reads attempted as owner: submitted, or
+				     refused at submit */
+	uint64_t read_errors;     /* of those, reads that failed, at submit or at
+				     completion (slot published FAILED) */
+	uint64_t backend_writes;  /* backend writes attempted: submitted, or refused at
+				     submit (backend_writes - write_errors succeeded) */
+	uint64_t write_errors;    /* of those, writes that failed, at submit or at
+				     completion */
 	uint64_t prealloc;        /* slots preallocated */
 	uint64_t prealloc_hits;   /* owned gets of a key this rank preallocated */
 	uint64_t copy_bytes;      /* bytes copied by the copier (both directions) */

@@ -161,8 +161,9 @@ int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t f
 
 	if (op == KVS_STORE_OP_PREFETCH)
 		flags |= KVS_GET_ALLOW_RESERVED; /* what the reserved pool is for */
-	else if (op == KVS_STORE_OP_DUMP)
-		flags |= KVS_CORE_GET_REFILL; /* a dump has the bytes a failed fill lacked */
+	else if (op == KVS_STORE_OP_DUMP) /* a dump has the bytes a failed fill lacked; its
+					      gets are dump_gets, not hits */
+		flags |= KVS_CORE_GET_REFILL | KVS_CORE_GET_DUMP;
 	rc = kvs_core_get(s->cache, &sh->block, sh->shard, flags, &sh->slot);
 	if (rc)
 		return rc;
@@ -385,7 +386,7 @@ static void read_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 	 * it saw our reference gone) */
 	atomic_store_explicit(&xf->result, err, memory_order_relaxed);
 	if (err) {
-		KVS_STORE_COUNT(s, read_errors, 1);
+		KVS_STORE_COUNT_FAILURE(s, read_errors); /* its owner_reads was counted */
 		rc = kvs_slot_publish_failed(s->cache, &sh->slot, err);
 	} else {
 		rc = kvs_slot_publish_ready(s->cache, &sh->slot);
@@ -453,15 +454,13 @@ static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 	struct kvs_store_job *job = xf->owner;
 
 	if (err) {
-		KVS_STORE_COUNT(s, write_errors, 1);
+		KVS_STORE_COUNT_FAILURE(s, write_errors); /* its backend_writes was counted */
 		if (!job->err) { /* the attempt's first: the copier says the rest */
 			kvs_log_limited(&s->log, &d->write_log, KVS_STORE_LOG_INTERVAL_NS,
 					KVS_LOG_ERROR, "store: backend write of shard %u of claim %u: %s",
 					xf->shard, job->claim.idx, kvs_strerror(err));
 			job->err = err; /* a job still queued leaves it in submit_writes */
 		}
-	} else {
-		KVS_STORE_COUNT(s, backend_writes, 1);
 	}
 	job->inflight--;
 	if (job->inflight == 0 && !job->queued)
@@ -487,12 +486,14 @@ static bool submit_reads(struct disp *d)
 		if (!d->rq_head)
 			d->rq_tail = NULL;
 		progress = true;
+		/* An attempt, taken or refused: counted before read_done can count
+		 * its failure, so read_errors stays within owner_reads. */
+		KVS_STORE_COUNT(s, owner_reads, 1);
 		if (rc) {
 			read_done(d, xf, rc);
 			continue;
 		}
 		d->reads_inflight++;
-		KVS_STORE_COUNT(s, owner_reads, 1);
 	}
 	return progress;
 }
@@ -536,6 +537,13 @@ static bool submit_writes(struct disp *d)
 		if (rc == -EAGAIN)
 			break;
 		progress = true;
+		if (!job->err) {
+			/* An attempt, taken or refused (the shards of an attempt that
+			 * failed already are not tried): counted before its failure. */
+			KVS_STORE_COUNT(s, backend_writes, 1);
+			if (rc)
+				KVS_STORE_COUNT_FAILURE(s, write_errors);
+		}
 		if (rc) {
 			if (!job->err)
 				job->err = rc;

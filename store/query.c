@@ -57,16 +57,43 @@ KVS_API int kvs_store_lookup_prefix(struct kvs_store *s, const struct kvs_block_
 	return rc < 0 ? rc : (int)i + rc;
 }
 
+/* The failure counters, in the order they are read: each before what it is a
+ * subset of (tasks_timedout of tasks_failed, that of the tasks, read_errors of
+ * owner_reads, write_errors of backend_writes). */
+#define FAIL_IDX(f) (offsetof(struct kvs_shm_store_stats, f) / sizeof(uint64_t))
+static const size_t store_failures[] = {
+	FAIL_IDX(tasks_timedout), FAIL_IDX(tasks_failed), FAIL_IDX(read_errors),
+	FAIL_IDX(write_errors),
+};
+#undef FAIL_IDX
+
 /* Add entry counters st, less base (NULL: none), to o (the shared counters
- * mirror the public struct up to its derived fields). */
+ * mirror the public struct up to its derived fields).  The failures first,
+ * each an acquire load pairing with KVS_STORE_COUNT_FAILURE's release: the
+ * attempts loaded after them hold every attempt whose failure they hold, so
+ * the snapshot's failures never exceed its attempts.  The rest relaxed. */
 static void add_store_stats(struct kvs_store_stats *o, struct kvs_shm_store_stats *st,
 			    struct kvs_shm_store_stats *base)
 {
-	uint64_t *dst = (uint64_t *)o;
+	const size_t nf = sizeof(store_failures) / sizeof(store_failures[0]);
+	uint64_t *dst = (uint64_t *)o, fail[sizeof(store_failures) / sizeof(store_failures[0])];
 	_Atomic uint64_t *src = (_Atomic uint64_t *)st, *b = (_Atomic uint64_t *)base;
 
-	for (size_t k = 0; k < sizeof(*st) / sizeof(uint64_t); k++)
-		dst[k] += kvs_core_stat_since(&src[k], b ? &b[k] : NULL);
+	for (size_t i = 0; i < nf; i++) {
+		size_t k = store_failures[i];
+		uint64_t v = atomic_load_explicit(&src[k], memory_order_acquire);
+		/* relaxed: the base is written at attach, before this rank counted */
+		uint64_t v0 = b ? atomic_load_explicit(&b[k], memory_order_relaxed) : 0;
+
+		fail[i] = v > v0 ? v - v0 : 0;
+	}
+	for (size_t k = 0; k < sizeof(*st) / sizeof(uint64_t); k++) {
+		size_t i = 0;
+
+		while (i < nf && store_failures[i] != k)
+			i++;
+		dst[k] += i < nf ? fail[i] : kvs_core_stat_since(&src[k], b ? &b[k] : NULL);
+	}
 }
 
 /* Has the rank attached to entry e registered everything it registers?  (Its

@@ -438,6 +438,8 @@ static int store_open(const struct kvs_store_config *cfg, bool check, struct kvs
 	if (rc)
 		goto fail;
 	s->st = &s->cache->me->stats.store;
+	if (s->copy) /* a rank: say in its entry whether it copies to a GPU (stat, ls) */
+		kvs_core_rank_set_copy_engine(s->cache, (uint32_t)s->copy_kind);
 	s->lrs = s->cache->local_rank_size;
 	rc = backend_adopt(s);
 	if (rc)

@@ -58,7 +58,8 @@
 /* A backend that is down fails every transfer: its error lines (a write's,
  * a retry's, a block given up) pass at most once per this, per kind, each
  * saying how many it stands for; the store's counters (write_errors,
- * read_errors) count every one. */
+ * read_errors) count every one, at submit as at completion, each within its
+ * attempt counter (backend_writes, owner_reads). */
 #define KVS_STORE_LOG_INTERVAL_NS (10ull * 1000000000ull)
 /* What could not take a shared lock within that tries again after a backoff
  * doubling from the first to the last (kvs_store_backoff). */
@@ -336,6 +337,14 @@ struct kvs_store {
 /* Count in this rank's store stats.  relaxed: statistics summed racily by readers. */
 #define KVS_STORE_COUNT(s, field, n) \
 	atomic_fetch_add_explicit(&(s)->st->field, (uint64_t)(n), memory_order_relaxed)
+/* Count a failure (tasks_failed, tasks_timedout, read_errors, write_errors),
+ * always after the attempt it fails was counted (tasks_*, owner_reads,
+ * backend_writes; tasks_failed before tasks_timedout).  release: pairs with
+ * the acquire loads of kvs_store_stats, which reads the failures first, so the
+ * attempts it reads next include this one's: failures <= attempts in every
+ * snapshot (an error ratio never divides by less than its errors). */
+#define KVS_STORE_COUNT_FAILURE(s, field) \
+	atomic_fetch_add_explicit(&(s)->st->field, 1, memory_order_release)
 
 /* Bytes of the ERROR lines kept for kvs_store_last_error. */
 #define KVS_STORE_ERRORS_MAX 4096

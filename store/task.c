@@ -72,10 +72,12 @@ static void task_complete(struct kvs_store *s, struct kvs_store_task *t)
 
 	KVS_STORE_COUNT(s, task_lat_us[lat_bucket(now - t->submit_ns)], 1);
 	KVS_STORE_COUNT(s, task_lat_ns_sum, now - t->submit_ns);
+	/* failures: within the task's count (task_submit counted it before the
+	 * task could start), and timed out within failed (counted after it) */
 	if (err)
-		KVS_STORE_COUNT(s, tasks_failed, 1);
+		KVS_STORE_COUNT_FAILURE(s, tasks_failed);
 	if (err == -ETIMEDOUT)
-		KVS_STORE_COUNT(s, tasks_timedout, 1);
+		KVS_STORE_COUNT_FAILURE(s, tasks_timedout);
 	bool stop;
 
 	pthread_mutex_lock(&s->mu);
@@ -371,6 +373,15 @@ static int task_submit(struct kvs_store *s, uint32_t op, const struct kvs_store_
 		free(t);
 		return s->stop ? -ESHUTDOWN : -EAGAIN;
 	}
+	/* Counted before the task is queued, so before it can fail: tasks_failed
+	 * stays within the tasks (the mutex orders it before the threads that
+	 * finish the task, whose failure count is a release). */
+	if (op == KVS_STORE_OP_LOAD)
+		KVS_STORE_COUNT(s, tasks_load, 1);
+	else if (op == KVS_STORE_OP_DUMP)
+		KVS_STORE_COUNT(s, tasks_dump, 1);
+	else
+		KVS_STORE_COUNT(s, tasks_prefetch, 1);
 	for (idx = 0; s->tasks[idx]; idx++)
 		;
 	t->id = ++s->seq << TASK_IDX_BITS | idx;
@@ -385,12 +396,6 @@ static int task_submit(struct kvs_store *s, uint32_t op, const struct kvs_store_
 	pthread_mutex_unlock(&s->mu);
 	kvs_store_wake_dispatcher(s);
 	*id = t->id;
-	if (op == KVS_STORE_OP_LOAD)
-		KVS_STORE_COUNT(s, tasks_load, 1);
-	else if (op == KVS_STORE_OP_DUMP)
-		KVS_STORE_COUNT(s, tasks_dump, 1);
-	else
-		KVS_STORE_COUNT(s, tasks_prefetch, 1);
 	return 0;
 }
 

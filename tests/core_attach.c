@@ -3,7 +3,8 @@
  * every attach error with its own code and a log line naming the field (layout,
  * config, uid, unique_id, truncation, corruption, timeouts, a full rank table),
  * adoption of a stale cache after its users died, persistence, removal, and the
- * last detacher removing the segments.
+ * last detacher removing the segments; a NUMA fallback reported only where a
+ * binding was wanted, possible and not had.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -875,6 +876,15 @@ static kvs_test_rc test_two_node_creator(void)
 	kvs_numa_test_node_count = 0;
 	KVS_CHECK_OK(rc);
 	KVS_CHECK_EQ(c->seg_count, 2);
+	/* Several nodes, segment 1 made for node 1: on a machine whose node 1 does
+	 * not exist (one real node) its binding was wanted, possible in the map, and
+	 * not had: a NUMA fallback (numa=auto). */
+	if (kvs_numa_node_count() == 1) {
+		struct kvs_cache_stats st;
+
+		KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+		KVS_CHECK_EQ(st.fallbacks & KVS_FALLBACK_NUMA, KVS_FALLBACK_NUMA);
+	}
 	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.1", uid);
 	KVS_CHECK(access(path, F_OK) == 0);
 	/* Pinned while filled, so that CLOCK must move on to the second
@@ -900,12 +910,38 @@ static kvs_test_rc test_two_node_creator(void)
 	return KVS_TEST_PASS;
 }
 
+/* numa=auto with no node to bind to (one node, no numa_node, no PCI id): an
+ * unbound data segment lost nothing, so no NUMA fallback is reported (was:
+ * kvshare_fallback{kind="numa"} 1 on every one-node machine).  numa=off: none
+ * either. */
+static kvs_test_rc test_numa_no_fallback(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_cache_stats st;
+	char uid[80];
+
+	for (int off = 0; off < 2; off++) {
+		attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "nofb"));
+		cfg.numa = off ? KVS_NUMA_OFF : KVS_NUMA_AUTO;
+		KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+		KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
+		printf("  numa=%s: %u segment(s) on %d node(s), fallbacks 0x%x\n", off ? "off" : "auto",
+		       c->seg_count, kvs_numa_node_count(), st.fallbacks);
+		KVS_CHECK_EQ(st.fallbacks & KVS_FALLBACK_NUMA, 0);
+		kvs_cache_close(c);
+		KVS_CHECK(!ctl_exists(uid));
+	}
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "forged_header", test_forged_header },
 	{ "live_bad_header", test_live_bad_header },
 	{ "creation_stalled_before_link", test_creation_stalled_before_link },
 	{ "creation_stalled_after_link", test_creation_stalled_after_link },
 	{ "two_node_creator", test_two_node_creator },
+	{ "numa_no_fallback", test_numa_no_fallback },
 	{ "fork_child_close", test_fork_child_close },
 	{ "open_close_storm", test_open_close_storm },
 	{ "exec_attach", test_exec_attach },

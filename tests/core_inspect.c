@@ -2,10 +2,12 @@
  * tests/core_inspect.c — looking at a cache without disturbing it:
  * kvs_cache_inspect (read-only, never attaches: live, stale, being created,
  * another layout, corrupt; it changes no byte of the control file and never
- * adopts), kvs_cache_rank_info and kvs_cache_seg_info through a handle (a
- * watcher's view of the ranks, a dead rank not yet reaped, the data segment's
- * record), a watcher store (the way `kvshare stat` reads store counters: device
- * -1, KVS_CACHE_ATTACH, no geometry, backend none), and every error code.
+ * adopts; a stale cache's dead entries listed by pid), kvs_cache_rank_info and
+ * kvs_cache_seg_info through a handle (a watcher's view of the ranks, a dead
+ * rank not yet reaped, the data segment's record), a watcher store (the way
+ * `kvshare stat` reads store counters: device -1, KVS_CACHE_ATTACH, no geometry,
+ * backend none; a store rank's copy engine, host: CPU-only), and every error
+ * code.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -245,6 +247,8 @@ static kvs_test_rc test_live(void)
 	KVS_CHECK_EQ(info.gpu_ranks_live, 1);
 	KVS_CHECK_EQ(info.live[1].entry, kvs_cache_rank(w));
 	KVS_CHECK_EQ(info.live[1].device_id, -1);
+	KVS_CHECK_EQ(info.ranks_dead, 0);
+	KVS_CHECK_EQ(info.cpu_ranks_live, 0); /* a rank without a store: no copy engine */
 
 	/* Read-only: not one byte of the control file changes (nobody else runs). */
 	KVS_TRY(ctl_snapshot(cfg.unique_id, &before, &nb));
@@ -287,6 +291,11 @@ static kvs_test_rc test_stale(void)
 	KVS_CHECK_EQ(info.ranks_live, 0);
 	KVS_CHECK_EQ(info.gpu_ranks_live, 0);
 	KVS_CHECK_EQ(info.adoptions, 0);
+	/* its dead entry, listed after the (no) live ones: whom an attach reaps */
+	KVS_CHECK_EQ(info.ranks_dead, 1);
+	KVS_CHECK_EQ(info.live[0].pid, pid);
+	KVS_CHECK_EQ(info.live[0].device_id, 0);
+	KVS_CHECK_EQ(info.live[0].recorded, 1);
 	KVS_TRY(inspect_ok(cfg.unique_id, &info));
 	KVS_TRY(ctl_snapshot(cfg.unique_id, &after, &na));
 	KVS_CHECK_EQ(na, nb);
@@ -305,6 +314,7 @@ static kvs_test_rc test_stale(void)
 	KVS_TRY(inspect_ok(cfg.unique_id, &info)); /* persistent: still there, adopted once */
 	KVS_CHECK_EQ(info.adoptions, 1);
 	KVS_CHECK_EQ(info.ranks_live, 0);
+	KVS_CHECK_EQ(info.ranks_dead, 0); /* closed cleanly: nobody to reap */
 	KVS_CHECK_OK(kvs_cache_remove(&cfg));
 	KVS_CHECK_ERR(kvs_cache_inspect(cfg.unique_id, &info), -ENOENT);
 	return KVS_TEST_PASS;
@@ -467,6 +477,7 @@ static kvs_test_rc test_rank_and_seg_info(void)
 	KVS_CHECK_EQ(ri.device_id, 1);
 	KVS_CHECK_EQ(ri.pins, 1);
 	KVS_CHECK(ri.epoch >= 1);
+	KVS_CHECK_EQ(ri.copy_engine, 0); /* no store */
 	KVS_CHECK_OK(kvs_cache_rank_info(w, me, &ri));
 	KVS_CHECK_EQ(ri.self, 1);
 	KVS_CHECK_EQ(ri.alive, 1);
@@ -559,6 +570,19 @@ static kvs_test_rc test_watcher_store(void)
 	KVS_CHECK_EQ(cs.slot_count, 32);
 	KVS_CHECK_EQ(cs.slots_ready, 4);
 	KVS_CHECK_EQ(cs.hits, 4);
+	/* the rank's store copies with the host engine: a CPU-only rank */
+	{
+		struct kvs_cache_rank_info ri;
+		struct kvs_cache_info info;
+
+		KVS_CHECK_OK(kvs_cache_rank_info(kvs_store_cache(w), st_rank(s), &ri));
+		KVS_CHECK_EQ(ri.copy_engine, KVS_COPY_ENGINE_HOST);
+		KVS_CHECK_OK(kvs_cache_rank_info(kvs_store_cache(w), st_rank(w), &ri));
+		KVS_CHECK_EQ(ri.copy_engine, 0); /* a watcher copies nothing */
+		KVS_TRY(inspect_ok(uid, &info));
+		KVS_CHECK_EQ(info.gpu_ranks_live, 1);
+		KVS_CHECK_EQ(info.cpu_ranks_live, 1);
+	}
 	KVS_CHECK_ERR(kvs_store_load(w, t.shards, t.n, &(uint64_t){ 0 }), -EOPNOTSUPP);
 	kvs_store_close(w);
 	kvs_store_close(s);

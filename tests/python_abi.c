@@ -230,6 +230,7 @@ static const struct field cache_stats[] = {
 	F(kvs_cache_stats, pad, "c_uint32"),
 	F(kvs_cache_stats, slots_dirty, "c_uint64"),
 	F(kvs_cache_stats, joins, "c_uint64"),
+	F(kvs_cache_stats, dump_gets, "c_uint64"),
 	F(kvs_cache_stats, reserved, "c_uint64"),
 };
 

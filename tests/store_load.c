@@ -27,7 +27,12 @@
  *                 cache, only in the backend after eviction or on a fresh cache,
  *                 absent); load/dump/prefetch from a watcher -EOPNOTSUPP;
  *   stats         the counters move as documented (prefetch, loads, hits, dumps,
- *                 dedup, latency histogram); the node total equals the one rank.
+ *                 dedup, latency histogram); the node total equals the one rank;
+ *                 the cache's hits count loads only, a dump's gets are dump_gets;
+ *   refused       a backend that refuses every read and write at submit: each
+ *                 refusal is an attempt (owner_reads, backend_writes) and its
+ *                 failure (read_errors, write_errors), never an error without
+ *                 its attempt (was: owner reads 0 with read errors 2).
  *
  * Content is kvs_pattern_fill() of (block, shard, offset) (tests/store_util.h).
  * The fault generator's seed is fixed and printed.
@@ -327,6 +332,9 @@ static kvs_test_rc test_backend_none(void)
 	KVS_TRY(st_stats(s, st_rank(s), &st));
 	st_print("none after misses", &st);
 	KVS_CHECK_EQ(st.tasks_failed, 2);
+	/* the absent shards' reads, refused at submit: attempted and failed */
+	KVS_CHECK(st.read_errors >= 2 && st.read_errors <= 3);
+	KVS_CHECK_EQ(st.owner_reads, st.read_errors);
 	/* the failed task's cached shards may be visited or not (2 at most) */
 	KVS_CHECK(st.load_hits >= 8 + 8 && st.load_hits <= 8 + 2 + 8);
 	KVS_TRY(st_cache_clean(s, false));
@@ -1007,6 +1015,22 @@ static kvs_test_rc test_stats(void)
 	KVS_TRY(st_stats(s, st_rank(s), &st));
 	KVS_CHECK_EQ(st.owner_reads, 8);
 	KVS_CHECK_EQ(st.load_hits, 6);
+	/* the cache's gets: the loads' hits and misses (prefetch 4 misses, load a 4
+	 * hits, load b 4 misses, load d 2 hits); the dumps' 6 gets (2 gathered, 4
+	 * dedup) apart, in no hit ratio */
+	{
+		struct kvs_cache_stats cs;
+
+		KVS_CHECK_OK(kvs_cache_stats(kvs_store_cache(s), st_rank(s), &cs));
+		printf("  cache: hits %llu joins %llu misses %llu dump_gets %llu\n",
+		       (unsigned long long)cs.hits, (unsigned long long)cs.joins,
+		       (unsigned long long)cs.misses, (unsigned long long)cs.dump_gets);
+		KVS_CHECK_EQ(cs.hits, 6);
+		KVS_CHECK_EQ(cs.joins, 0);
+		KVS_CHECK_EQ(cs.misses, 8);
+		KVS_CHECK_EQ(cs.dump_gets, 6);
+		KVS_CHECK_EQ(cs.hits, st.load_hits);
+	}
 
 	KVS_CHECK_EQ(st.tasks_failed, 0);
 	KVS_CHECK_EQ(st.tasks_timedout, 0);
@@ -1034,6 +1058,104 @@ static kvs_test_rc test_stats(void)
 	return KVS_TEST_PASS;
 }
 
+/* ------------------------------------------------------------------------ */
+/* A backend that refuses every transfer at submit                           */
+
+static int refuse_open(const struct kvs_backend_config *cfg, void **state)
+{
+	(void)cfg;
+	*state = NULL;
+	return 0;
+}
+
+static int refuse_lookup(void *state, const struct kvs_block_id *block)
+{
+	(void)state, (void)block;
+	return 0;
+}
+
+static int refuse_submit(void *state, const struct kvs_backend_io *io)
+{
+	(void)state, (void)io;
+	return -EACCES;
+}
+
+static int refuse_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+		       uint64_t timeout_ns)
+{
+	(void)state, (void)out, (void)max, (void)timeout_ns;
+	return 0; /* nothing is ever in flight */
+}
+
+static void refuse_close(void *state)
+{
+	(void)state;
+}
+
+static const struct kvs_backend_ops refuse_ops = {
+	.abi = KVS_BACKEND_OPS_ABI,
+	.size = sizeof(struct kvs_backend_ops),
+	.open = refuse_open,
+	.lookup = refuse_lookup,
+	.submit_read = refuse_submit,
+	.submit_write = refuse_submit,
+	.poll = refuse_poll,
+	.close = refuse_close,
+};
+
+/* Every read and write refused at submit: each is counted as an attempt and as
+ * its failure, so an error ratio (errors / attempts) is 1, not errors / 0. */
+static kvs_test_rc test_refused(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct kvs_store_stats st;
+	struct st_task t, d;
+	uint64_t task = 0;
+	char uid[96];
+	int rc;
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "refuse"), 0, SHARD, 32, 2);
+	cfg.backend.kind = KVS_BACKEND_USER;
+	cfg.backend.user_ops = &refuse_ops;
+	cfg.timeout_ns = 300 * ST_MS;
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&t, 2, 1, SHARD));
+	for (uint32_t i = 0; i < 2; i++) {
+		struct kvs_block_id b = st_block(30, 0);
+		st_task_set(&t, i, &b, i);
+	}
+	KVS_TRY(st_load(s, &t, WAIT_MS, -EACCES));
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	st_print("refused reads", &st);
+	KVS_CHECK_EQ(st.read_errors, 2);
+	KVS_CHECK_EQ(st.owner_reads, 2); /* was 0: refused at submit, not counted */
+	KVS_CHECK_EQ(st.tasks_failed, 1);
+	KVS_CHECK_EQ(st.tasks_load, 1);
+
+	/* a durable dump of a new block: its write refused (and retried) until the
+	 * task's deadline */
+	KVS_TRY(st_task_whole(&d, 2, 1, SHARD));
+	for (uint32_t i = 0; i < 2; i++) {
+		struct kvs_block_id b = st_block(30, 1);
+		st_task_set(&d, i, &b, i);
+	}
+	KVS_CHECK_OK(kvs_store_dump(s, d.shards, 2, NULL, &task));
+	rc = st_wait(s, task, WAIT_MS);
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	st_print("refused writes", &st);
+	printf("  dump: %d (%s)\n", rc, kvs_strerror(rc));
+	KVS_CHECK(rc < 0);
+	KVS_CHECK(st.write_errors >= 1);
+	KVS_CHECK_EQ(st.backend_writes, st.write_errors); /* was 0 and 0: uncounted */
+	KVS_CHECK_EQ(st.shards_dumped, 2);
+	KVS_CHECK(st.tasks_failed <= st.tasks_load + st.tasks_dump + st.tasks_prefetch);
+	kvs_store_close(s);
+	st_task_free(&t);
+	st_task_free(&d);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "roundtrip_one_tensor", test_roundtrip_one_tensor },
 	{ "roundtrip_tensors", test_roundtrip_tensors },
@@ -1052,6 +1174,7 @@ static const struct kvs_test_case cases[] = {
 	{ "release_before_done", test_release_before_done },
 	{ "watcher_lookup", test_watcher_lookup },
 	{ "stats", test_stats },
+	{ "refused", test_refused },
 };
 
 KVS_TEST_MAIN(cases)

@@ -395,17 +395,20 @@ static inline void st_print(const char *who, const struct kvs_store_stats *st)
 	       (unsigned long long)st->prealloc);
 }
 
-/* Every get the node made was a hit, a join or a miss: their sum over the node
- * (departed ranks included) is exactly gets, the number the case made. */
-static inline kvs_test_rc st_gets_add_up(struct kvs_store *w, uint64_t gets)
+/* Every get the node made was a load's hit, join or miss, or a dump's get:
+ * their sum over the node (departed ranks included) is exactly gets, the number
+ * the case made, of which dumps were dump_gets. */
+static inline kvs_test_rc st_gets_add_up(struct kvs_store *w, uint64_t gets, uint64_t dump_gets)
 {
 	struct kvs_cache_stats cs;
 
 	KVS_CHECK_OK(kvs_cache_stats(kvs_store_cache(w), KVS_STATS_NODE, &cs));
-	printf("  node gets: %llu hits + %llu joins + %llu misses (want %llu)\n",
-	       (unsigned long long)cs.hits, (unsigned long long)cs.joins,
-	       (unsigned long long)cs.misses, (unsigned long long)gets);
-	KVS_CHECK_EQ(cs.hits + cs.joins + cs.misses, gets);
+	printf("  node gets: %llu hits + %llu joins + %llu misses + %llu of dumps (want %llu, "
+	       "%llu of dumps)\n", (unsigned long long)cs.hits, (unsigned long long)cs.joins,
+	       (unsigned long long)cs.misses, (unsigned long long)cs.dump_gets,
+	       (unsigned long long)gets, (unsigned long long)dump_gets);
+	KVS_CHECK_EQ(cs.dump_gets, dump_gets);
+	KVS_CHECK_EQ(cs.hits + cs.joins + cs.misses + cs.dump_gets, gets);
 	return KVS_TEST_PASS;
 }
 

@@ -12,9 +12,15 @@
  *   stat_joins       3 ranks load the same shards at once: the joins of a read in
  *                    flight are counted and add up (queries = hits + joins +
  *                    misses) in --json, text and --prometheus
+ *   stat_dumps       a rank that only dumps (its dumps all dedup): no load hits in
+ *                    stat, --json or --prometheus (gets, hit ratios of loads), its
+ *                    dedups apart (DEDUP, dump_gets, dump_dedup)
  *   stat_dead_ranks  every rank killed -9 under a watching exporter: no live rank
  *                    counted or listed, ready (nothing left to register)
- *   stat_stale       a stale cache is described read-only, exit 1, not adopted
+ *   stat_reaped      a rank killed -9 beside a live one: a one-shot stat (text, then
+ *                    --json) that reaps it says whom, by pid
+ *   stat_stale       a stale cache is described read-only, exit 1, not adopted; its
+ *                    dead rank by pid; --prometheus exports its state and bytes
  *   stat_last_left   a watcher never keeps a cache: stat --watch started before
  *                    any rank waits (kvshare_up 0), attaches to a rank's cache,
  *                    and when the only rank closes the cache is removed and stat
@@ -237,9 +243,9 @@ static void rank_cfg(struct kvs_store_config *cfg, const char *uid, int device, 
 /* exec'd: --child rank <uid> <device> <persist> <ready fd> <go fd> [<load fd>
  * <latency ns>]: open a rank store, (with a load fd: say "o" on ready fd and
  * wait for the load fd's EOF, so that ranks load at once), load blocks
- * 0..NBLK-1, say "x" on ready fd, wait for go fd's EOF (or a kill), close the
- * store. */
-static kvs_test_rc rank_child(int argc, char **argv)
+ * 0..NBLK-1 (--child dumper: dump them), say "x" on ready fd, wait for go fd's
+ * EOF (or a kill), close the store. */
+static kvs_test_rc rank_body(int argc, char **argv, bool dump)
 {
 	struct kvs_store_config cfg;
 	struct kvs_store *s = NULL;
@@ -265,13 +271,26 @@ static kvs_test_rc rank_child(int argc, char **argv)
 		struct kvs_block_id b = st_block(12, i);
 		st_task_set(&t, i, &b, 0);
 	}
-	KVS_TRY(st_load(s, &t, 20000, 0));
+	if (dump)
+		KVS_TRY(st_dump(s, &t, 20000));
+	else
+		KVS_TRY(st_load(s, &t, 20000, 0));
 	KVS_CHECK_EQ(write(atoi(argv[3]), "x", 1), 1);
 	while (read(atoi(argv[4]), &ch, 1) > 0)
 		;
 	kvs_store_close(s);
 	st_task_free(&t);
 	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc rank_child(int argc, char **argv)
+{
+	return rank_body(argc, argv, false);
+}
+
+static kvs_test_rc dumper_child(int argc, char **argv)
+{
+	return rank_body(argc, argv, true);
 }
 
 struct ranks {
@@ -282,8 +301,9 @@ struct ranks {
 
 /* Start n ranks (devices 0..n-1) on uid, each after the previous one loaded
  * (so the counts are deterministic: one reads, the other hits), and wait until
- * all are ready. */
-static kvs_test_rc ranks_start(struct ranks *r, const char *uid, int n, bool persist)
+ * all are ready.  child: "rank" (loads) or "dumper" (dumps). */
+static kvs_test_rc ranks_start_as(struct ranks *r, const char *uid, int n, bool persist,
+				  const char *child)
 {
 	int ready[2], go[2];
 	char dev[8], rfd[8], gfd[8], ch;
@@ -298,7 +318,7 @@ static kvs_test_rc ranks_start(struct ranks *r, const char *uid, int n, bool per
 	for (int i = 0; i < n; i++) {
 		snprintf(dev, sizeof(dev), "%d", i);
 		const char *av[] = { uid, dev, persist ? "1" : "0", rfd, gfd, NULL };
-		r->pid[r->n] = kvs_test_spawn("rank", av);
+		r->pid[r->n] = kvs_test_spawn(child, av);
 		KVS_CHECK(r->pid[r->n] > 0);
 		r->n++;
 		KVS_CHECK_EQ(read(ready[0], &ch, 1), 1);
@@ -308,6 +328,11 @@ static kvs_test_rc ranks_start(struct ranks *r, const char *uid, int n, bool per
 	close(go[0]);
 	r->go = go[1];
 	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc ranks_start(struct ranks *r, const char *uid, int n, bool persist)
+{
+	return ranks_start_as(r, uid, n, persist, "rank");
 }
 
 /* Start n ranks (devices 0..n-1) on uid that load together: each opens, then
@@ -379,7 +404,11 @@ static kvs_test_rc check_stat_json(json_t *j, const char *uid, const struct rank
 	KVS_CHECK(strcmp(json_string_value(json_object_get(j, "unique_id")), uid) == 0);
 	KVS_CHECK(strcmp(json_string_value(json_object_get(j, "state")), "live") == 0);
 	KVS_CHECK_EQ(jint(j, "ranks_attached"), 3); /* 2 ranks + stat */
-	KVS_CHECK_EQ(jint(j, "gpu_ranks_attached"), 2);
+	/* the test's ranks copy with the host engine: CPU-only, not GPU ranks */
+	KVS_CHECK_EQ(jint(j, "device_ranks_attached"), 2);
+	KVS_CHECK_EQ(jint(j, "gpu_ranks_attached"), 0);
+	KVS_CHECK_EQ(jint(j, "cpu_ranks_attached"), 2);
+	KVS_CHECK_EQ(json_array_size(json_object_get(j, "reaped")), 0);
 	KVS_CHECK_EQ(jint(j, "local_rank_size"), 2);
 	KVS_CHECK_EQ(jint(j, "slot_count"), 64);
 	KVS_CHECK_EQ(jint(j, "slot_bytes"), SHARD);
@@ -393,6 +422,7 @@ static kvs_test_rc check_stat_json(json_t *j, const char *uid, const struct rank
 	KVS_CHECK_EQ(jint(j, "cache/owner_fills"), NBLK);
 	KVS_CHECK_EQ(jint(j, "cache/hits"), NBLK);         /* the second rank's loads */
 	KVS_CHECK_EQ(jint(j, "cache/dedup_hits"), NBLK);
+	KVS_CHECK_EQ(jint(j, "cache/dump_gets"), 0);
 	KVS_CHECK_EQ(jint(j, "cache/failures"), 0);
 	KVS_CHECK_EQ(jint(j, "store/tasks_load"), 2);
 	KVS_CHECK_EQ(jint(j, "store/shards_loaded"), 2 * NBLK);
@@ -414,8 +444,12 @@ static kvs_test_rc check_stat_json(json_t *j, const char *uid, const struct rank
 		KVS_CHECK(json_is_true(json_object_get(e, "alive")));
 		if (json_is_true(json_object_get(e, "self"))) {
 			KVS_CHECK_EQ(jint(e, "device_id"), -1);
+			KVS_CHECK(strcmp(json_string_value(json_object_get(e, "kind")), "watcher") == 0);
+			KVS_CHECK(json_is_null(json_object_get(e, "copy_engine")));
 			continue;
 		}
+		KVS_CHECK(strcmp(json_string_value(json_object_get(e, "kind")), "cpu") == 0);
+		KVS_CHECK(strcmp(json_string_value(json_object_get(e, "copy_engine")), "host") == 0);
 		for (int k = 0; k < r->n; k++)
 			if (jint(e, "pid") == r->pid[k]) {
 				KVS_CHECK_EQ(jint(e, "device_id"), k);
@@ -537,9 +571,11 @@ static kvs_test_rc test_stat_live(void)
 
 	const char *a_text[] = { "stat", uid, NULL };
 	KVS_TRY(cli_expect(run, 0, a_text));
-	KVS_TRY(has(run->out, "live: 2 GPU ranks + 1 watcher"));
+	KVS_TRY(has(run->out, "live: 2 CPU-only ranks + 1 watcher")); /* was "2 GPU ranks" */
+	KVS_CHECK(strstr(run->out, "GPU rank") == NULL);
 	KVS_TRY(has(run->out, "segment 0: shm"));
-	KVS_TRY(has(run->out, "local_rank_size 2, GPU ranks seen 2"));
+	KVS_TRY(has(run->out, "local_rank_size 2, ranks seen 2"));
+	KVS_CHECK(strstr(run->out, "  reaped ") == NULL);
 	KVS_TRY(has(run->out, "copy "));
 	KVS_CHECK(run->err[0] == '\0');
 
@@ -551,7 +587,11 @@ static kvs_test_rc test_stat_live(void)
 #define PROM(...) do { snprintf(want, sizeof(want), __VA_ARGS__); KVS_TRY(has(text, want)); } while (0)
 	/* the exporter does not count itself */
 	PROM("# TYPE kvshare_ranks_attached gauge\nkvshare_ranks_attached{unique_id=\"%s\"} 2\n", uid);
-	PROM("kvshare_gpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
+	PROM("kvshare_gpu_ranks_attached{unique_id=\"%s\"} 0\n", uid);
+	PROM("kvshare_cpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
+	PROM("kvshare_cache_state{unique_id=\"%s\",state=\"live\"} 1\n", uid);
+	PROM("kvshare_cache_state{unique_id=\"%s\",state=\"stale\"} 0\n", uid);
+	PROM("kvshare_fallback{unique_id=\"%s\",kind=\"numa\"} 0\n", uid);
 	PROM("kvshare_slots{unique_id=\"%s\",state=\"ready\"} %u\n", uid, NBLK);
 	PROM("kvshare_capacity_bytes{unique_id=\"%s\"} %u\n", uid, 64 * SHARD);
 	PROM("# TYPE kvshare_hits_total counter\nkvshare_hits_total{unique_id=\"%s\"} %u\n", uid, NBLK);
@@ -565,9 +605,9 @@ static kvs_test_rc test_stat_live(void)
 	PROM("kvshare_store_task_latency_seconds_bucket{unique_id=\"%s\",le=\"0.000002\"}", uid);
 	PROM("kvshare_store_task_latency_seconds_bucket{unique_id=\"%s\",le=\"1.048576\"}", uid);
 	PROM("kvshare_store_task_latency_seconds_sum{unique_id=\"%s\"} ", uid);
-	/* per GPU rank, by device: no pid, no reused entry index, no watcher */
-	PROM("kvshare_rank_info{unique_id=\"%s\",device=\"0\"} 1\n", uid);
-	PROM("kvshare_rank_info{unique_id=\"%s\",device=\"1\"} 1\n", uid);
+	/* per rank, by device and kind: no pid, no reused entry index, no watcher */
+	PROM("kvshare_rank_info{unique_id=\"%s\",device=\"0\",kind=\"cpu\"} 1\n", uid);
+	PROM("kvshare_rank_info{unique_id=\"%s\",device=\"1\",kind=\"cpu\"} 1\n", uid);
 	PROM("kvshare_rank_store_shards_loaded_total{unique_id=\"%s\",device=\"1\"} %u\n", uid, NBLK);
 	KVS_CHECK(strstr(text, "pid=") == NULL && strstr(text, "rank=") == NULL);
 	KVS_CHECK(strstr(text, "kvshare_store_registered_bytes_total") == NULL);
@@ -651,7 +691,7 @@ static kvs_test_rc test_stat_joins(void)
 
 	const char *a_text[] = { "stat", uid, NULL };
 	KVS_TRY(cli_expect(run, 0, a_text));
-	snprintf(want, sizeof(want), "gets       %u = ", 3 * NBLK);
+	snprintf(want, sizeof(want), "gets       %u (loads) = ", 3 * NBLK);
 	KVS_TRY(has(run->out, want));
 	snprintf(want, sizeof(want), " joins (a read in flight) + %u misses", NBLK);
 	KVS_TRY(has(run->out, want));
@@ -713,12 +753,12 @@ static kvs_test_rc test_stat_dead_ranks(void)
 	const char *a[] = { "stat", uid, "--watch", "0.1", "--prometheus", prom, "--quiet", NULL };
 	pid_t pid = cli_spawn(a, &ofd, &efd);
 	KVS_CHECK(pid > 0);
-	/* the exporter attached (its first file says 2 live GPU ranks), then the kills */
-	snprintf(want, sizeof(want), "kvshare_gpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
+	/* the exporter attached (its first file says 2 live ranks: CPU-only), then the kills */
+	snprintf(want, sizeof(want), "kvshare_cpu_ranks_attached{unique_id=\"%s\"} 2\n", uid);
 	ok = prom_wait(prom, want, text, 65536);
 	if (ok) {
 		KVS_TRY(ranks_kill(&r));
-		snprintf(want, sizeof(want), "kvshare_gpu_ranks_attached{unique_id=\"%s\"} 0\n", uid);
+		snprintf(want, sizeof(want), "kvshare_cpu_ranks_attached{unique_id=\"%s\"} 0\n", uid);
 		ok = prom_wait(prom, want, text, 65536);
 	}
 	KVS_TRY(cli_stop(run, pid, ofd, efd, 0));
@@ -745,9 +785,9 @@ static kvs_test_rc test_stat_stale(void)
 	struct run *run = calloc(1, sizeof(*run));
 	struct kvs_cache_info info;
 	json_t *j;
-	char uid[80];
+	char uid[80], prom[160], want[256], *text = malloc(65536);
 
-	KVS_CHECK(run);
+	KVS_CHECK(run && text);
 	kvs_test_unique_id(uid, sizeof(uid), "tsstale");
 	KVS_TRY(ranks_start(&r, uid, 1, false));
 	KVS_TRY(ranks_kill(&r));
@@ -761,14 +801,184 @@ static kvs_test_rc test_stat_stale(void)
 	KVS_CHECK(j != NULL);
 	KVS_CHECK(strcmp(json_string_value(json_object_get(j, "state")), "stale") == 0);
 	KVS_CHECK_EQ(jint(j, "slot_count"), 64);
+	KVS_CHECK_EQ(jint(j, "ranks_dead"), 1);
+	KVS_CHECK_EQ(json_integer_value(json_object_get(json_array_get(json_object_get(j, "dead_ranks"),
+								      0), "pid")), r.pid[0]);
 	json_decref(j);
+	/* the text names the dead rank by pid */
+	snprintf(want, sizeof(want), "  dead       1 rank: pid %d (entry ", (int)r.pid[0]);
+	KVS_TRY(cli_expect(run, 1, a));
+	KVS_TRY(has(run->out, want));
+	/* the exporter sees it (was: no file): down, stale, the memory it holds */
+	snprintf(prom, sizeof(prom), "/tmp/kvs-%s.prom", uid);
+	const char *ap[] = { "stat", uid, "--prometheus", prom, "--quiet", NULL };
+	KVS_TRY(cli_expect(run, 1, ap));
+	KVS_TRY(check_prom_file(prom, text, 65536));
+	snprintf(want, sizeof(want), "kvshare_up{unique_id=\"%s\"} 0\n", uid);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_cache_state{unique_id=\"%s\",state=\"stale\"} 1\n", uid);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_cache_state{unique_id=\"%s\",state=\"live\"} 0\n", uid);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_ranks_dead{unique_id=\"%s\"} 1\n", uid);
+	KVS_TRY(has(text, want));
 	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
+	snprintf(want, sizeof(want), "kvshare_data_bytes{unique_id=\"%s\"} %llu\n", uid,
+		 (unsigned long long)info.data_bytes);
+	KVS_TRY(has(text, want));
+	snprintf(want, sizeof(want), "kvshare_capacity_bytes{unique_id=\"%s\"} %u\n", uid, 64 * SHARD);
+	KVS_TRY(has(text, want));
+	unlink(prom);
 	KVS_CHECK_EQ(info.adoptions, 0); /* not attached, so not adopted */
 	KVS_CHECK_EQ(info.ranks_live, 0);
 	const char *ac[] = { "clean", uid, NULL };
 	KVS_TRY(cli_expect(run, 0, ac));
 	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
 	free(run);
+	free(text);
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Three ranks; the second, then the third, killed -9 while the first lives.  A
+ * one-shot stat attaches, so it reaps the dead entry: it says so, by pid (text:
+ * a "reaped" line; --json: "reaped"), and the rank is gone from the table.
+ * Before: the killed rank just vanished from the output.
+ */
+static kvs_test_rc test_stat_reaped(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	char uid[80], want[256];
+	json_t *j, *reaped;
+
+	KVS_CHECK(run);
+	kvs_test_unique_id(uid, sizeof(uid), "treap");
+	KVS_TRY(ranks_start(&r, uid, 3, false));
+	kill(r.pid[1], SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(r.pid[1], 10000), 128 + SIGKILL);
+
+	const char *a_text[] = { "stat", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_text));
+	snprintf(want, sizeof(want), "  reaped     1 rank: pid %d (entry ", (int)r.pid[1]);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->out, ", device 1) -- died; reaped"));
+	snprintf(want, sizeof(want), " %d ", (int)r.pid[1]);
+	KVS_CHECK(strstr(strstr(run->out, "per rank"), want) == NULL); /* not in the table */
+	/* reaped once: the next stat has nobody to reap */
+	KVS_TRY(cli_expect(run, 0, a_text));
+	KVS_CHECK(strstr(run->out, "  reaped ") == NULL);
+
+	kill(r.pid[2], SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(r.pid[2], 10000), 128 + SIGKILL);
+	const char *a_json[] = { "stat", uid, "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, a_json));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	reaped = json_object_get(j, "reaped");
+	KVS_CHECK_EQ(json_array_size(reaped), 1);
+	KVS_CHECK_EQ(jint(json_array_get(reaped, 0), "pid"), r.pid[2]);
+	KVS_CHECK_EQ(jint(json_array_get(reaped, 0), "device_id"), 2);
+	KVS_CHECK_EQ(jint(j, "cpu_ranks_attached"), 1);
+	json_decref(j);
+
+	/* the survivor leaves cleanly: the cache goes (the dead ones were reaped) */
+	close(r.go);
+	KVS_CHECK_EQ(kvs_test_reap(r.pid[0], 20000), 0);
+	KVS_CHECK(!ctl_exists(uid));
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Two ranks that only dump the same NBLK shards, one after the other: the first
+ * gathers them, the second finds them all (dump dedup).  stat counts no load
+ * gets, so no hit ratio of reads, and shows the dedups apart: text (gets of
+ * loads 0, served by the tier 0.0%, a dumps line, DEDUP per rank), --json
+ * (cache/hits 0, cache/dump_gets 2 x NBLK) and --prometheus
+ * (kvshare_hits_total 0, kvshare_dump_gets_total).  Before: HITS NBLK for the
+ * second rank and "served by the tier 33.3%" with no load at all.
+ */
+static kvs_test_rc test_stat_dumps(void)
+{
+	struct ranks r;
+	struct run *run = calloc(1, sizeof(*run));
+	char uid[80], prom[160], want[256], *text = malloc(65536), *row;
+	json_t *j, *ranks;
+	int seen = 0;
+
+	KVS_CHECK(run && text);
+	kvs_test_unique_id(uid, sizeof(uid), "tsdump");
+	KVS_TRY(ranks_start_as(&r, uid, 2, false, "dumper"));
+
+	const char *a_json[] = { "stat", uid, "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, a_json));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	printf("  2 dumping ranks: queries %lld (hits %lld), dump_gets %lld, dumped %lld, dedup %lld\n",
+	       jint(j, "cache/queries"), jint(j, "cache/hits"), jint(j, "cache/dump_gets"),
+	       jint(j, "store/shards_dumped"), jint(j, "store/dump_dedup"));
+	KVS_CHECK_EQ(jint(j, "cache/queries"), 0);
+	KVS_CHECK_EQ(jint(j, "cache/hits"), 0);
+	KVS_CHECK_EQ(jint(j, "cache/misses"), 0);
+	KVS_CHECK_EQ(jint(j, "cache/dump_gets"), 2 * NBLK);
+	KVS_CHECK_EQ(jint(j, "store/shards_dumped"), NBLK);
+	KVS_CHECK_EQ(jint(j, "store/dump_dedup"), NBLK);
+	KVS_CHECK_EQ(jint(j, "store/load_hits"), 0);
+	ranks = json_object_get(j, "ranks");
+	for (size_t i = 0; i < json_array_size(ranks); i++) {
+		json_t *e = json_array_get(ranks, i);
+
+		if (jint(e, "pid") != r.pid[1])
+			continue;
+		KVS_CHECK_EQ(jint(e, "cache/hits"), 0); /* was NBLK: its dedups */
+		KVS_CHECK_EQ(jint(e, "cache/dump_gets"), NBLK);
+		KVS_CHECK_EQ(jint(e, "store/dump_dedup"), NBLK);
+		seen++;
+	}
+	KVS_CHECK_EQ(seen, 1);
+	json_decref(j);
+
+	const char *a_text[] = { "stat", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_text));
+	KVS_TRY(has(run->out, "gets       0 (loads) = 0 hits"));
+	KVS_TRY(has(run->out, "served by the tier 0.0%"));
+	snprintf(want, sizeof(want), "dumps      %u gets (not in the loads' above): %u shards "
+		 "gathered, %u dedup", 2 * NBLK, NBLK, NBLK);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->out, " DEDUP "));
+	/* the second rank's row: HITS 0, DEDUP NBLK */
+	snprintf(want, sizeof(want), " %d ", (int)r.pid[1]);
+	row = strstr(strstr(run->out, "per rank"), want);
+	KVS_CHECK(row != NULL);
+	{
+		unsigned pins;
+		unsigned long long hits, joins, misses, dedup;
+
+		row = strstr(row, "yes ");
+		KVS_CHECK(row != NULL);
+		KVS_CHECK_EQ(sscanf(row + 4, "%u %llu %llu %llu %llu", &pins, &hits, &joins, &misses,
+				    &dedup), 5);
+		KVS_CHECK_EQ(hits, 0);
+		KVS_CHECK_EQ(dedup, NBLK);
+	}
+
+	snprintf(prom, sizeof(prom), "/tmp/kvs-%s.prom", uid);
+	const char *a_prom[] = { "stat", uid, "--prometheus", prom, "--quiet", NULL };
+	KVS_TRY(cli_expect(run, 0, a_prom));
+	KVS_TRY(check_prom_file(prom, text, 65536));
+#define PROM(...) do { snprintf(want, sizeof(want), __VA_ARGS__); KVS_TRY(has(text, want)); } while (0)
+	PROM("kvshare_hits_total{unique_id=\"%s\"} 0\n", uid);
+	PROM("kvshare_queries_total{unique_id=\"%s\"} 0\n", uid);
+	PROM("kvshare_dump_gets_total{unique_id=\"%s\"} %u\n", uid, 2 * NBLK);
+	PROM("kvshare_store_dump_dedup_total{unique_id=\"%s\"} %u\n", uid, NBLK);
+	PROM("kvshare_rank_hits_total{unique_id=\"%s\",device=\"1\"} 0\n", uid);
+	PROM("kvshare_rank_store_dump_dedup_total{unique_id=\"%s\",device=\"1\"} %u\n", uid, NBLK);
+#undef PROM
+	unlink(prom);
+	KVS_TRY(ranks_stop(&r));
+	free(run);
+	free(text);
 	return KVS_TEST_PASS;
 }
 
@@ -792,6 +1002,8 @@ static kvs_test_rc test_stat_last_left(void)
 	snprintf(want, sizeof(want), "kvshare_up{unique_id=\"%s\"} 0\n", uid);
 	if (!prom_wait(prom, want, text, 65536))
 		KVS_FAILF("before any rank: no %s; the file:\n%s", want, text);
+	snprintf(want, sizeof(want), "kvshare_cache_state{unique_id=\"%s\",state=\"absent\"} 1\n", uid);
+	KVS_TRY(has(text, want));
 	for (int round = 0; round < 2; round++) {
 		KVS_TRY(ranks_start(&r, uid, 1, false));
 		snprintf(want, sizeof(want), "kvshare_up{unique_id=\"%s\"} 1\n", uid);
@@ -879,7 +1091,8 @@ static kvs_test_rc test_ls_clean(void)
 	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "state")), "live") == 0);
 	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "header")), "ready") == 0);
 	KVS_CHECK_EQ(jint(e, "ranks_live"), 1);
-	KVS_CHECK_EQ(jint(e, "gpu_ranks_live"), 1);
+	KVS_CHECK_EQ(jint(e, "gpu_ranks_live"), 0); /* this process copies with the host engine */
+	KVS_CHECK_EQ(jint(e, "cpu_ranks_live"), 1);
 	KVS_CHECK_EQ(json_integer_value(json_array_get(json_object_get(e, "pids"), 0)), getpid());
 	KVS_CHECK_EQ(jint(e, "owner_uid"), geteuid());
 	KVS_CHECK_EQ(jint(e, "slot_count"), 64);
@@ -899,6 +1112,7 @@ static kvs_test_rc test_ls_clean(void)
 	const char *a_ls[] = { "ls", NULL };
 	KVS_TRY(cli_expect(run, 0, a_ls));
 	KVS_TRY(ls_line(run->out, live, "live"));
+	KVS_TRY(has(run->out, " 1 (0 gpu, 1 cpu) ")); /* was "1 (1 gpu)": a CPU-only rank */
 	KVS_TRY(ls_line(run->out, stale, "stale"));
 	KVS_TRY(ls_line(run->out, pers, "stale"));
 
@@ -1050,7 +1264,9 @@ static const struct kvs_test_case cases[] = {
 	{ "bad_input", test_bad_input },
 	{ "stat_live", test_stat_live },
 	{ "stat_joins", test_stat_joins },
+	{ "stat_dumps", test_stat_dumps },
 	{ "stat_dead_ranks", test_stat_dead_ranks },
+	{ "stat_reaped", test_stat_reaped },
 	{ "stat_stale", test_stat_stale },
 	{ "stat_last_left", test_stat_last_left },
 	{ "ls_clean", test_ls_clean },
@@ -1059,6 +1275,7 @@ static const struct kvs_test_case cases[] = {
 
 static const struct kvs_test_child children[] = {
 	{ "rank", rank_child },
+	{ "dumper", dumper_child },
 };
 
 /* `tools_admin /path/to/kvshare [case...]`; exec'd children get `--child ...`. */

@@ -333,7 +333,11 @@ static json_t *entry_json(const struct entry *e)
 	json_object_set_new(o, "header", json_string(header_name(in->state)));
 	json_object_set_new(o, "detail", json_string(in->detail));
 	json_object_set_new(o, "ranks_live", json_integer(in->ranks_live));
-	json_object_set_new(o, "gpu_ranks_live", json_integer(in->gpu_ranks_live));
+	/* ranks (device_id >= 0): GPU ones, and CPU-only ones (their store copies with
+	 * the host engine) */
+	json_object_set_new(o, "gpu_ranks_live", json_integer(in->gpu_ranks_live - in->cpu_ranks_live));
+	json_object_set_new(o, "cpu_ranks_live", json_integer(in->cpu_ranks_live));
+	json_object_set_new(o, "ranks_dead", json_integer(in->ranks_dead));
 	for (uint32_t i = 0; i < in->ranks_live; i++)
 		if (in->live[i].recorded)
 			json_array_append_new(pids, json_integer(in->live[i].pid));
@@ -399,7 +403,7 @@ int kvs_cli_ls(int argc, char **argv)
 	int n, rc = ls_parse(argc, argv, &json);
 	uint64_t total = 0;
 	uint32_t live = 0;
-	char b1[32], b2[32], note[256], ranks[32];
+	char b1[32], b2[32], note[256], ranks[48];
 
 	if (rc)
 		return rc < 0 ? KVS_CLI_OK : rc;
@@ -434,7 +438,9 @@ int kvs_cli_ls(int argc, char **argv)
 		if (e->rc)
 			snprintf(ranks, sizeof(ranks), "?");
 		else if (in->ranks_live && ready)
-			snprintf(ranks, sizeof(ranks), "%u (%u gpu)", in->ranks_live, in->gpu_ranks_live);
+			snprintf(ranks, sizeof(ranks), in->cpu_ranks_live ? "%u (%u gpu, %u cpu)" : "%u (%u gpu)",
+				 in->ranks_live, in->gpu_ranks_live - in->cpu_ranks_live,
+				 in->cpu_ranks_live); /* cpu: CPU-only ranks (host copies) */
 		else
 			snprintf(ranks, sizeof(ranks), "%u", in->ranks_live);
 		if (ready) {

@@ -20,6 +20,15 @@
  * not removed: its rank entry looks dead once the process is gone, and the next
  * rank adopts the cache (or `kvshare clean` removes it).
  *
+ * What stat's attach does is said: the entries of ranks that died (attached,
+ * their liveness lock free) are reaped by the next attach, stat's included, so
+ * stat notes them at its look (inspect lists them) and at every gather, and says
+ * by pid which ones are gone since (reaped).  A rank is a GPU rank or a CPU-only
+ * one by the copy engine its store recorded (host: CPU-only).  Load hits and
+ * dump dedups are apart (a dump that finds its shard is not a read served).
+ * With no live cache (absent, being created, stale), --prometheus still writes
+ * kvshare_up 0 and the cache's state; for a stale one its sizes and dead ranks.
+ *
  *   text          the default: one block per interval
  *   --json        one JSON object (jansson); with --watch one per line
  *   --prometheus  node-exporter textfile format, written to FILE.tmp and renamed
@@ -66,6 +75,7 @@ struct stat_rank {
 
 /* Everything one interval shows. */
 struct stat_snap {
+	int look_rc;                /* kvs_cache_inspect's result at the last look */
 	struct kvs_cache_info info; /* the header as inspected before attaching */
 	struct kvs_cache_stats node;
 	struct kvs_store_stats store;
@@ -76,19 +86,29 @@ struct stat_snap {
 	int self;          /* our entry */
 	bool attached;     /* false: a read-only description (stale cache) */
 	struct timespec when;
+	/* Entries seen dead (attached, process gone) at the last look or gather,
+	 * and those of them gone since: reaped (by stat's attach or a peer's). */
+	struct kvs_cache_info_rank dead[KVS_CACHE_MAX_RANKS];
+	uint32_t ndead;
+	struct kvs_cache_info_rank reaped[KVS_CACHE_MAX_RANKS];
+	uint32_t nreaped;
 };
 
 static const char *const stat_usage =
 	"usage: kvshare stat UNIQUE_ID [--watch SECONDS] [--json] [--prometheus FILE] [--quiet]\n"
 	"\n"
 	"Show a live cache as a watcher sees it (attached read-mostly: no slot is pinned,\n"
-	"no rank is disturbed): ranks attached (pid, device, NUMA node, alive), capacity,\n"
-	"slots by state, backing of each data segment, hits and misses, owner fills,\n"
-	"waits, failures, evictions and CLOCK sweeps, takeovers, the store counters (tasks,\n"
-	"latency percentiles, copy GB/s), local_rank_size against the GPU ranks seen, and\n"
-	"fallbacks.  A stale cache (no live process) is not attached (that would adopt it):\n"
-	"it is described read-only and stat exits 1.  stat is a watcher: it never keeps a\n"
-	"cache (the last rank's close removes it whoever watches).\n"
+	"no rank is disturbed): ranks attached (pid, device, kind: gpu, or cpu for a\n"
+	"CPU-only rank copying with the host engine, NUMA node, alive), the dead ranks its\n"
+	"attach reaped (by pid), capacity, slots by state, backing of each data segment,\n"
+	"the gets of loads (hits, joins, misses) and of dumps (gathered, dedup) apart,\n"
+	"owner fills, waits, failures, evictions and CLOCK sweeps, takeovers, the store\n"
+	"counters (tasks, latency percentiles, copy GB/s; every error count within its\n"
+	"attempts), local_rank_size against the ranks seen, and fallbacks.  A stale cache\n"
+	"(no live process) is not attached (that would adopt it): it is described\n"
+	"read-only (its dead ranks by pid; --prometheus: kvshare_up 0, its state, bytes\n"
+	"and dead ranks) and stat exits 1.  stat is a watcher: it never keeps a cache (the\n"
+	"last rank's close removes it whoever watches).\n"
 	"\n"
 	"  -w, --watch SECONDS     repeat every SECONDS (0.1 .. 86400) until SIGINT/SIGTERM:\n"
 	"                          the whole block once, then a line per interval of its\n"
@@ -227,8 +247,66 @@ static uint64_t slots_empty(const struct kvs_cache_stats *c)
 	return c->slot_count > used ? c->slot_count - used : 0;
 }
 
+/* What an entry is: a GPU rank (its store copies with cuda, or it has no
+ * store: a device_id names a GPU), a CPU-only rank (its store copies with the
+ * host engine: device addresses are host memory), or a watcher. */
+enum rank_kind { KIND_GPU, KIND_CPU, KIND_WATCHER };
+
+static enum rank_kind rank_kind(const struct kvs_cache_rank_info *ri)
+{
+	if (ri->device_id < 0)
+		return KIND_WATCHER;
+	return ri->copy_engine == KVS_COPY_ENGINE_HOST ? KIND_CPU : KIND_GPU;
+}
+
+static const char *const kind_name[] = { "gpu", "cpu", "watcher" };
+
+/* Live ranks of a kind (this stat is a watcher: not among them). */
+static uint32_t live_of_kind(const struct stat_snap *s, enum rank_kind k)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->nranks; i++)
+		n += s->ranks[i].ri.alive && rank_kind(&s->ranks[i].ri) == k;
+	return n;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Gathering                                                                  */
+
+/* The dead entries seen before (s->dead) that the snapshot no longer shows
+ * dead with the same pid were reaped: into s->reaped.  Then s->dead becomes
+ * the snapshot's dead entries. */
+static void note_reaped(struct stat_snap *s)
+{
+	s->nreaped = 0;
+	for (uint32_t k = 0; k < s->ndead; k++) {
+		bool still = false;
+
+		for (uint32_t i = 0; i < s->nranks && !still; i++)
+			still = s->ranks[i].ri.entry == s->dead[k].entry && !s->ranks[i].ri.alive &&
+				s->ranks[i].ri.pid == s->dead[k].pid;
+		if (!still)
+			s->reaped[s->nreaped++] = s->dead[k];
+	}
+	s->ndead = 0;
+	for (uint32_t i = 0; i < s->nranks; i++)
+		if (!s->ranks[i].ri.alive)
+			s->dead[s->ndead++] = (struct kvs_cache_info_rank){
+				.entry = s->ranks[i].ri.entry, .pid = s->ranks[i].ri.pid,
+				.device_id = s->ranks[i].ri.device_id, .recorded = 1,
+			};
+}
+
+/* The dead entries inspect listed (after the live ones), as seen before attaching. */
+static void note_dead_inspected(struct stat_snap *s)
+{
+	const struct kvs_cache_info *in = &s->info;
+
+	s->ndead = 0;
+	for (uint32_t k = 0; k < in->ranks_dead && in->ranks_live + k < KVS_CACHE_MAX_RANKS; k++)
+		s->dead[s->ndead++] = in->live[in->ranks_live + k];
+}
 
 static int gather(struct kvs_store *store, struct stat_snap *s)
 {
@@ -263,6 +341,7 @@ static int gather(struct kvs_store *store, struct stat_snap *s)
 		e->cpu_node = e->ri.alive ? pid_cpu_node(e->ri.pid) : -1;
 		s->nranks++;
 	}
+	note_reaped(s);
 	return 0;
 }
 
@@ -289,13 +368,28 @@ static uint32_t dead_entries(const struct stat_snap *s)
 /* ------------------------------------------------------------------------ */
 /* Text                                                                       */
 
+/* "  reaped     1 rank: pid 1234 (entry 3, device 0) -- why" (nothing for none). */
+static void print_dead(FILE *f, const char *label, const char *why,
+		       const struct kvs_cache_info_rank *v, uint32_t n)
+{
+	if (!n)
+		return;
+	fprintf(f, "  %-10s %u rank%s:", label, n, n == 1 ? "" : "s");
+	for (uint32_t i = 0; i < n; i++)
+		fprintf(f, "%s pid %d (entry %u, %s %d)", i ? "," : "", (int)v[i].pid, v[i].entry,
+			v[i].device_id >= 0 ? "device" : "watcher", (int)v[i].device_id);
+	fprintf(f, " -- %s\n", why);
+}
+
 static void print_text(FILE *f, const struct stat_snap *s)
 {
 	const struct kvs_cache_info *in = &s->info;
 	const struct kvs_cache_stats *n = &s->node;
 	const struct kvs_store_stats *st = &s->store;
 	char b1[32], b2[32], b3[32], b4[32], tbuf[64];
-	uint32_t gpu = 0, watchers = 0, dead = 0;
+	uint32_t gpu = 0, cpu = 0, watchers = 0, dead = 0;
+	char who[96];
+	size_t k = 0;
 	struct tm tm;
 
 	localtime_r(&s->when.tv_sec, &tm);
@@ -316,6 +410,7 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		fprintf(f, "  lifetime   layout %u, persist %s, adopted %u time(s), owner uid %u mode %04o\n",
 			in->layout_version, in->flags & KVS_CACHE_INFO_PERSIST ? "on" : "off",
 			in->adoptions, in->uid, in->mode);
+		print_dead(f, "dead", "died, not reaped (the next attach reaps them)", s->dead, s->ndead);
 		return;
 	}
 	for (uint32_t i = 0; i < s->nranks; i++) {
@@ -323,17 +418,27 @@ static void print_text(FILE *f, const struct stat_snap *s)
 
 		if (!ri->alive)
 			dead++;
-		else if (ri->device_id >= 0)
+		else if (rank_kind(ri) == KIND_GPU)
 			gpu++;
+		else if (rank_kind(ri) == KIND_CPU)
+			cpu++;
 		else
 			watchers++;
 	}
-	fprintf(f, "  state      live: %u GPU rank%s + %u watcher%s attached (this stat included)%s; "
+	/* "2 GPU ranks", "2 CPU-only ranks", "1 GPU rank + 1 CPU-only rank" */
+	if (gpu || !cpu)
+		k = (size_t)snprintf(who, sizeof(who), "%u GPU rank%s", gpu, gpu == 1 ? "" : "s");
+	if (cpu && k < sizeof(who))
+		snprintf(who + k, sizeof(who) - k, "%s%u CPU-only rank%s", k ? " + " : "", cpu,
+			 cpu == 1 ? "" : "s");
+	fprintf(f, "  state      live: %s + %u watcher%s attached (this stat included)%s; "
 		"layout %u, persist %s, adopted %u time(s)\n",
-		gpu, gpu == 1 ? "" : "s", watchers, watchers == 1 ? "" : "s",
+		who, watchers, watchers == 1 ? "" : "s",
 		dead ? ", dead entries not reaped yet" : "", in->layout_version,
 		in->flags & KVS_CACHE_INFO_PERSIST ? "on" : "off", n->adoptions);
-	fprintf(f, "  ranks      local_rank_size %u, GPU ranks seen %u%s%s\n", in->local_rank_size,
+	print_dead(f, "reaped", "died; reaped (its pins dropped) since stat looked: by stat's attach "
+		   "or a peer's", s->reaped, s->nreaped);
+	fprintf(f, "  ranks      local_rank_size %u, ranks seen %u%s%s\n", in->local_rank_size,
 		n->gpu_ranks_attached,
 		n->gpu_ranks_attached > in->local_rank_size ? " (MORE than local_rank_size)" :
 		n->gpu_ranks_attached < in->local_rank_size ? " (fewer than local_rank_size)" : "",
@@ -365,20 +470,23 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		human_ns(b2, sizeof(b2), (double)n->prefault_ns), n->prefault_threads,
 		n->prefault_ms_per_gib, kvs_cli_human_bytes(b3, sizeof(b3), st->registered_bytes),
 		kvs_cli_human_bytes(b4, sizeof(b4), st->register_total_bytes), st->register_ms_per_gib,
-		n->gpu_ranks_attached == 0 ? "no live GPU rank"
-		: st->ready ? "every live GPU rank ready"
+		n->gpu_ranks_attached == 0 ? "no live rank"
+		: st->ready ? "every live rank ready"
 			    : "NOT ready (a live rank's registration in progress or failed)",
 		st->staged_shards);
 	fprintf(f, "  fallbacks  %s%s%s\n", n->fallbacks ? "" : "none",
 		n->fallbacks & KVS_FALLBACK_HUGETLB ? "hugetlb (data plane on /dev/shm, not hugetlbfs) " : "",
 		n->fallbacks & KVS_FALLBACK_NUMA ? "numa (no NUMA binding)" : "");
 	uint64_t queries = n->hits + n->joins + n->misses;
-	fprintf(f, "  gets       %" PRIu64 " = %" PRIu64 " hits (READY) + %" PRIu64 " joins (a read "
+	fprintf(f, "  gets       %" PRIu64 " (loads) = %" PRIu64 " hits (READY) + %" PRIu64 " joins (a read "
 		"in flight) + %" PRIu64 " misses (owner: read it); served by the tier %.1f%% "
 		"(hits + joins), hit ratio %.1f%%; %" PRIu64 " owner fills\n",
 		queries, n->hits, n->joins, n->misses,
 		queries ? 100.0 * (double)(n->hits + n->joins) / (double)queries : 0.0,
 		queries ? 100.0 * (double)n->hits / (double)queries : 0.0, n->owner_fills);
+	fprintf(f, "  dumps      %" PRIu64 " gets (not in the loads' above): %" PRIu64 " shards "
+		"gathered, %" PRIu64 " dedup (already READY, or a peer's dump)\n", n->dump_gets,
+		st->shards_dumped, st->dump_dedup);
 	fprintf(f, "  waits      %" PRIu64 " kvs_slot_wait calls, %s in all (mean %s)\n", n->waits,
 		human_ns(b1, sizeof(b1), (double)n->wait_ns),
 		human_ns(b2, sizeof(b2), n->waits ? (double)n->wait_ns / (double)n->waits : 0.0));
@@ -407,9 +515,9 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		fprintf(f, "             latency: no task finished yet\n");
 	fprintf(f, "             copy %s in %s = %.2f GB/s\n", kvs_cli_human_bytes(b1, sizeof(b1), st->copy_bytes),
 		human_ns(b2, sizeof(b2), (double)st->copy_ns), copy_gbps(st));
-	fprintf(f, "  per rank   %-5s %-8s %-7s %-4s %-5s %5s %9s %9s %9s %9s %9s %7s %9s\n", "ENTRY",
-		"PID", "DEVICE", "NODE", "ALIVE", "PINS", "HITS", "JOINS", "MISSES", "FILLS", "WAITS",
-		"TASKS", "SHARDS");
+	fprintf(f, "  per rank   %-5s %-8s %-7s %-7s %-4s %-5s %5s %9s %9s %9s %9s %9s %9s %7s %9s\n",
+		"ENTRY", "PID", "DEVICE", "KIND", "NODE", "ALIVE", "PINS", "HITS", "JOINS", "MISSES",
+		"DEDUP", "FILLS", "WAITS", "TASKS", "SHARDS");
 	for (uint32_t i = 0; i < s->nranks; i++) {
 		const struct stat_rank *e = &s->ranks[i];
 		char dev[16], node[16] = "-";
@@ -417,13 +525,14 @@ static void print_text(FILE *f, const struct stat_snap *s)
 		if (e->ri.device_id >= 0)
 			snprintf(dev, sizeof(dev), "%d", e->ri.device_id);
 		else
-			snprintf(dev, sizeof(dev), "watcher");
+			snprintf(dev, sizeof(dev), "-");
 		if (e->cpu_node >= 0)
 			snprintf(node, sizeof(node), "%d", e->cpu_node);
-		fprintf(f, "  %-10s %-5u %-8d %-7s %-4s %-5s %5u %9" PRIu64 " %9" PRIu64 " %9" PRIu64
-			" %9" PRIu64 " %9" PRIu64 " %7" PRIu64 " %9" PRIu64 "\n", "", e->ri.entry,
-			(int)e->ri.pid, dev, node, e->ri.self ? "self" : e->ri.alive ? "yes" : "DEAD",
-			e->ri.pins, e->cs.hits, e->cs.joins, e->cs.misses, e->cs.owner_fills, e->cs.waits,
+		fprintf(f, "  %-10s %-5u %-8d %-7s %-7s %-4s %-5s %5u %9" PRIu64 " %9" PRIu64 " %9" PRIu64
+			" %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %7" PRIu64 " %9" PRIu64 "\n", "",
+			e->ri.entry, (int)e->ri.pid, dev, kind_name[rank_kind(&e->ri)], node,
+			e->ri.self ? "self" : e->ri.alive ? "yes" : "DEAD", e->ri.pins, e->cs.hits,
+			e->cs.joins, e->cs.misses, e->ss.dump_dedup, e->cs.owner_fills, e->cs.waits,
 			e->ss.tasks_load + e->ss.tasks_dump + e->ss.tasks_prefetch, e->ss.shards_loaded);
 	}
 }
@@ -503,7 +612,8 @@ static json_t *json_cache_stats(const struct kvs_cache_stats *c)
 	JSET(o, "joins", JU(c->joins));
 	JSET(o, "misses", JU(c->misses));
 	JSET(o, "owner_fills", JU(c->owner_fills));
-	JSET(o, "dedup_hits", JU(c->hits + c->joins));
+	JSET(o, "dedup_hits", JU(c->hits + c->joins)); /* of loads: dumps' are dump_gets */
+	JSET(o, "dump_gets", JU(c->dump_gets));
 	JSET(o, "waits", JU(c->waits));
 	JSET(o, "wait_ns", JU(c->wait_ns));
 	JSET(o, "failures", JU(c->failures));
@@ -561,6 +671,16 @@ static json_t *json_store_stats(const struct kvs_store_stats *s)
 	return o;
 }
 
+static json_t *json_dead(const struct kvs_cache_info_rank *v, uint32_t n)
+{
+	json_t *a = json_array();
+
+	for (uint32_t i = 0; i < n; i++)
+		json_array_append_new(a, json_pack("{s:i, s:i, s:i}", "entry", (int)v[i].entry, "pid",
+						   (int)v[i].pid, "device_id", (int)v[i].device_id));
+	return a;
+}
+
 static json_t *json_snap(const struct stat_snap *s)
 {
 	const struct kvs_cache_info *in = &s->info;
@@ -585,6 +705,8 @@ static json_t *json_snap(const struct stat_snap *s)
 	JSET(o, "data_bytes", JU(in->data_bytes));
 	if (!s->attached) {
 		JSET(o, "ranks_attached", JU(0));
+		JSET(o, "ranks_dead", JU(s->ndead));
+		JSET(o, "dead_ranks", json_dead(s->dead, s->ndead)); /* not reaped: not attached */
 		JSET(o, "slot_count", JU(in->slot_count));
 		JSET(o, "slot_bytes", JU(in->slot_bytes));
 		JSET(o, "capacity_bytes", JU(in->slot_count * in->slot_bytes));
@@ -592,7 +714,11 @@ static json_t *json_snap(const struct stat_snap *s)
 		return o;
 	}
 	JSET(o, "ranks_attached", JU(n->ranks_attached));
-	JSET(o, "gpu_ranks_attached", JU(n->gpu_ranks_attached));
+	/* device_id >= 0, then by copy engine: GPU (cuda, or no store) or CPU-only (host) */
+	JSET(o, "device_ranks_attached", JU(n->gpu_ranks_attached));
+	JSET(o, "gpu_ranks_attached", JU(live_of_kind(s, KIND_GPU)));
+	JSET(o, "cpu_ranks_attached", JU(live_of_kind(s, KIND_CPU)));
+	JSET(o, "reaped", json_dead(s->reaped, s->nreaped)); /* since the last look or gather */
 	JSET(o, "lrs_mismatch", JU(n->lrs_mismatch));
 	JSET(o, "adoptions", JU(n->adoptions));
 	JSET(o, "slot_count", JU(n->slot_count));
@@ -634,6 +760,10 @@ static json_t *json_snap(const struct stat_snap *s)
 		JSET(r, "pid", json_integer(e->ri.pid));
 		JSET(r, "device_id", json_integer(e->ri.device_id));
 		JSET(r, "watcher", json_boolean(e->ri.device_id < 0));
+		JSET(r, "kind", json_string(kind_name[rank_kind(&e->ri)]));
+		JSET(r, "copy_engine", e->ri.copy_engine == KVS_COPY_ENGINE_HOST ? json_string("host")
+				       : e->ri.copy_engine == KVS_COPY_ENGINE_CUDA ? json_string("cuda")
+										    : json_null());
 		JSET(r, "numa_node", e->cpu_node >= 0 ? json_integer(e->cpu_node) : json_null());
 		JSET(r, "alive", json_boolean(e->ri.alive));
 		JSET(r, "self", json_boolean(e->ri.self));
@@ -681,9 +811,9 @@ static void prom_one(struct prom *p, const char *name, const char *type, const c
 	prom_val(p, name, "", v);
 }
 
-/* Per-rank series are of live GPU ranks, labelled by what an operator knows:
- * device (a rank-table entry is reused by whoever attaches next; watchers,
- * this exporter included, have no series). */
+/* Per-rank series are of live ranks (GPU or CPU-only), labelled by what an
+ * operator knows: device (a rank-table entry is reused by whoever attaches
+ * next; watchers, this exporter included, have no series). */
 static bool prom_rank(const struct stat_rank *e)
 {
 	return e->ri.alive && e->ri.device_id >= 0;
@@ -715,10 +845,24 @@ static void prom_le(char *buf, size_t len, int i)
 	snprintf(buf, len, ",le=\"%" PRIu64 ".%06" PRIu64 "\"", us / 1000000, us % 1000000);
 }
 
-/* kvshare_up: the first metric of every file, attached (1) or waiting (0). */
-static void prom_up(struct prom *p, int up)
+/* The cache's state, one series per value (1: the current one). */
+static const char *const prom_states[] = { "live", "stale", "creating", "absent", "other" };
+
+/* kvshare_up: the first metric of every file, attached (1) or waiting (0);
+ * then the state (live when attached). */
+static void prom_up(struct prom *p, int up, const char *state)
 {
+	char lab[48];
+
 	prom_one(p, "kvshare_up", "gauge", "1: the cache is live and this exporter is attached to it.", up);
+	prom_head(p, "kvshare_cache_state", "gauge",
+		  "1 for the cache's state: live (attached), stale (no live process: its memory "
+		  "is held until a rank adopts it or kvshare clean removes it), creating, absent, "
+		  "other (another layout, corrupt).");
+	for (size_t i = 0; i < sizeof(prom_states) / sizeof(prom_states[0]); i++) {
+		snprintf(lab, sizeof(lab), ",state=\"%s\"", prom_states[i]);
+		prom_val(p, "kvshare_cache_state", lab, strcmp(state, prom_states[i]) == 0);
+	}
 }
 
 static void prom_write(FILE *f, const struct stat_snap *s)
@@ -732,14 +876,18 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	snprintf(lab, sizeof(lab), ",layout_version=\"%u\",persist=\"%d\",library=\"%s\",variant=\"%s\"",
 		 s->info.layout_version, !!(s->info.flags & KVS_CACHE_INFO_PERSIST), kvs_version(),
 		 kvs_variant());
-	prom_up(&p, 1);
+	prom_up(&p, 1, "live");
 	prom_head(&p, "kvshare_cache_info", "gauge", "The cache is attached and described (value 1).");
 	prom_val(&p, "kvshare_cache_info", lab, 1);
 	prom_one(&p, "kvshare_ranks_attached", "gauge",
 		 "Live processes attached (liveness lock held: GPU ranks and watchers, this exporter "
 		 "not counted).", (double)others_alive(s));
 	prom_one(&p, "kvshare_gpu_ranks_attached", "gauge",
-		 "Live GPU ranks (device_id >= 0) attached.", (double)n->gpu_ranks_attached);
+		 "Live GPU ranks attached (device_id >= 0, copying with cuda, or without a store).",
+		 (double)live_of_kind(s, KIND_GPU));
+	prom_one(&p, "kvshare_cpu_ranks_attached", "gauge",
+		 "Live CPU-only ranks attached (device_id >= 0, their store copying with the host "
+		 "engine).", (double)live_of_kind(s, KIND_CPU));
 	prom_one(&p, "kvshare_ranks_dead", "gauge",
 		 "Entries of ranks that died and are not reaped yet (the next attach reaps them).",
 		 (double)dead_entries(s));
@@ -747,6 +895,8 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 		 (double)s->info.local_rank_size);
 	prom_one(&p, "kvshare_capacity_bytes", "gauge", "Data plane capacity: slot_count x slot_bytes.",
 		 (double)(n->slot_count * n->slot_bytes));
+	prom_one(&p, "kvshare_data_bytes", "gauge", "Size of the data segments together.",
+		 (double)n->data_bytes);
 	prom_one(&p, "kvshare_slot_bytes", "gauge", "Bytes of one slot (one shard).", (double)n->slot_bytes);
 	prom_one(&p, "kvshare_control_bytes", "gauge", "Size of the control segment.",
 		 (double)s->info.ctl_bytes);
@@ -757,7 +907,9 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	prom_val(&p, "kvshare_slots", ",state=\"empty\"", (double)slots_empty(n));
 	prom_one(&p, "kvshare_slots_pinned", "gauge", "Slots pinned by at least one process.",
 		 (double)n->slots_pinned);
-	prom_head(&p, "kvshare_fallback", "gauge", "1 when the cache runs on a fallback (DESIGN.md 7).");
+	prom_head(&p, "kvshare_fallback", "gauge", "1 when the cache runs on a fallback: hugetlb (the "
+		  "data plane on /dev/shm, hugetlb=auto), numa (a segment made for a node could "
+		  "not be bound to it on a machine of several nodes, numa=auto).");
 	prom_val(&p, "kvshare_fallback", ",kind=\"hugetlb\"", !!(n->fallbacks & KVS_FALLBACK_HUGETLB));
 	prom_val(&p, "kvshare_fallback", ",kind=\"numa\"", !!(n->fallbacks & KVS_FALLBACK_NUMA));
 	prom_head(&p, "kvshare_segment_bytes", "gauge", "Size of each data segment.");
@@ -768,11 +920,12 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 		prom_val(&p, "kvshare_segment_bytes", lab, (double)s->segs[i].bytes);
 	}
 #define NODE_COUNTER(name, field, help) prom_one(&p, name, "counter", help, (double)n->field)
-	NODE_COUNTER("kvshare_hits_total", hits, "Gets that found the slot READY (node, departed ranks included).");
-	NODE_COUNTER("kvshare_joins_total", joins, "Gets that joined a read in flight (served without a backend read of their own).");
-	NODE_COUNTER("kvshare_misses_total", misses, "Gets that made the caller the slot's owner.");
-	prom_one(&p, "kvshare_queries_total", "counter", "Gets: hits + joins + misses.",
+	NODE_COUNTER("kvshare_hits_total", hits, "Gets of loads that found the slot READY (node, departed ranks included; dumps' gets are kvshare_dump_gets_total).");
+	NODE_COUNTER("kvshare_joins_total", joins, "Gets of loads that joined a read in flight (served without a backend read of their own).");
+	NODE_COUNTER("kvshare_misses_total", misses, "Gets of loads that made the caller the slot's owner.");
+	prom_one(&p, "kvshare_queries_total", "counter", "Gets of loads: hits + joins + misses.",
 		 (double)(n->hits + n->joins + n->misses));
+	NODE_COUNTER("kvshare_dump_gets_total", dump_gets, "Gets of dumps (in no hit ratio): kvshare_store_dump_dedup_total of them found their shard.");
 	NODE_COUNTER("kvshare_owner_fills_total", owner_fills, "Slots filled and published READY by their owner.");
 	NODE_COUNTER("kvshare_waits_total", waits, "kvs_slot_wait calls for a slot being filled.");
 	prom_one(&p, "kvshare_wait_seconds_total", "counter", "Time spent in those waits.",
@@ -792,16 +945,16 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	prom_val(&p, "kvshare_store_tasks_total", ",op=\"dump\"", (double)st->tasks_dump);
 	prom_val(&p, "kvshare_store_tasks_total", ",op=\"prefetch\"", (double)st->tasks_prefetch);
 #define STORE_COUNTER(name, field, help) prom_one(&p, name, "counter", help, (double)st->field)
-	STORE_COUNTER("kvshare_store_tasks_failed_total", tasks_failed, "Tasks finished with an error (timeouts included).");
+	STORE_COUNTER("kvshare_store_tasks_failed_total", tasks_failed, "Of the tasks, those finished with an error (timeouts included).");
 	STORE_COUNTER("kvshare_store_tasks_timedout_total", tasks_timedout, "Tasks finished past their deadline.");
 	STORE_COUNTER("kvshare_store_shards_loaded_total", shards_loaded, "Shards copied into tensors (or prefetched).");
 	STORE_COUNTER("kvshare_store_shards_dumped_total", shards_dumped, "Shards gathered into the cache.");
 	STORE_COUNTER("kvshare_store_dump_dedup_total", dump_dedup, "Dump shards skipped: already READY.");
 	STORE_COUNTER("kvshare_store_load_hits_total", load_hits, "Load shards READY at get.");
-	STORE_COUNTER("kvshare_store_owner_reads_total", owner_reads, "Backend reads submitted as owner.");
-	STORE_COUNTER("kvshare_store_read_errors_total", read_errors, "Owner reads that failed.");
-	STORE_COUNTER("kvshare_store_backend_writes_total", backend_writes, "Backend writes completed.");
-	STORE_COUNTER("kvshare_store_write_errors_total", write_errors, "Backend writes that failed.");
+	STORE_COUNTER("kvshare_store_owner_reads_total", owner_reads, "Backend reads attempted as owner (submitted, or refused at submit).");
+	STORE_COUNTER("kvshare_store_read_errors_total", read_errors, "Of the owner reads, those that failed (at submit or completion): never more than them.");
+	STORE_COUNTER("kvshare_store_backend_writes_total", backend_writes, "Backend writes attempted (submitted, or refused at submit).");
+	STORE_COUNTER("kvshare_store_write_errors_total", write_errors, "Of the backend writes, those that failed (at submit or completion): never more than them.");
 	STORE_COUNTER("kvshare_store_prealloc_total", prealloc, "Slots preallocated.");
 	STORE_COUNTER("kvshare_store_prealloc_hits_total", prealloc_hits, "Owned gets of a preallocated key.");
 	STORE_COUNTER("kvshare_store_copy_bytes_total", copy_bytes, "Bytes moved by the copy engines.");
@@ -816,8 +969,8 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	prom_one(&p, "kvshare_store_register_seconds_total", "counter",
 		 "Time in the copy engines' registration calls.", (double)st->register_ns / 1e9);
 	prom_one(&p, "kvshare_store_ready", "gauge",
-		 "1 when every live GPU rank's data plane is registered (direct DMA everywhere; 1 "
-		 "with no live GPU rank).", st->ready);
+		 "1 when every live rank's data plane is registered (direct DMA everywhere; 1 "
+		 "with no live rank).", st->ready);
 	prom_one(&p, "kvshare_prefault_seconds", "gauge",
 		 "Time the creator took to pre-fault the data segments.", (double)n->prefault_ns / 1e9);
 	prom_one(&p, "kvshare_store_copy_seconds_total", "counter", "Time in the copy engines.",
@@ -838,10 +991,12 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 	prom_val(&p, "kvshare_store_task_latency_seconds_count", "", (double)cum);
 
 	/* Per live GPU rank, by device (prom_rank). */
-	prom_head(&p, "kvshare_rank_info", "gauge", "A live GPU rank attached (value 1).");
+	prom_head(&p, "kvshare_rank_info", "gauge",
+		  "A live rank attached (value 1); kind gpu, or cpu (CPU-only: host copies).");
 	for (uint32_t i = 0; i < s->nranks; i++)
 		if (prom_rank(&s->ranks[i])) {
-			snprintf(lab, sizeof(lab), ",device=\"%d\"", s->ranks[i].ri.device_id);
+			snprintf(lab, sizeof(lab), ",device=\"%d\",kind=\"%s\"", s->ranks[i].ri.device_id,
+				 kind_name[rank_kind(&s->ranks[i].ri)]);
 			prom_val(&p, "kvshare_rank_info", lab, 1);
 		}
 	prom_head(&p, "kvshare_rank_pins", "gauge", "Slots the rank pins now.");
@@ -852,24 +1007,46 @@ static void prom_write(FILE *f, const struct stat_snap *s)
 		}
 #define OC(f) offsetof(struct kvs_cache_stats, f), SIZE_MAX
 #define OS(f) SIZE_MAX, offsetof(struct kvs_store_stats, f)
-	prom_rank_counter(&p, s, "kvshare_rank_hits_total", "Gets that hit, per GPU rank.", OC(hits), false);
-	prom_rank_counter(&p, s, "kvshare_rank_joins_total", "Gets that joined a read in flight, per GPU rank.", OC(joins), false);
-	prom_rank_counter(&p, s, "kvshare_rank_misses_total", "Gets that made it owner, per GPU rank.", OC(misses), false);
-	prom_rank_counter(&p, s, "kvshare_rank_owner_fills_total", "Slots it filled, per GPU rank.", OC(owner_fills), false);
-	prom_rank_counter(&p, s, "kvshare_rank_waits_total", "kvs_slot_wait calls, per GPU rank.", OC(waits), false);
-	prom_rank_counter(&p, s, "kvshare_rank_wait_seconds_total", "Time waiting, per GPU rank.", OC(wait_ns), true);
-	prom_rank_counter(&p, s, "kvshare_rank_store_shards_loaded_total", "Shards loaded, per GPU rank.", OS(shards_loaded), false);
-	prom_rank_counter(&p, s, "kvshare_rank_store_owner_reads_total", "Backend reads as owner, per GPU rank.", OS(owner_reads), false);
+	prom_rank_counter(&p, s, "kvshare_rank_hits_total", "Gets of loads that hit, per rank.", OC(hits), false);
+	prom_rank_counter(&p, s, "kvshare_rank_joins_total", "Gets of loads that joined a read in flight, per rank.", OC(joins), false);
+	prom_rank_counter(&p, s, "kvshare_rank_misses_total", "Gets of loads that made it owner, per rank.", OC(misses), false);
+	prom_rank_counter(&p, s, "kvshare_rank_store_dump_dedup_total", "Dump shards found READY or being dumped (not gathered), per rank.", OS(dump_dedup), false);
+	prom_rank_counter(&p, s, "kvshare_rank_owner_fills_total", "Slots it filled, per rank.", OC(owner_fills), false);
+	prom_rank_counter(&p, s, "kvshare_rank_waits_total", "kvs_slot_wait calls, per rank.", OC(waits), false);
+	prom_rank_counter(&p, s, "kvshare_rank_wait_seconds_total", "Time waiting, per rank.", OC(wait_ns), true);
+	prom_rank_counter(&p, s, "kvshare_rank_store_shards_loaded_total", "Shards loaded, per rank.", OS(shards_loaded), false);
+	prom_rank_counter(&p, s, "kvshare_rank_store_owner_reads_total", "Backend reads as owner, per rank.", OS(owner_reads), false);
 #undef OC
 #undef OS
 }
 
-/* With no live cache to attach to (--watch waiting): kvshare_up 0 only. */
+/* With no live cache to attach to (--watch waiting, or a stale cache):
+ * kvshare_up 0 and the state; a stale cache's memory, which stays held until
+ * it is adopted or cleaned, and its dead ranks, from the look (inspect). */
 static void prom_write_down(FILE *f, const struct stat_snap *s)
 {
 	struct prom p = { f, s->info.unique_id };
+	const struct kvs_cache_info *in = &s->info;
+	const char *state = s->look_rc == -ENOENT ? "absent"
+			    : s->look_rc ? "other"
+			    : in->state == KVS_CACHE_INFO_CREATING ? "creating"
+			    : in->state != KVS_CACHE_INFO_READY ? "other"
+			    : in->ranks_live == 0 ? "stale" : "absent"; /* live: went meanwhile */
 
-	prom_up(&p, 0);
+	prom_up(&p, 0, state);
+	if (strcmp(state, "stale") != 0)
+		return;
+	prom_one(&p, "kvshare_control_bytes", "gauge", "Size of the control segment.",
+		 (double)in->ctl_bytes);
+	prom_one(&p, "kvshare_data_bytes", "gauge", "Size of the data segments together.",
+		 (double)in->data_bytes);
+	prom_one(&p, "kvshare_capacity_bytes", "gauge", "Data plane capacity: slot_count x slot_bytes.",
+		 (double)(in->slot_count * in->slot_bytes));
+	prom_one(&p, "kvshare_ranks_dead", "gauge",
+		 "Entries of ranks that died and are not reaped yet (the next attach reaps them).",
+		 (double)in->ranks_dead);
+	prom_one(&p, "kvshare_adoptions_total", "counter",
+		 "Times the cache was adopted after its users died.", (double)in->adoptions);
 }
 
 /* Write FILE.tmp, then rename it over FILE: the collector sees the old file or
@@ -985,6 +1162,8 @@ static int look(const struct stat_opts *o, struct stat_snap *s)
 	struct kvs_cache_info *in = &s->info;
 	int rc = kvs_cache_inspect(o->uid, in);
 
+	s->look_rc = rc;
+	note_dead_inspected(s); /* whom an attach would reap */
 	if (rc == -EINVAL) {
 		fprintf(stderr, "kvshare stat: invalid unique_id '%s' (want [A-Za-z0-9_.-]{1,64})\n", o->uid);
 		return KVS_CLI_USAGE;
@@ -1032,6 +1211,9 @@ static int look(const struct stat_opts *o, struct stat_snap *s)
 		}
 		fprintf(stderr, "kvshare stat: %s: stale (no live process attached): shown read-only, not "
 			"attached (attaching would adopt it); kvshare clean %s removes it\n", o->uid, o->uid);
+		/* the exporter says so too: its state, and the memory it holds */
+		if (o->prom && (rc = prom_publish(o->prom, s, prom_write_down)))
+			fprintf(stderr, "kvshare stat: writing %s: %s\n", o->prom, kvs_strerror(rc));
 		return KVS_CLI_FAIL;
 	}
 	return 0;
@@ -1147,6 +1329,12 @@ int kvs_cli_stat(int argc, char **argv)
 			fprintf(stderr, "kvshare stat: %s: went stale just before stat attached (its last "
 				"process died), so stat's attach adopted it\n", o.uid);
 		}
+		/* Whom an attach (ours, or a peer's) reaped since the last look: in
+		 * the block and the JSON; on stderr where stdout does not show it. */
+		for (uint32_t i = 0; i < s->nreaped && (o.quiet || (!o.json && rates.have)); i++)
+			fprintf(stderr, "kvshare stat: %s: rank pid %d (entry %u, device %d) died; "
+				"reaped (its pins dropped)\n", o.uid, (int)s->reaped[i].pid,
+				s->reaped[i].entry, (int)s->reaped[i].device_id);
 		if (!o.quiet) {
 			if (o.json) {
 				print_json(stdout, s, o.watch_s > 0);
@@ -1179,6 +1367,8 @@ int kvs_cli_stat(int argc, char **argv)
 			kvs_store_close(store);
 			store = NULL;
 			waiting = true;
+			s->look_rc = -ENOENT; /* what the exporter says until the next look */
+			s->ndead = 0;
 			rates.have = false; /* the next cache starts with its whole block */
 			if (o.prom)
 				(void)prom_publish(o.prom, s, prom_write_down); /* retried next tick */

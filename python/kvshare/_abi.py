@@ -219,7 +219,8 @@ class kvs_cache_stats(ctypes.Structure):
         ("pad", ctypes.c_uint32),
         ("slots_dirty", ctypes.c_uint64),
         ("joins", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("dump_gets", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64),
     ]
 
 
@@ -233,5 +234,5 @@ LAYOUT = {
     "kvs_store_tensor": (24, {"addr": 0, "offset": 8, "len": 16}),
     "kvs_store_shard": (32, {"block": 0, "shard": 16, "tensor_count": 20, "tensors": 24}),
     "kvs_store_stats": (456, {"tasks_load": 0, "tasks_dump": 8, "tasks_prefetch": 16, "tasks_failed": 24, "tasks_timedout": 32, "shards_loaded": 40, "shards_dumped": 48, "dump_dedup": 56, "load_hits": 64, "owner_reads": 72, "read_errors": 80, "backend_writes": 88, "write_errors": 96, "prealloc": 104, "prealloc_hits": 112, "copy_bytes": 120, "copy_ns": 128, "task_lat_us": 136, "register_total_bytes": 392, "registered_bytes": 400, "register_ns": 408, "staged_shards": 416, "task_lat_ns_sum": 424, "register_ms_per_gib": 432, "ready": 440, "pad": 444, "reserved": 448}),
-    "kvs_cache_stats": (232, {"hits": 0, "misses": 8, "owner_fills": 16, "waits": 24, "wait_ns": 32, "failures": 40, "evictions": 48, "clock_sweeps": 56, "takeovers": 64, "lock_repairs": 72, "ranks_reaped": 80, "enospc": 88, "lrs_mismatch": 96, "fallbacks": 104, "ranks_attached": 108, "gpu_ranks_attached": 112, "adoptions": 116, "slot_count": 120, "slot_bytes": 128, "slots_ready": 136, "slots_loading": 144, "slots_failed": 152, "slots_pinned": 160, "data_bytes": 168, "prefault_ns": 176, "prefault_ms_per_gib": 184, "prefault_threads": 192, "pad": 196, "slots_dirty": 200, "joins": 208, "reserved": 216}),
+    "kvs_cache_stats": (232, {"hits": 0, "misses": 8, "owner_fills": 16, "waits": 24, "wait_ns": 32, "failures": 40, "evictions": 48, "clock_sweeps": 56, "takeovers": 64, "lock_repairs": 72, "ranks_reaped": 80, "enospc": 88, "lrs_mismatch": 96, "fallbacks": 104, "ranks_attached": 108, "gpu_ranks_attached": 112, "adoptions": 116, "slot_count": 120, "slot_bytes": 128, "slots_ready": 136, "slots_loading": 144, "slots_failed": 152, "slots_pinned": 160, "data_bytes": 168, "prefault_ns": 176, "prefault_ms_per_gib": 184, "prefault_threads": 192, "pad": 196, "slots_dirty": 200, "joins": 208, "dump_gets": 216, "reserved": 224}),
 }
