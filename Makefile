@@ -10,6 +10,8 @@
 #                (perf/chaos.sh; CTest runs a short one)
 #   make startup-bench  pre-fault and first-load timings (perf/startup_bench.sh)
 #   make wheel   the Python wheel with the library inside (build/wheel/)
+#   make deb     the Debian packages (cmake/deb.sh: a build without tests in build-deb,
+#                packages in build-deb/packages/)
 #   make vllm-env  the pinned vLLM CPU venv, outside the repository, reused when
 #                present (python/vllm/env.sh; docs/vllm.md)
 #
@@ -25,12 +27,15 @@ CTEST_FLAGS ?= --output-on-failure --timeout 600
 DEB_PACKAGES := cmake gcc make pkg-config liburing-dev libnuma-dev libhugetlbfs-dev \
 	libjansson-dev libhiredis-dev
 
+# What cpack and cmake/deb.sh use: dpkg-shlibdeps and dpkg-buildflags, file.
+PACKAGING_DEB_PACKAGES := dpkg-dev file
+
 # What only the tests use: a real Redis server for the redis backend's tests,
 # pytest, numpy and torch (CPU) for the Python binding's, abidiff for the ABI
-# test, venv, setuptools and wheel for the wheel's.  Installed by the test
-# targets (as root), so `make bench` stays small.
+# test, venv, setuptools and wheel for the wheel's, lintian for the deb test's.
+# Installed by the test targets (as root), so `make bench` stays small.
 TEST_DEB_PACKAGES := redis-server python3-pytest python3-numpy python3-torch abigail-tools \
-	python3-venv python3-setuptools python3-wheel
+	python3-venv python3-setuptools python3-wheel lintian $(PACKAGING_DEB_PACKAGES)
 
 # What the perf/ scripts use beside the build (fio, perf stat).
 PERF_DEB_PACKAGES := fio linux-perf
@@ -43,7 +48,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := ctl store_config trace block
 FUZZ_ARGS ?=
 
-.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds chaos startup-bench vllm-env wheel clean
+.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds chaos startup-bench vllm-env wheel deb clean
 
 all: build
 
@@ -104,6 +109,7 @@ test-tsan: deps
 	tests/skips.sh build-tsan; exit $$rc
 
 test test-asan test-tsan: DEB_PACKAGES += $(TEST_DEB_PACKAGES)
+deb: DEB_PACKAGES += $(PACKAGING_DEB_PACKAGES)
 startup-bench: DEB_PACKAGES += $(PERF_DEB_PACKAGES)
 fuzz-build fuzz-seeds: DEB_PACKAGES := $(FUZZ_DEB_PACKAGES)
 fuzz-build: deps
@@ -129,8 +135,11 @@ fuzz-seeds: fuzz-build
 wheel: build
 	cmake --build build --target wheel
 
+deb: deps
+	JOBS=$(JOBS) cmake/deb.sh build-deb -DKVS_WERROR=$(WERROR) $(CMAKE_FLAGS)
+
 vllm-env:
 	python/vllm/env.sh
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz build-deb

@@ -115,8 +115,12 @@ macro(kvs_add_shared_library)
   foreach(lib kvs_core_${KVS_V} kvs_io_${KVS_V} kvs_numa_${KVS_V} kvs_wait_${KVS_V})
     set_property(TARGET kvshare_${KVS_V} PROPERTY LINK_LIBRARY_OVERRIDE_${lib} WHOLE_ARCHIVE)
   endforeach()
+  # The file is libkvshare.so.<SONAME major>.<minor>.<patch> (Debian's and
+  # libtool's scheme: the name says which SONAME it is); the minor counts
+  # additions to the KVSHARE_1 ABI (libkvshare.map), the patch fixes.  Not the
+  # project's version, which names releases (0.1.0 ships ABI 1.0.0).
   set_target_properties(kvshare_${KVS_V} PROPERTIES
-    OUTPUT_NAME kvshare VERSION ${PROJECT_VERSION} SOVERSION 1
+    OUTPUT_NAME kvshare VERSION 1.0.0 SOVERSION 1
     LIBRARY_OUTPUT_DIRECTORY ${KVS_LIBDIR})
 endmacro()
 
