@@ -146,7 +146,7 @@ struct kvs_block_id {
 /* ------------------------------------------------------------------------ */
 /* Placement and waiting policies (shared by the cache and store configs)    */
 
-/* Huge pages for the data plane (DESIGN.md §7). */
+/* Huge pages for the data plane (docs/numa.md, "Configuration and fallbacks"). */
 enum kvs_hugetlb_mode {
 	KVS_HUGETLB_AUTO = 0,     /* hugetlbfs when a mount and pool suffice, else /dev/shm (logged) */
 	KVS_HUGETLB_REQUIRED = 1, /* hugetlbfs or -KVS_ENOHUGE */
@@ -402,7 +402,7 @@ struct kvs_slot {
 #define KVS_GET_ALLOW_RESERVED (1u << 1) /* may take a slot of the reserved pool */
 
 /*
- * Pin the slot of (block, shard), per the table of DESIGN.md §4:
+ * Pin the slot of (block, shard); what it finds decides the outcome:
  *   absent                      -> a CLOCK victim is keyed, LOADING, caller is OWNER
  *   READY                       -> hit (BYPASS_HIT and unpinned: LOADING, OWNER)
  *   LOADING, pinned             -> waiter (kvs_slot_wait)
@@ -1087,7 +1087,7 @@ KVS_API int kvs_backend_info(struct kvs_backend *b, struct kvs_backend_info *inf
 
 /*
  * A store is one rank's pipeline over the shared cache, a backend and a copy
- * engine (DESIGN.md §5).  kvs_store_load() takes a task (a list of shards, each
+ * engine (docs/store.md, "A rank's pipeline").  kvs_store_load() takes a task (a list of shards, each
  * with the device addresses of its tensors) and returns at once with a task id;
  * two threads of the store then run it:
  *
@@ -1192,7 +1192,9 @@ struct kvs_store_config {
 KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
 
 /*
- * Apply "key=value,key=value" to cfg (over what it holds).  Keys (DESIGN.md §6):
+ * Apply "key=value,key=value" to cfg (over what it holds).  Keys (the names
+ * inference engines already pass, plus kvshare's own; docs/store.md,
+ * "Configuration"):
  *   unique_id device_id local_rank_size shard_size block_size tensor_size
  *   tensor_size_list(a:b:..) cache_buffer_capacity_gb(decimal GiB) reserved_slots
  *   share_buffer_enable persist hugetlb(auto|required|off) numa(auto|off|required)

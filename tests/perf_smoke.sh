@@ -170,6 +170,9 @@ python_load.py)
 		done
 	done
 	;;
+readme_sample.sh)
+	want 1 "^readme_sample: .*/README.md: sample replaced \\($num s run\\)$"
+	;;
 segment_bench.sh)
 	pool_short='backing=hugetlb gib=[0-9.]+ skipped'
 	for g in 0.0625 0.125; do
