@@ -8,7 +8,11 @@
  * counts tokens, a wake may see several.  TOKENS tokens start spread over the ring and travel until every relay
  * has received TOKENS x LAPS of them, so the run ends by itself and every wait
  * must end by a wake — there is no timeout in the protocol, and each wait has a
- * 10 s deadline, so a lost wakeup fails the run.  Several tokens in flight keep
+ * 10 s deadline, so a lost wakeup fails the run.  Each handoff costs a scheduling
+ * latency, so on a machine whose cores are taken by something else (the vLLM
+ * tests beside it in CI) the laps would take minutes: a stopper thread publishes
+ * a stop word that every relay also waits on once BUDGET_NS has passed, and the
+ * run reports how far it got (a lost wakeup before then still fails it).  Several tokens in flight keep
  * several relays publishing and arming at once.  Odd relays wait with
  * kvs_wait_any on their word plus decoys that never change (futex_waitv in the
  * kernel build).  Observer threads in both processes pile onto random words with
@@ -30,11 +34,15 @@
 #define STRIDE 16
 #define SEED 20261129u
 #define TIMEOUT_NS (10 * KVS_NSEC_PER_SEC)
+#define BUDGET_NS (25 * KVS_NSEC_PER_SEC)
 
 struct region {
 	_Atomic uint32_t word[RELAYS][STRIDE];
 	_Atomic uint32_t decoy[DECOYS];
 	_Atomic uint32_t done;            /* parent -> observers: the relays finished */
+	_Atomic uint32_t stop;            /* stopper -> relays: the time budget is spent */
+	_Atomic uint32_t finished;        /* relays that returned (a bell, kvs_wait_bump) */
+	_Atomic uint32_t received[RELAYS]; /* tokens each relay received (statistics) */
 	_Atomic uint32_t child_relays;    /* child -> parent: its relays finished */
 	_Atomic uint32_t observed;        /* total observer wakes (statistics) */
 	_Atomic uint32_t relayed;         /* total relay wakes (statistics) */
@@ -65,16 +73,16 @@ static void *relay_main(void *arg)
 	uint32_t rng = SEED ^ (uint32_t)(k * 7919 + 1);
 	uint32_t mode = wt_modes[rng_next(&rng) % WT_NMODES];
 	struct kvs_wait_spin spin;
-	_Atomic uint32_t *words[1 + DECOYS] = { &rg->word[k][0] };
-	uint32_t busy[1 + DECOYS];
+	_Atomic uint32_t *words[2 + DECOYS] = { &rg->word[k][0], &rg->stop };
+	uint32_t busy[2 + DECOYS] = { 0, 0 };
 	_Atomic uint32_t *out = &rg->word[(k + 1) % RELAYS][0];
 	uint32_t last = 0, next = initial_tokens((k + 1) % RELAYS), received = 0;
-	unsigned n = k % 2 ? 1 + DECOYS : 1;
+	unsigned n = k % 2 ? 2 + DECOYS : 2;
 
 	kvs_wait_spin_init(&spin, budgets[rng_next(&rng) % KVS_ARRAY_LEN(budgets)]);
 	for (int d = 0; d < DECOYS; d++) {
-		words[1 + d] = &rg->decoy[d];
-		busy[1 + d] = 0;
+		words[2 + d] = &rg->decoy[d];
+		busy[2 + d] = 0;
 	}
 	while (received < TOKENS * LAPS) {
 		struct kvs_wait_opts o = wt_opts(mode, TIMEOUT_NS);
@@ -84,11 +92,13 @@ static void *relay_main(void *arg)
 		o.spin = &spin;
 		busy[0] = last;
 		rc = kvs_wait_any(words, busy, n, &o);
+		if (rc == 1)
+			break; /* the stopper: the budget is spent */
 		if (rc != 0) {
 			fprintf(stderr, "relay %d (%s, budget %u): after %u tokens: %d (%s)\n", k,
 				wt_mode_name(mode), spin.budget_ns, received, rc, kvs_strerror(rc));
 			atomic_store(&rg->failed, 1);
-			return NULL;
+			break;
 		}
 		v = atomic_load_explicit(words[0], memory_order_acquire) & KVS_WAIT_VALUE_MASK;
 		received += v - last;
@@ -97,6 +107,28 @@ static void *relay_main(void *arg)
 		for (; last != v; last++)
 			kvs_wait_publish(out, ++next);
 		atomic_fetch_add_explicit(&rg->relayed, 1, memory_order_relaxed); /* statistics */
+	}
+	atomic_store_explicit(&rg->received[k], received, memory_order_relaxed); /* statistics */
+	kvs_wait_bump(&rg->finished);
+	return NULL;
+}
+
+/* Parent: once every relay has returned, or at BUDGET_NS, whichever comes first;
+ * at the budget it publishes stop so that the relays return. */
+static void *stopper_main(void *arg)
+{
+	uint64_t deadline = kvs_deadline_after(BUDGET_NS);
+	uint32_t f;
+
+	(void)arg;
+	while ((f = atomic_load_explicit(&rg->finished, memory_order_relaxed) &
+		    KVS_WAIT_VALUE_MASK) < RELAYS) {
+		struct kvs_wait_opts o = { .deadline_ns = deadline, .mode = KVS_WAIT_AUTO };
+
+		if (kvs_wait_while(&rg->finished, f, &o) == -ETIMEDOUT) {
+			kvs_wait_publish(&rg->stop, 1);
+			break;
+		}
 	}
 	return NULL;
 }
@@ -131,14 +163,18 @@ static void *observer_main(void *arg)
  * relays, run between(), then join the observers. */
 static kvs_test_rc run_side(int r0, int o0, void (*between)(void))
 {
-	pthread_t relays[RELAYS / 2], obs[OBSERVERS / 2];
+	pthread_t relays[RELAYS / 2], obs[OBSERVERS / 2], stopper;
 
 	for (int i = 0; i < OBSERVERS / 2; i++)
 		KVS_CHECK_OK(-pthread_create(&obs[i], NULL, observer_main, (void *)(intptr_t)(o0 + i)));
+	if (r0 == 0)
+		KVS_CHECK_OK(-pthread_create(&stopper, NULL, stopper_main, NULL));
 	for (int i = 0; i < RELAYS / 2; i++)
 		KVS_CHECK_OK(-pthread_create(&relays[i], NULL, relay_main, (void *)(intptr_t)(r0 + i)));
 	for (int i = 0; i < RELAYS / 2; i++)
 		pthread_join(relays[i], NULL);
+	if (r0 == 0)
+		pthread_join(stopper, NULL);
 	between();
 	for (int i = 0; i < OBSERVERS / 2; i++)
 		pthread_join(obs[i], NULL);
@@ -184,6 +220,19 @@ static kvs_test_rc test_relay_ring(void)
 	crc = kvs_test_reap(child, 60000);
 	printf("relay wakes: %u, observer wakes: %u\n", atomic_load(&rg->relayed),
 	       atomic_load(&rg->observed));
+	if (atomic_load(&rg->stop) & KVS_WAIT_VALUE_MASK) {
+		uint32_t lo = UINT32_MAX, hi = 0;
+
+		for (int k = 0; k < RELAYS; k++) {
+			uint32_t r = atomic_load(&rg->received[k]);
+
+			lo = r < lo ? r : lo;
+			hi = r > hi ? r : hi;
+		}
+		printf("stopped at the %llu s budget (the machine's cores are busy): relays "
+		       "received %u..%u of %u tokens each\n",
+		       (unsigned long long)(BUDGET_NS / KVS_NSEC_PER_SEC), lo, hi, TOKENS * LAPS);
+	}
 	munmap(rg, sizeof(*rg));
 	KVS_CHECK_EQ(crc, 0);
 	KVS_TRY(side);
