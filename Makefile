@@ -13,7 +13,7 @@
 #   make deb     the Debian packages (cmake/deb.sh: a build without tests in build-deb,
 #                packages in build-deb/packages/)
 #   make vllm-env  the pinned vLLM CPU venv, outside the repository, reused when
-#                present (python/vllm/env.sh; docs/vllm.md)
+#                present (python/vllm-env/env.sh; docs/vllm.md)
 #
 # Missing Debian packages are installed when run as root; otherwise the exact
 # apt-get line is printed and make stops.
@@ -139,7 +139,7 @@ deb: deps
 	JOBS=$(JOBS) cmake/deb.sh build-deb -DKVS_WERROR=$(WERROR) $(CMAKE_FLAGS)
 
 vllm-env:
-	python/vllm/env.sh
+	python/vllm-env/env.sh
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz build-deb

@@ -39,7 +39,7 @@ and the floor of the same run: one host->host copy of the prefix's bytes
 (numpy, best of 7) and the same bytes in 32 KiB copies (ctypes.memmove per
 shard, the Python call's cost measured and shown apart).
 
-Run (the venv: python/vllm/env.sh prints its path):
+Run (the venv: python/vllm-env/env.sh prints its path):
   PYTHONPATH=python KVSHARE_LIBRARY=build/lib/libkvshare.so.1 $venv/bin/python \
       perf/vllm_load_profile.py [builddir] [--tp 1,2] [--repeat 5] [--blocks 128]
       [--connector-extra JSON] [--store-extra JSON] [--forward-ms 0 --forward-kind spin]

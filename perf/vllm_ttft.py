@@ -90,8 +90,8 @@ of the timed request as "#" lines.  --hit-only runs engines A and B only;
 --connector-extra JSON adds kv_connector_extra_config keys (a connector's
 tuning keys, to compare variants), --store-extra JSON kvshare_config keys.
 
-Run (the venv: python/vllm/env.sh prints its path on its last line):
-  venv=$(python/vllm/env.sh | tail -n 1)
+Run (the venv: python/vllm-env/env.sh prints its path on its last line):
+  venv=$(python/vllm-env/env.sh | tail -n 1)
   PYTHONPATH=python KVSHARE_LIBRARY=build/lib/libkvshare.so.1 "$venv/bin/python" perf/vllm_ttft.py
 (KVSHARE_LIBRARY defaults to build/lib/libkvshare.so.1 of this tree.)  Other
 options: --suffix-tokens 32 --tp 1,2 --no-shared --engine-timeout 1800

