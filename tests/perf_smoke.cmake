@@ -27,3 +27,8 @@ foreach(s IN LISTS kvs_perf_scripts)
   add_test(NAME perf.${n} COMMAND ${PROJECT_SOURCE_DIR}/tests/perf_smoke.sh ${s} ${CMAKE_BINARY_DIR})
   set_tests_properties(perf.${n} PROPERTIES LABELS perf SKIP_RETURN_CODE 77 TIMEOUT 180)
 endforeach()
+# It runs in the vLLM venv (tests/perf_smoke.sh), made first by the vllm.env
+# fixture (tests/vllm.cmake) where the build has it.
+if(TEST perf.vllm_load_profile)
+  set_tests_properties(perf.vllm_load_profile PROPERTIES FIXTURES_REQUIRED kvs_vllm_env)
+endif()

@@ -13,7 +13,9 @@
 # run's numbers judge nothing, but the lines are checked and so are the
 # correctness invariants the targets include; 77 skip, its "SKIP:" reason
 # printed by the script (tests/skips.sh lists it); anything else fails.
-# Python scripts run under $KVS_PYTHON, else python3.  Scratch files go to a
+# Python scripts run under $KVS_PYTHON, else python3; vllm_load_profile.py,
+# which needs vLLM, under the pinned vLLM venv's python where
+# python/vllm-env/env.sh gives one (the vllm.env fixture made it).  Scratch files go to a
 # temporary TMPDIR, removed at the end.  Exit 0 pass, 1 fail, 77 skip.
 set -uo pipefail
 
@@ -32,7 +34,13 @@ vllm_ttft.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	KVSHARE_LIBRARY=$build/lib/libkvshare.so.1 ;;
 weights_fingerprint.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} ;;
-vllm_load_profile.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script" "$build")
+vllm_load_profile.py)
+	py=${KVS_PYTHON:-}
+	if [ -z "$py" ] && venv=$("$root/python/vllm-env/env.sh" 2>/dev/null | tail -n 1) &&
+	   [ -x "$venv/bin/python" ]; then
+		py=$venv/bin/python
+	fi
+	cmd=("${py:-python3}" "$root/$script" "$build")
 	PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} KVSHARE_LIBRARY=$build/lib/libkvshare.so.1 ;;
 *.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script" "$build") ;;
 *) cmd=("$root/$script" "$build") ;;

@@ -4,6 +4,8 @@
 # reuses it; KVS_VLLM_VENV names another), with the package from python/.
 # Exit 77 naming the reason when the venv cannot be made (no CPython 3.11, no
 # network or package source, ...).
+# tests/vllm/run.sh --env: only make (or reuse) the venv, exit 0 or that 77: the
+# vllm.env fixture, so that the venv is made once, before the tests that need it.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -15,6 +17,7 @@ if ! venv=$("$root/python/vllm-env/env.sh" 2>"${TMPDIR:-/tmp}/kvshare-vllm-env.e
 fi
 cat "${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$"
 rm -f "${TMPDIR:-/tmp}/kvshare-vllm-env.err.$$"
+[ "${1:-}" = --env ] && exit 0
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 unset PYTHONHASHSEED # the tests set it where they mean to
