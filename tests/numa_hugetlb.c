@@ -29,8 +29,8 @@ struct pool {
 
 static struct pool pool_now(void)
 {
-	return (struct pool){ numa_test_meminfo("HugePages_Free"),
-			      numa_test_meminfo("HugePages_Rsvd") };
+	return (struct pool){ hugetlb_test_meminfo("HugePages_Free"),
+			      hugetlb_test_meminfo("HugePages_Rsvd") };
 }
 
 /* Skip unless there is a 2 MiB hugetlbfs mount with at least min_avail pages
@@ -38,9 +38,9 @@ static struct pool pool_now(void)
 #define NEED_POOL(mount, min_avail)                                                     \
 	do {                                                                            \
 		struct pool p_ = pool_now();                                            \
-		if (numa_test_meminfo("Hugepagesize") != 2048)                          \
+		if (hugetlb_test_meminfo("Hugepagesize") != 2048)                          \
 			KVS_SKIP("default huge page size is not 2 MiB");                \
-		if (numa_test_hugetlb_mount(mount, sizeof(mount)) != 0)                 \
+		if (hugetlb_test_mount(mount, sizeof(mount)) != 0)                 \
 			KVS_SKIP("no 2 MiB hugetlbfs mount (mount -t hugetlbfs -o pagesize=2M none /dev/hugepages)"); \
 		if (p_.free - p_.rsvd < (min_avail))                                    \
 			KVS_SKIP("hugepage pool: %lld free, %lld reserved, want %d "    \

@@ -97,13 +97,13 @@ static kvs_test_rc test_threads_hugetlb(void)
 {
 	static const uint32_t threads[] = { 1, 2, 4, 0 };
 	char mount[PATH_MAX];
-	long long free_pages = numa_test_meminfo("HugePages_Free");
-	long long rsvd = numa_test_meminfo("HugePages_Rsvd");
+	long long free_pages = hugetlb_test_meminfo("HugePages_Free");
+	long long rsvd = hugetlb_test_meminfo("HugePages_Rsvd");
 
 	if (!KVS_KERNEL)
 		KVS_SKIP("the plain build never uses hugetlbfs");
-	if (numa_test_meminfo("Hugepagesize") != 2048 ||
-	    numa_test_hugetlb_mount(mount, sizeof(mount)) != 0)
+	if (hugetlb_test_meminfo("Hugepagesize") != 2048 ||
+	    hugetlb_test_mount(mount, sizeof(mount)) != 0)
 		KVS_SKIP("no 2 MiB hugetlbfs mount (mount -t hugetlbfs -o pagesize=2M none /dev/hugepages)");
 	if (free_pages - rsvd < 16)
 		KVS_SKIP("hugepage pool: %lld free, %lld reserved, want 16 (sysctl vm.nr_hugepages=512)",

@@ -1,19 +1,19 @@
 /*
  * tests/numa_util.h — helpers shared by the numa_* tests: a log callback that
  * keeps what the library said (so a test can check that a fallback was
- * reported), the hugetlbfs mount and pool as the test reads them itself from
- * /proc (independently of the library under test), and byte patterns.
+ * reported) and byte patterns; the hugetlbfs mount and pool come from
+ * hugetlb_util.h.
  */
 #ifndef KVS_TESTS_NUMA_UTIL_H
 #define KVS_TESTS_NUMA_UTIL_H
 
-#include <mntent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
+#include "hugetlb_util.h"
 #include "numa/numa.h"
 
 /* Everything logged, newline-separated, truncated at the buffer size. */
@@ -50,44 +50,6 @@ static inline int numa_test_log_has(struct numa_test_log *l, const char *needle)
 	int found = strstr(l->text, needle) != NULL;
 	pthread_mutex_unlock(&l->lock);
 	return found;
-}
-
-/* The mount of the 2 MiB hugetlbfs from /proc/mounts; 0 if found. */
-static inline int numa_test_hugetlb_mount(char *buf, size_t len)
-{
-	struct mntent ent, *m;
-	char line[4096];
-	int rc = -1;
-	FILE *f = setmntent("/proc/self/mounts", "re");
-
-	if (!f)
-		return -1;
-	while (rc != 0 && (m = getmntent_r(f, &ent, line, sizeof(line)))) {
-		if (strcmp(m->mnt_type, "hugetlbfs") == 0 && strstr(m->mnt_opts, "pagesize=2M") &&
-		    strlen(m->mnt_dir) < len) {
-			strcpy(buf, m->mnt_dir);
-			rc = 0;
-		}
-	}
-	endmntent(f);
-	return rc;
-}
-
-/* One "Name:   value" line of /proc/meminfo; -1 if absent. */
-static inline long long numa_test_meminfo(const char *name)
-{
-	char line[256];
-	long long v = -1;
-	size_t n = strlen(name);
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, name, n) == 0 && line[n] == ':')
-			v = strtoll(line + n + 1, NULL, 10);
-	fclose(f);
-	return v;
 }
 
 /* The pattern byte of offset off under seed. */
