@@ -1,5 +1,5 @@
 /*
- * tests/io_redis.c — the redis backend (io/redis.c) against a real redis-server
+ * tests/io_redis.c — the redis backend (io/redis*.c) against a real redis-server
  * that each case starts itself on a unix socket in a temp dir, and stops.
  *
  * Backend cases (kvs_backend_*): round trip of whole and partial shards, batch

@@ -1,4 +1,4 @@
-# Tests of the redis backend (io/redis.c) against a real redis-server that each
+# Tests of the redis backend (io/redis*.c) against a real redis-server that each
 # case starts on a unix socket in a temp dir and stops (skipped, 77, without
 # redis-server; tests/redis_util.h).  Two binaries:
 #   io_redis     backend cases: round trips, pipelining, wrong-length values,

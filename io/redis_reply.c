@@ -1,0 +1,169 @@
+/*
+ * io/redis_reply.c — what a reply means to its command: the reply-object
+ * functions of the redis backend's hiredis reader (io/redis_conn.c receives the
+ * bytes into it; io/redis.c says what the backend does).
+ *
+ * Replies are parsed by a hiredis reader (redisReader) with our own reply-object
+ * functions: replies arrive in command order, so the reply being parsed belongs
+ * to the socket's oldest command, and a GET's bulk string is checked (its value
+ * header, in place in the reader's buffer) and its shard bytes copied by
+ * createString straight from the reader's buffer into the destination (the
+ * slot) — no reply object, no allocation.
+ *
+ * A GET checks the header when its reply is whole: a value stored with another
+ * geometry or layout_tag fails the shard with -KVS_ECONFIG (WARN naming the key
+ * and both geometries); one without a valid header (written before headers,
+ * planted by hand, torn), of another key (block or shard), or of another length
+ * with -EIO (logged with the key): never a partial slot.
+ *
+ * An error reply fails its own shard only: OOM -ENOSPC, READONLY -EROFS,
+ * NOAUTH/WRONGPASS/NOPERM -EACCES, LOADING/BUSY/MASTERDOWN/TRYAGAIN -EBUSY,
+ * anything else -EIO; a nil GET is -ENOENT.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "io/redis_impl.h"
+
+/* Indexed by enum cmd_kind (io/redis_impl.h). */
+static const char *const cmd_names[] = { "GET", "SET", "AUTH", "SELECT", "EXISTS", "PING" };
+
+/* ------------------------------------------------------- reply functions */
+
+/* The errno of a server error reply, by its first word. */
+static int reply_errno(const char *s, size_t n)
+{
+	static const struct {
+		const char *word;
+		int err;
+	} map[] = {
+		{ "OOM", -ENOSPC },	   { "READONLY", -EROFS },  { "NOAUTH", -EACCES },
+		{ "WRONGPASS", -EACCES }, { "NOPERM", -EACCES },   { "LOADING", -EBUSY },
+		{ "BUSY", -EBUSY },	   { "MASTERDOWN", -EBUSY }, { "TRYAGAIN", -EBUSY },
+	};
+	size_t w = 0;
+
+	while (w < n && s[w] != ' ')
+		w++;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (strlen(map[i].word) == w && memcmp(map[i].word, s, w) == 0)
+			return map[i].err;
+	return -EIO;
+}
+
+/*
+ * A GET's value, n bytes at s (in the reader's buffer): its header checked
+ * against the command's block and shard and this handle's geometry, then bytes
+ * [offset, offset + len) of the shard after it copied to the destination.
+ */
+static void get_value(struct conn *c, struct cmd *cmd, const char *s, size_t n)
+{
+	const struct redis *r = c->r;
+	struct kvs_io_value_hdr h;
+	char why[160];
+	int rc = kvs_io_value_hdr_decode(s, n, &h, why, sizeof(why));
+
+	if (rc == 0 && (memcmp(&h.block, &cmd->block, sizeof(h.block)) || h.shard != cmd->shard)) {
+		char hex[33];
+
+		kvs_io_block_hex(&h.block, hex);
+		snprintf(why, sizeof(why), "holds shard %u of block %s (copied from another key)",
+			 h.shard, hex);
+		rc = -EIO;
+	}
+	if (rc == 0 && !kvs_io_geom_same(&h.geom, &r->geom)) {
+		char stored[KVS_IO_GEOM_DESCRIBE_MAX], ours[KVS_IO_GEOM_DESCRIBE_MAX];
+
+		kvs_io_geom_describe(&h.geom, false, stored, sizeof(stored));
+		kvs_io_geom_describe(&r->geom, true, ours, sizeof(ours));
+		conn_log(c, KVS_LOG_WARN, "redis %s: GET %.*s: stored with %s; this store has %s",
+			 c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off, stored, ours);
+		cmd->result = -KVS_ECONFIG;
+		return;
+	}
+	if (rc == 0 && n != KVS_IO_VALUE_HDR + r->shard_bytes) {
+		snprintf(why, sizeof(why), "a shard is %llu bytes after a %d-byte header (cut short, "
+			 "or extended)", (unsigned long long)r->shard_bytes, KVS_IO_VALUE_HDR);
+		rc = -EIO;
+	}
+	if (rc < 0) {
+		conn_log(c, KVS_LOG_ERROR, "redis %s: GET %.*s: value of %zu bytes: %s: read failed",
+			 c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off, n, why);
+		cmd->result = -EIO;
+		return;
+	}
+	memcpy(cmd->dst, s + KVS_IO_VALUE_HDR + cmd->offset, cmd->len);
+	cmd->result = (int64_t)cmd->len;
+}
+
+/* The command whose reply is being parsed: the socket's oldest. */
+static struct cmd *parsing(const redisReadTask *t)
+{
+	const struct conn *c = t->privdata;
+
+	return c->head;
+}
+
+static void *on_string(const redisReadTask *t, char *s, size_t n)
+{
+	struct conn *c = t->privdata;
+	struct cmd *cmd = parsing(t);
+	const char *what;
+
+	if (!cmd || t->parent)
+		return c; /* unsolicited or nested: cmd keeps -EPROTO (or there is none) */
+	what = cmd_names[cmd->kind];
+	if (t->type == REDIS_REPLY_ERROR) {
+		cmd->result = cmd->kind == CMD_AUTH ? -EACCES : reply_errno(s, n);
+		if (cmd->kind == CMD_GET || cmd->kind == CMD_SET)
+			conn_log(c, KVS_LOG_ERROR, "redis %s: %s %.*s: server replied: %.*s",
+				 c->ep->name, what, (int)cmd->key_len, cmd->hdr + cmd->key_off,
+				 (int)(n < 200 ? n : 200), s);
+		else
+			conn_log(c, KVS_LOG_ERROR, "redis %s: %s failed: server replied: %.*s",
+				 c->ep->name, what, (int)(n < 200 ? n : 200), s);
+	} else if (t->type == REDIS_REPLY_STATUS) {
+		cmd->result = cmd->kind == CMD_GET || cmd->kind == CMD_EXISTS ? -EPROTO
+										 : (int64_t)cmd->val_len;
+	} else if (cmd->kind == CMD_GET && t->type == REDIS_REPLY_STRING) {
+		get_value(c, cmd, s, n);
+	}
+	return c;
+}
+
+static void *on_integer(const redisReadTask *t, long long v)
+{
+	struct cmd *cmd = parsing(t);
+
+	if (cmd && !t->parent && cmd->kind == CMD_EXISTS)
+		cmd->result = v;
+	return t->privdata;
+}
+
+static void *on_nil(const redisReadTask *t)
+{
+	struct cmd *cmd = parsing(t);
+
+	if (cmd && !t->parent && cmd->kind == CMD_GET)
+		cmd->result = -ENOENT; /* absent (or expired since the lookup) */
+	return t->privdata;
+}
+
+static void *on_array(const redisReadTask *t, int n)
+{
+	(void)n;
+	return t->privdata; /* no command of ours gets one: cmd keeps -EPROTO */
+}
+
+static void on_free(void *obj)
+{
+	(void)obj; /* replies are the socket pointer itself: nothing allocated */
+}
+
+redisReplyObjectFunctions redis_reply_fns = {
+	.createString = on_string,
+	.createArray = on_array,
+	.createInteger = on_integer,
+	.createNil = on_nil,
+	.freeObject = on_free,
+};
