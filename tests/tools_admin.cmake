@@ -1,5 +1,6 @@
-# Tests of `kvshare stat`, `kvshare ls` and `kvshare clean` (tools/stat.c, tools/ls.c)
-# and of the library calls they stand on (core/inspect.c, core/stats.c).
+# Tests of `kvshare stat`, `kvshare ls` and `kvshare clean` (tools/stat.c and its
+# outputs tools/stat_text.c, stat_json.c, stat_prom.c; tools/ls.c) and of the
+# library calls they stand on (core/inspect.c, core/stats.c).
 #   core_inspect  kvs_cache_inspect (live, stale, being created, another layout,
 #                 corrupt; read-only: no byte changes, nothing adopted),
 #                 kvs_cache_rank_info, kvs_cache_seg_info, a watcher store, every
