@@ -1,9 +1,10 @@
 /*
  * common/log.h — the library's only way to say something: the user's callback.
  *
- * kvshare never prints, exits or reads the environment (STYLE.md rule 5).  Every
- * handle carries a struct kvs_log copied from its config; a NULL callback drops
- * messages.  Messages are formatted into a bounded stack buffer (truncated, never
+ * kvshare never prints, exits or reads the environment: a rule of the whole
+ * library, stated in include/kvshare.h, "Conventions".  Every handle carries a
+ * struct kvs_log copied from its config; a NULL callback drops messages.
+ * Messages are formatted into a bounded stack buffer (truncated, never
  * allocated) so logging is safe on error paths and under locks.
  */
 #ifndef KVS_COMMON_LOG_H

@@ -24,11 +24,12 @@
  * KVS_CLOCK_WEIGHT_MAX (core/slot.c: clock_alloc / clock_use), the hand takes 1
  * per pass.  A block read once survives one pass, a block reused survives two:
  * with one bit both survived one pass and CLOCK degraded towards FIFO when most
- * of the cache turns over between passes; on the Mooncake traces of
- * ../shared/traces this loses up to 2 points of hit ratio to LRU, against
- * 0.1 with weights (docs/replay.md).  A "use" is counted once per use episode,
- * not once per rank: a get that joins a slot other ranks already pin (the TP
- * ranks of one request) leaves the weight as it is (slot.c).
+ * of the cache turns over between passes; on the public Mooncake traces this
+ * loses up to 2 points of hit ratio to LRU, against 0.1 with weights
+ * (docs/replay.md, "Results on the Mooncake traces").  A "use" is counted
+ * once per use episode, not once per rank: a get that joins a slot other ranks
+ * already pin (the TP ranks of one request) leaves the weight as it is
+ * (slot.c).
  *
  * The pools' bounds come from the handle's copy of the segment table, validated
  * at open: the shared header's copy is never read here (another process could

@@ -11,7 +11,8 @@
  *   - tests each rank entry's liveness byte with F_OFD_GETLK (a lock *test*: a
  *     read-only descriptor suffices, and nothing is locked).  Ranks hold F_WRLCK
  *     on their byte (rank.c); the test asks about F_WRLCK too, so it sees any
- *     lock on the byte.  Liveness comes from these locks only (DESIGN.md §3);
+ *     lock on the byte.  Liveness comes from these locks only
+ *     (docs/core.md, "Lifecycle and liveness");
  *   - reads the header with one pread() into a private copy, then judges the copy:
  *     magic, layout version and format word first (another build's header is
  *     described as such, never interpreted), then READY, then the same validator

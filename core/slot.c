@@ -1,7 +1,8 @@
 /*
- * core/slot.c — the slot protocol of DESIGN.md §4: get, wait, publish, release,
- * and the read-only questions (exists, lookup, lookup_prefix) plus prealloc and
- * touch.
+ * core/slot.c — the slot protocol (the get table in the comment of
+ * kvs_cache_get in include/kvshare.h; docs/core.md, "API"): get, wait,
+ * publish, release, and the read-only questions (exists, lookup,
+ * lookup_prefix) plus prealloc and touch.
  *
  * Every get records a pin (pin.c); the pin of the get that made the slot
  * LOADING carries the owner bit.  A struct kvs_slot is the caller's memory, so

@@ -3,12 +3,14 @@
  * device tensors of one shard.
  *
  * A shard occupies one slot on the host and up to KVS_MAX_TENSORS tensors on the
- * device (DESIGN.md §1 "tensor sizes").  A copy is a list of segments, one per
- * tensor: len bytes at host_off within the slot <-> the device address dev.  Load
- * scatters the slot into the tensors (host-to-device), dump gathers the tensors
- * into the slot (device-to-host).  The host side need not be contiguous: with head
- * slices (DESIGN.md §5) each tensor copies a byte range of its stored tensor, so
- * host_off values are not sums of the previous lens, and segments may leave gaps.
+ * device (tensor_count and tensor_bytes[]: docs/core.md, "Configuration").  A
+ * copy is a list of segments, one per tensor: len bytes at host_off within the
+ * slot <-> the device address dev.  Load scatters the slot into the tensors
+ * (host-to-device), dump gathers the tensors into the slot (device-to-host).
+ * The host side need not be contiguous: with head slices
+ * (docs/store.md, "Head slices") each tensor copies a byte range of its stored
+ * tensor, so host_off values are not sums of the previous lens, and segments
+ * may leave gaps.
  *
  * Copies are queued asynchronously; kvs_copy_sync() waits for everything queued
  * so far, up to a deadline.  The host bytes (and, for d2h, the device bytes) must

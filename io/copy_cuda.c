@@ -16,8 +16,9 @@
  * later copy lands on, it runs after the caller's work.
  *
  * Strategy per call (KVS_COPY_STRATEGY_AUTO; the opts may force one), by the
- * segment count n and mean segment size m, from the H200 numbers of DESIGN.md §5
- * (128 x 32 KiB: 10.7 GB/s per tensor, 53 GB/s batched, 55 GB/s bulk ceiling):
+ * segment count n and mean segment size m, from the H200 numbers of docs/io.md,
+ * "Strategies (cuda engine)" (128 x 32 KiB: 10.7 GB/s per tensor, 53 GB/s
+ * batched, 55 GB/s bulk ceiling):
  *
  *   n < 4 or m >= 1 MiB   memcpy  10.7 GB/s at 32 KiB means ~2.5 us of fixed
  *                                 cost per copy; it is under 10% of a copy from

@@ -6,8 +6,9 @@
  *     <hugetlbfs mount for page_bytes>/kvshare.<unique_id>.data.<node>   (hugetlb)
  *     /dev/shm/kvshare.<unique_id>.data.<node>                          (shm)
  * (node 0 when unbound), mode 0600 by default (0660 + group when configured).
- * The creator decides backing and page size (DESIGN.md §7 fallback chain) and
- * records them in the control header; attachers pass them back to attach.
+ * The creator decides backing and page size (the fallback chain of
+ * docs/numa.md, "Configuration and fallbacks") and records them in the control
+ * header; attachers pass them back to attach.
  *
  * Creation (kvs_numa_seg_create) in the kernel build:
  *   1. hugetlb != off: find the hugetlbfs mount for page_bytes (libhugetlbfs) and

@@ -13,12 +13,13 @@
  * failure after the file exists truncates it to zero (giving back a hugetlb
  * reservation even if someone opened the file meanwhile) and unlinks it.
  *
- * Fallback chain (DESIGN.md §7), kernel build: hugetlb=off -> shm; otherwise
- * try hugetlbfs; with hugetlb=auto any failure but -EEXIST / -EINVAL (no mount,
- * pool short, reservation or pre-fault refused, mount not writable) is logged and
- * the segment is made in /dev/shm instead; seg->backing tells the caller, who
- * reports it in stats.  hugetlb=required returns the hugetlbfs error
- * (-KVS_ENOHUGE for anything about the pool or the mount).
+ * Fallback chain (docs/numa.md, "Configuration and fallbacks"), kernel build:
+ * hugetlb=off -> shm; otherwise try hugetlbfs; with hugetlb=auto any failure
+ * but -EEXIST / -EINVAL (no mount, pool short, reservation or pre-fault
+ * refused, mount not writable) is logged and the segment is made in /dev/shm
+ * instead; seg->backing tells the caller, who reports it in stats.
+ * hugetlb=required returns the hugetlbfs error (-KVS_ENOHUGE for anything about
+ * the pool or the mount).
  *
  * Attach checks ownership before mapping (a segment of another uid is refused:
  * KV bytes are users' prompts), then the size (a truncated or foreign file is

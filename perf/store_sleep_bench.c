@@ -1,6 +1,7 @@
 /*
  * perf/store_sleep_bench.c — what a store's two threads cost while one backend
- * read is held for a long time (issue 22 item 15; DESIGN.md §5).  One line:
+ * read is held for a long time (issue 22 item 15; docs/store.md, "Sleeping").
+ * One line:
  *
  *   store_sleep variant=<v> backend=<latency|pool|uring> waiter=<own|peer>
  *     hold_ms=<..> measure_ms=<..> dispatcher_wakeups_per_s=<..>

@@ -1,7 +1,8 @@
 /*
  * perf/tp_scaling.c — the store's TP scaling: 1..8 rank processes loading the same
  * blocks from a latency backend, rotated against natural dispatch order
- * (DESIGN.md §5, §9).  One line per (order, ranks):
+ * (docs/store.md, "Rotated order"; README.md, "Benchmarks").  One line per
+ * (order, ranks):
  *
  *   tp_scaling variant=<v> order=<rotated|natural> ranks=<n> tasks_per_s=<..>
  *     backend_reads=<..> unique_shards=<..> max_inflight_reads=<..>

@@ -549,8 +549,9 @@ static const char *const dump_wait_names[] = {
 	[KVS_DUMP_WAIT_DURABLE] = "durable", [KVS_DUMP_WAIT_CACHED] = "cached",
 };
 
-/* Every key (kvshare.h, kvs_store_config_parse; DESIGN.md §6).  Ranges are the
- * ones kvshare.h documents for the field, in the key's unit. */
+/* Every key (kvshare.h, kvs_store_config_parse; docs/store.md, "Configuration";
+ * README.md, "Configuration").  Ranges are the ones kvshare.h documents for the
+ * field, in the key's unit. */
 static const struct kv_key keys[] = {
 	{ K("unique_id", kv_id) },
 	{ K("device_id", kv_int), FIELD(cache.device_id), .lo = -1, .hi = INT32_MAX },

@@ -13,8 +13,10 @@
 #                    code planted in every rank, and one durable block's file
 #                    removed before the final check: passes only when all four
 #                    are reported (the checks can fail); first variant only
-# Fixed seeds (STYLE.md; the run prints its own): the choices repeat, the moments
-# the kills land at do not.  perf/chaos.sh runs the long version, seeded by time.
+# Fixed seeds, so that a failure can be rerun (the run prints its own;
+# docs/reliability.md, "Chaos runs and mixed-variant nodes"): the choices
+# repeat, the moments the kills land at do not.  perf/chaos.sh runs the long
+# version, seeded by time.
 kvs_test(chaos SOURCES chaos.c LIBS kvshare LABELS "mp;fault;chaos" TIMEOUT 180
          ARGS --seconds 8 --seed 1301)
 

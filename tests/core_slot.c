@@ -1,7 +1,8 @@
 /*
- * tests/core_slot.c — the slot protocol in one process: the get table of
- * DESIGN.md §4 row by row, publish/wait/release rules, lookups, CLOCK eviction
- * order, capacity reuse, the reserved pool, watchers, stats and the checker.
+ * tests/core_slot.c — the slot protocol in one process: the get table (the
+ * comment of kvs_cache_get in include/kvshare.h) row by row,
+ * publish/wait/release rules, lookups, CLOCK eviction order, capacity reuse,
+ * the reserved pool, watchers, stats and the checker.
  * (Several handles of one cache in one process are separate attachers.)
  */
 #include "core/core.h"

@@ -766,11 +766,11 @@ static kvs_test_rc test_close_running(void)
 	return KVS_TEST_PASS;
 }
 
-/* A task reports only after its slots are released (DESIGN.md §5: "releases the
- * slots, completes the task"; the header's copier: "syncs ..., then releases the
- * task's slots"): right after every wait, nothing is pinned.  Hits (the copier's
- * release) and failed reads (the dispatcher's) alike, many times, since a late
- * release is a race. */
+/* A task reports only after its slots are released
+ * (docs/store.md, "Finished once, released once"; the header's copier: "syncs
+ * ..., then finishes each shard and releases its slot"): right after every
+ * wait, nothing is pinned.  Hits (the copier's release) and failed reads (the
+ * dispatcher's) alike, many times, since a late release is a race. */
 static kvs_test_rc test_release_before_done(void)
 {
 	enum { N = 200 };

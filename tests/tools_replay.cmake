@@ -31,7 +31,8 @@ if(NOT kvs_replay_trace_done)
   set_property(GLOBAL PROPERTY KVS_TOOLS_REPLAY_TRACE_TEST ON)
   kvs_test(tools_replay_trace SOURCES tools_replay_trace.c LIBS kvshare LABELS tools;unit)
   target_link_libraries(test_tools_replay_trace_${KVS_V} PRIVATE kvs_trace)
-  # the traces of ../shared/traces (the case skips when they are absent)
+  # the public Mooncake traces (docs/replay.md), optional data read from
+  # ../shared/traces beside the checkout (the case skips when they are absent)
   target_compile_definitions(test_tools_replay_trace_${KVS_V} PRIVATE
     KVS_SHARED_TRACES="${PROJECT_SOURCE_DIR}/../shared/traces")
 endif()

@@ -192,7 +192,9 @@ run replay "$WORK/tiny.jsonl" --capacity-gib 0.000011444091796875
 expect_line "$(cap_line clock 5)"
 echo "ok: --capacity-gib"
 
-# --- the traces of ../shared/traces ---------------------------------------------
+# --- the public Mooncake traces (docs/replay.md) ------------------------------
+# Optional data, read from ../shared/traces beside the checkout; a trace that is
+# not there is skipped, saying so.
 # Every count below was cross-checked against an independent simulator (a
 # Python one-off with its own FIFO deque, LRU OrderedDict, heapq Belady and a
 # CLOCK with the weights of core/clock.c): regression values for the policies'

@@ -3,8 +3,9 @@
  * (tools/trace.c): kvs_trace_parse_line's strictness (every malformed field an
  * -EINVAL naming it), kvs_trace_load (blank lines, CRLF, stable timestamp
  * order, one id array, distinct count, "<path>:<line>:" messages, missing and
- * empty files), kvs_trace_dense, kvs_trace_block's encoding, and the two traces of
- * ../shared/traces (their README's counts, loaded in well under a second).
+ * empty files), kvs_trace_dense, kvs_trace_block's encoding, and the two public
+ * Mooncake traces (docs/replay.md; optional data read from ../shared/traces,
+ * skipped when absent): their counts, loaded in well under a second.
  * The end-to-end replay runs are tests/tools_replay.sh.
  */
 #include <fcntl.h>
@@ -285,7 +286,9 @@ static kvs_test_rc test_block_id(void)
 	return KVS_TEST_PASS;
 }
 
-/* The traces of ../shared/traces: the counts of their README, and fast. */
+/* The public Mooncake traces in ../shared/traces (optional, skipped when
+ * absent): their counts (docs/replay.md, "Results on the Mooncake traces"), and
+ * fast. */
 static kvs_test_rc test_shared_traces(void)
 {
 	static const struct {

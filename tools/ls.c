@@ -6,9 +6,10 @@
  * described by kvs_cache_inspect(), which opens it read-only, tests the rank
  * entries' liveness locks and validates a private copy of the header; it never
  * adopts, reaps or writes.  A cache is "live" while a rank entry's lock is held
- * by a process that is not a watcher (DESIGN.md §3: liveness comes from those
- * locks; watchers — monitors, a scheduler's lookups — never keep a cache, so
- * one held by watchers only is "stale", and clean removes it).  Data
+ * by a process that is not a watcher (liveness comes from those locks:
+ * docs/core.md, "Lifecycle and liveness"; watchers — monitors, a scheduler's
+ * lookups — never keep a cache, so one held by watchers only is "stale", and
+ * clean removes it: docs/core.md, "Looking without disturbing").  Data
  * files are found through the header's record (hugetlb_dir for hugetlbfs ones),
  * so a cache's size is its control file plus its recorded data segments.  Data
  * files with no control file (left by a removal that could not read another

@@ -5,7 +5,7 @@
  * One request per line:
  *   {"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, 2]}
  * timestamp in ms from the trace's start; hash_ids one prefix-chained block id
- * per 512-token block (../shared/traces/README.md).  Every line is parsed
+ * per 512-token block (docs/replay.md, "Trace format").  Every line is parsed
  * strictly (json_loadb, duplicate keys refused, integer types checked: a real,
  * a string, a negative or an out-of-range number is an error naming the field),
  * so a truncated or hand-edited trace fails loudly with its line number instead
@@ -17,7 +17,7 @@
  * requests are then sorted by timestamp (stable: ties keep file order), and the
  * distinct ids are counted with an open-addressing hash set sized to the id
  * count, freed before returning (the same set gives kvs_trace_dense's
- * indices).  The 122k-id trace of ../shared/traces loads
+ * indices).  The 122k-id public Mooncake synthetic trace (docs/replay.md) loads
  * in tens of milliseconds.
  */
 #include <errno.h>

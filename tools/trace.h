@@ -1,5 +1,6 @@
 /*
- * tools/trace.h — Mooncake-format request traces (JSON Lines; ../shared/traces):
+ * tools/trace.h — Mooncake-format request traces (JSON Lines, as the public
+ * Mooncake traces are: docs/replay.md, "Trace format"):
  * one request per line with `timestamp` (ms), `input_length`, `output_length` and
  * `hash_ids` (prefix-chained block ids).  Parsed with jansson; every malformed
  * line is an error naming its line number.

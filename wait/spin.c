@@ -23,9 +23,10 @@
  * is the caller's budget and whose use is decided by the adaptive policy below
  * (documented on struct kvs_wait_spin in wait.h).
  *
- * Why adaptive (DESIGN.md §4): measured on a 16-core host, a fixed 20 us spin
- * costs 20% of a core per waiter at 100 us waits and buys nothing, while a futex
- * wake takes 5-13 us at short waits.  So spin only while spins succeed.
+ * Why adaptive (docs/wait.md, "Adaptive spin"): measured on a 16-core host, a
+ * fixed 20 us spin costs 20% of a core per waiter at 100 us waits and buys
+ * nothing, while a futex wake takes 5-13 us at short waits.  So spin only while
+ * spins succeed.
  */
 #include <sched.h>
 

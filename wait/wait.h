@@ -5,7 +5,7 @@
  * word holds a value in its low 31 bits and KVS_WAIT_WAITERS in bit 31, set by a
  * sleeping waiter so that a publisher knows whether a wake is needed.
  *
- * Protocol (DESIGN.md §4):
+ * Protocol (docs/wait.md, "The protocol"):
  *  - publisher: one atomic exchange writes the new value (WAITERS cleared); if the
  *    old word had WAITERS, FUTEX_WAKE all.  One RMW, never a store then a load
  *    (a store/load reorder would let a waiter set WAITERS after the publisher
