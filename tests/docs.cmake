@@ -1,9 +1,12 @@
 # Tests of the docs against the code:
 #   docs.paths            every repository path and section reference that README.md,
 #                         docs/*.md, the comments of include/kvshare.h and the
-#                         exporter's HELP texts name exists (tests/docs_paths.py: its
-#                         opening comment has the rule), after its self-test on planted
-#                         good and bad references.  Added once (first variant).
+#                         exporter's HELP texts name exists, and that no other file
+#                         of the repository (sources, CMake, scripts) names the
+#                         developers' own files beside the checkout, but for the listed
+#                         exceptions (tests/docs_paths.py: its opening comment has the
+#                         rules, 7 for this one), after its self-test on planted good
+#                         and bad references.  Added once (first variant).
 #   <variant>.docs_example  the C program of README.md, taken from the README between
 #                         its markers, compiled against include/ and this variant's
 #                         library and run (tests/docs_example.sh).
