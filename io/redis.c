@@ -75,8 +75,6 @@
 #include "common/clock.h"
 #include "io/redis_impl.h"
 
-#define REAP_MAX 64u
-
 /* ------------------------------------------------------------- commands */
 
 static size_t key_of(const struct redis *r, const struct kvs_block_id *block, uint32_t shard,

@@ -84,13 +84,6 @@ SOURCE_EXCEPTIONS = {
     ('tests/tools_replay_trace.c', '../shared/traces'):
         'the case that loads those traces (the path from tools_replay.cmake), '
         'skipped when they are absent',
-    # Pending, not a use: tools/stat.c is being split elsewhere and is not edited
-    # here.  Its opening comment's "DESIGN.md §5 has watcher stores for exactly
-    # this" should become "include/kvshare.h, "Store" section, has watcher stores
-    # for exactly this" (or docs/core.md, "Looking without disturbing"); then
-    # remove this entry (it fails once nothing matches it).
-    ('tools/stat.c', 'DESIGN.md'):
-        'pending: the file is being split; its one DESIGN.md reference goes then',
 }
 
 

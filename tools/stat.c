@@ -14,12 +14,13 @@
  * corrupt, or stale (no live process) is not attached: an open would adopt (repair
  * and reset) a stale cache, and its clean close would even remove a cache that is
  * not persistent.  A stale cache is described read-only instead and stat exits 1.
- * Two windows remain, both closed by how stat leaves: if the last rank dies
- * between the look and the attach, the open adopts it (visible as adoptions + 1);
- * if every rank leaves while stat watches, stat is the last one attached.  In both
- * cases stat exits without detaching when the cache is not persistent, so it is
- * not removed: its rank entry looks dead once the process is gone, and the next
- * rank adopts the cache (or `kvshare clean` removes it).
+ * Two windows remain: if the last rank dies between the look and the attach, the
+ * open adopts it (visible as adoptions + 1); if every rank leaves while stat
+ * watches, stat is the last one attached.  Neither lets stat decide the cache's
+ * fate: its close is a watcher's, which removes a cache only as the last process
+ * of one that ended cleanly, and the last GPU rank's clean close removes a
+ * non-persistent cache whatever watchers are attached (docs/core.md, "Looking
+ * without disturbing"); --watch then sees it gone and waits for the next one.
  *
  * What stat's attach does is said: the entries of ranks that died (attached,
  * their liveness lock free) are reaped by the next attach, stat's included, so
