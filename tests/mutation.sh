@@ -88,7 +88,7 @@ run_tests() {
 		[ $rc -eq 0 ] || out="$out
   Test #0: kernel.$bin ($cases) ***Failed"
 	else
-		out=$(cd "$BUILD" && ctest -R "$1" -E '^kernel\.mutation$' --timeout "$TIMEOUT" -j "$JOBS" 2>&1) || rc=$?
+		out=$(cd "$BUILD" && ctest -R "$1" -E '^kernel\.mutation$' --timeout "$TIMEOUT" -j "$JOBS" --output-on-failure 2>&1) || rc=$?
 	fi
 	reap_strays
 	remove_leftovers
@@ -123,7 +123,7 @@ EOF
 # the tests that catch it fastest (a test a mutant hangs costs its timeout).
 echo "mutation: baseline run of $SUITE (must be green)"
 if ! failed=$(run_tests "$SUITE"); then
-	tail -40 "$WORK/last-ctest.log"
+	tail -120 "$WORK/last-ctest.log"
 	die "baseline is red ($failed); fix the tree first"
 fi
 
