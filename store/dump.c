@@ -30,9 +30,14 @@
  * WRITER_GRACE_NS, or it died, or nobody counted that shard in this
  * generation, any watcher does.  A writer that died is replaced the same way
  * (found once per slice with `check`): the new writer writes the block from the
- * cache.  A closing rank (kvs_store_dumps_close) writes every complete block it
- * watches at once, and every complete block nobody may write any more, before
- * its copier leaves: a clean close never drops a block it can still write.
+ * cache.  A closing rank (kvs_store_dumps_close) watches every complete block
+ * nobody may write any more besides those it watched, and writes each as soon as
+ * it may -- at once when the designated writer is itself, nobody or dead; after
+ * the grace when that writer is alive (it is writing, or about to: a closer that
+ * took the block from under it raced it, and failed the durable dumps of the
+ * block when its own backend was the failing one) -- before its copier leaves: a
+ * clean close never drops a block it can still write, and costs at most the
+ * grace more.
  *
  * Waiting (kvs_store_dumps_poll).  Durable waits hold no pin: each names its
  * claim generation.  Waits and watches are looked at when the rank's bell rings
@@ -595,7 +600,7 @@ static void settled(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_s
 		/* we completed the block: its designated writer writes it */
 		struct kvs_claim_view v;
 
-		if (!d->closing && kvs_core_claim_read(c, &sh->claim, &v) == 0 && v.designate &&
+		if (kvs_core_claim_read(c, &sh->claim, &v) == 0 && v.designate &&
 		    v.designate != (uint32_t)c->rank_idx + 1)
 			kvs_core_claim_ring(c, v.designate - 1);
 		else
@@ -803,7 +808,10 @@ static bool wait_step(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now
 /* One watch: elect ourselves when it is our turn.  True when the watch is over
  * (the claim ended or moved on, or our interest in it did).  *next_ns: the
  * earliest time it must be looked at again without a bell.  Closing, a
- * complete block is written at once and one we cannot write is left. */
+ * complete block is written as soon as it is our turn -- a live designated
+ * writer still has its grace, since its write would otherwise race ours (and
+ * ours may be the one that fails: this rank's backend, not the block's) -- and
+ * one we cannot write is left. */
 static bool watch_step(struct kvs_store *s, struct kvs_store_dumps *d, struct watch *w, uint64_t now,
 		       bool check, uint64_t *next_ns)
 {
@@ -823,9 +831,8 @@ static bool watch_step(struct kvs_store *s, struct kvs_store_dumps *d, struct wa
 		if (!w->complete_ns)
 			w->complete_ns = now;
 		/* designated: us, nobody, or a rank that is late or gone */
-		if (d->closing || v.designate == 0 || v.designate == me ||
-		    now >= w->complete_ns + WRITER_GRACE_NS ||
-		    (check && !kvs_core_rank_alive(c, v.designate - 1,
+		if (v.designate == 0 || v.designate == me || now >= w->complete_ns + WRITER_GRACE_NS ||
+		    ((check || d->closing) && !kvs_core_rank_alive(c, v.designate - 1,
 						   atomic_load_explicit(&c->ranks[v.designate - 1].epoch,
 									memory_order_relaxed))))
 			try_elect(s, d, &w->ref, &w->block);
