@@ -15,8 +15,9 @@
 # printed by the script (tests/skips.sh lists it); anything else fails.
 # Python scripts run under $KVS_PYTHON, else python3; vllm_load_profile.py,
 # which needs vLLM, under the pinned vLLM venv's python where
-# python/vllm-env/env.sh gives one (the vllm.env fixture made it).  Scratch files go to a
-# temporary TMPDIR, removed at the end.  Exit 0 pass, 1 fail, 77 skip.
+# python/vllm-env/env.sh gives one (the vllm.env fixture made it).  Scratch
+# files go to a temporary TMPDIR, removed at the end.  Exit 0 pass, 1 fail, 77
+# skip.
 set -uo pipefail
 
 script=${1:?usage: perf_smoke.sh perf/SCRIPT BUILD_DIR}

@@ -5,20 +5,23 @@
  * A ring of RELAYS words, one relay thread per word, split between a parent and a
  * forked child.  Relay k waits on word k (its own reader) and forwards what
  * arrived to word k+1 (its own writer), one publish per token: the word's value
- * counts tokens, a wake may see several.  TOKENS tokens start spread over the ring and travel until every relay
- * has received TOKENS x LAPS of them, so the run ends by itself and every wait
- * must end by a wake — there is no timeout in the protocol, and each wait has a
- * 10 s deadline, so a lost wakeup fails the run.  Each handoff costs a scheduling
- * latency, so on a machine whose cores are taken by something else (the vLLM
- * tests beside it in CI) the laps would take minutes: a stopper thread publishes
- * a stop word that every relay also waits on once BUDGET_NS has passed, and the
- * run reports how far it got (a lost wakeup before then still fails it).  Several tokens in flight keep
- * several relays publishing and arming at once.  Odd relays wait with
- * kvs_wait_any on their word plus decoys that never change (futex_waitv in the
- * kernel build).  Observer threads in both processes pile onto random words with
- * kvs_wait_any(word, done), so words have several waiters of mixed modes; they
- * leave when the parent publishes done.  Modes and spin budgets come from a fixed
- * seed (printed).
+ * counts tokens, a wake may see several.  TOKENS tokens start spread over the
+ * ring and travel until every relay has received TOKENS x LAPS of them, so the
+ * run ends by itself and every wait must end by a wake — there is no timeout in
+ * the protocol, and each wait has a 10 s deadline, so a lost wakeup fails the
+ * run.  Several tokens in flight keep several relays publishing and arming at
+ * once.  Odd relays wait with kvs_wait_any on their word plus decoys that never
+ * change (futex_waitv in the kernel build).  Observer threads in both processes
+ * pile onto random words with kvs_wait_any(word, done), so words have several
+ * waiters of mixed modes; they leave when the parent publishes done.  Modes and
+ * spin budgets come from a fixed seed (printed).
+ *
+ * Each handoff costs a scheduling latency, so on a machine whose cores are taken
+ * by something else (the vLLM tests beside it in CI) the laps would take
+ * minutes.  The parent's stopper thread waits for every relay (a counter bell,
+ * `finished`); once BUDGET_NS has passed it publishes a stop word that every
+ * relay also waits on, and the run reports how far it got (a lost wakeup before
+ * then still fails it).  Then it publishes done.
  */
 #include "wait_util.h"
 
@@ -43,7 +46,6 @@ struct region {
 	_Atomic uint32_t stop;            /* stopper -> relays: the time budget is spent */
 	_Atomic uint32_t finished;        /* relays that returned (a bell, kvs_wait_bump) */
 	_Atomic uint32_t received[RELAYS]; /* tokens each relay received (statistics) */
-	_Atomic uint32_t child_relays;    /* child -> parent: its relays finished */
 	_Atomic uint32_t observed;        /* total observer wakes (statistics) */
 	_Atomic uint32_t relayed;         /* total relay wakes (statistics) */
 	_Atomic uint32_t failed;
@@ -113,23 +115,33 @@ static void *relay_main(void *arg)
 	return NULL;
 }
 
-/* Parent: once every relay has returned, or at BUDGET_NS, whichever comes first;
- * at the budget it publishes stop so that the relays return. */
+/* Parent: wait until every relay (of both processes) has returned, publishing
+ * stop at BUDGET_NS so that they do; then done, for the observers. */
 static void *stopper_main(void *arg)
 {
 	uint64_t deadline = kvs_deadline_after(BUDGET_NS);
+	bool stopped = false;
 	uint32_t f;
 
 	(void)arg;
 	while ((f = atomic_load_explicit(&rg->finished, memory_order_relaxed) &
 		    KVS_WAIT_VALUE_MASK) < RELAYS) {
 		struct kvs_wait_opts o = { .deadline_ns = deadline, .mode = KVS_WAIT_AUTO };
+		int rc = kvs_wait_while(&rg->finished, f, &o);
 
-		if (kvs_wait_while(&rg->finished, f, &o) == -ETIMEDOUT) {
-			kvs_wait_publish(&rg->stop, 1);
+		if (rc >= 0)
+			continue;
+		if (rc != -ETIMEDOUT || stopped) {
+			fprintf(stderr, "stopper: %u of %d relays returned: %d (%s)\n", f, RELAYS, rc,
+				kvs_strerror(rc));
+			atomic_store(&rg->failed, 1);
 			break;
 		}
+		kvs_wait_publish(&rg->stop, 1);
+		stopped = true;
+		deadline = kvs_deadline_after(3 * TIMEOUT_NS);
 	}
+	kvs_wait_publish(&rg->done, 1);
 	return NULL;
 }
 
@@ -159,9 +171,9 @@ static void *observer_main(void *arg)
 	}
 }
 
-/* Run relays [r0, r0 + nr) and observers [o0, o0 + no) of one process; after the
- * relays, run between(), then join the observers. */
-static kvs_test_rc run_side(int r0, int o0, void (*between)(void))
+/* Run relays [r0, r0 + RELAYS / 2) and observers [o0, o0 + OBSERVERS / 2) of one
+ * process, and in the parent (r0 0) the stopper. */
+static kvs_test_rc run_side(int r0, int o0)
 {
 	pthread_t relays[RELAYS / 2], obs[OBSERVERS / 2], stopper;
 
@@ -175,7 +187,6 @@ static kvs_test_rc run_side(int r0, int o0, void (*between)(void))
 		pthread_join(relays[i], NULL);
 	if (r0 == 0)
 		pthread_join(stopper, NULL);
-	between();
 	for (int i = 0; i < OBSERVERS / 2; i++)
 		pthread_join(obs[i], NULL);
 	if (atomic_load(&rg->failed))
@@ -183,24 +194,10 @@ static kvs_test_rc run_side(int r0, int o0, void (*between)(void))
 	return KVS_TEST_PASS;
 }
 
-static void child_between(void)
-{
-	kvs_wait_publish(&rg->child_relays, 1);
-}
-
-static void parent_between(void)
-{
-	struct kvs_wait_opts o = wt_opts(KVS_WAIT_AUTO, 3 * TIMEOUT_NS);
-
-	if (kvs_wait_while(&rg->child_relays, 0, &o) != 1)
-		atomic_store(&rg->failed, 1);
-	kvs_wait_publish(&rg->done, 1);
-}
-
 static kvs_test_rc child_side(void *arg)
 {
 	(void)arg;
-	return run_side(RELAYS / 2, OBSERVERS / 2, child_between);
+	return run_side(RELAYS / 2, OBSERVERS / 2);
 }
 
 static kvs_test_rc test_relay_ring(void)
@@ -216,7 +213,7 @@ static kvs_test_rc test_relay_ring(void)
 		atomic_store(&rg->word[j][0], initial_tokens(j));
 	child = kvs_test_fork(child_side, NULL);
 	KVS_CHECK(child > 0);
-	kvs_test_rc side = run_side(0, 0, parent_between);
+	kvs_test_rc side = run_side(0, 0);
 	crc = kvs_test_reap(child, 60000);
 	printf("relay wakes: %u, observer wakes: %u\n", atomic_load(&rg->relayed),
 	       atomic_load(&rg->observed));
