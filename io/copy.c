@@ -69,15 +69,15 @@ static void host_free(struct kvs_copy_engine *eng, void *ptr)
 	free(ptr);
 }
 
-static void host_copy(bool h2d, unsigned char *host, const struct kvs_copy_seg segs[], uint32_t n)
+static void host_copy(bool h2d, const struct kvs_copy_vec v[], uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		void *dev = (void *)(uintptr_t)segs[i].dev;
+		void *dev = (void *)(uintptr_t)v[i].dev;
 
 		if (h2d)
-			memcpy(dev, host + segs[i].host_off, segs[i].len);
+			memcpy(dev, v[i].host, v[i].len);
 		else
-			memcpy(host + segs[i].host_off, dev, segs[i].len);
+			memcpy(v[i].host, dev, v[i].len);
 	}
 }
 
@@ -87,9 +87,8 @@ struct landing {
 	struct landing *next;
 	uint64_t due_ns;
 	bool h2d;
-	unsigned char *host;
 	uint32_t n;
-	struct kvs_copy_seg segs[];
+	struct kvs_copy_vec v[];
 };
 
 struct delayed {
@@ -126,7 +125,7 @@ static void *lander(void *arg)
 		if (!q->head)
 			q->tail = NULL;
 		pthread_mutex_unlock(&q->mu);
-		host_copy(j->h2d, j->host, j->segs, j->n);
+		host_copy(j->h2d, j->v, j->n);
 		free(j);
 		pthread_mutex_lock(&q->mu);
 		q->landed++;
@@ -163,20 +162,19 @@ static int delayed_start(struct kvs_copy_engine *eng)
 	return 0;
 }
 
-static int delayed_queue(struct kvs_copy_engine *eng, bool h2d, unsigned char *host,
-			 const struct kvs_copy_seg segs[], uint32_t n)
+static int delayed_queue(struct kvs_copy_engine *eng, bool h2d, const struct kvs_copy_vec v[],
+			 uint32_t n)
 {
 	struct delayed *q = eng->impl;
-	struct landing *j = malloc(sizeof(*j) + n * sizeof(j->segs[0]));
+	struct landing *j = malloc(sizeof(*j) + n * sizeof(j->v[0]));
 
 	if (!j)
 		return -ENOMEM;
 	j->next = NULL;
 	j->due_ns = kvs_deadline_after(eng->land_delay_ns);
 	j->h2d = h2d;
-	j->host = host;
 	j->n = n;
-	memcpy(j->segs, segs, n * sizeof(segs[0]));
+	memcpy(j->v, v, n * sizeof(v[0]));
 	pthread_mutex_lock(&q->mu);
 	if (q->tail)
 		q->tail->next = j;
@@ -220,21 +218,12 @@ static void delayed_stop(struct delayed *q)
 	free(q);
 }
 
-static int host_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
-		    uint32_t n)
+static int host_vcopy(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n,
+		      bool h2d)
 {
 	if (eng->impl)
-		return delayed_queue(eng, true, (unsigned char *)(uintptr_t)host, segs, n);
-	host_copy(true, (unsigned char *)(uintptr_t)host, segs, n);
-	return 0;
-}
-
-static int host_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
-		    uint32_t n)
-{
-	if (eng->impl)
-		return delayed_queue(eng, false, host, segs, n);
-	host_copy(false, host, segs, n);
+		return delayed_queue(eng, h2d, v, n);
+	host_copy(h2d, v, n);
 	return 0;
 }
 
@@ -263,8 +252,7 @@ static const struct kvs_copy_ops host_ops = {
 	.unreg = host_unreg,
 	.host_alloc = host_alloc,
 	.host_free = host_free,
-	.h2d = host_h2d,
-	.d2h = host_d2h,
+	.copy = host_vcopy,
 	.wait_event = host_wait_event,
 	.sync = host_sync,
 	.fini = host_fini,
@@ -367,55 +355,77 @@ void kvs_copy_host_free(struct kvs_copy_engine *eng, void *ptr)
 
 /*
  * The checks every copy call shares.  Ranges are checked for 64-bit (and, on the
- * host side, address-space) wrap-around only: whether host + host_off + len lies
- * inside the caller's slot is the caller's contract (the engine does not know the
- * slot size), as is the device range.
+ * host side, address-space) wrap-around only: whether a host range lies inside
+ * the caller's slot is the caller's contract (the engine does not know the slot
+ * size), as is the device range.
  */
-static int copy_args_ok(const struct kvs_copy_engine *eng, const void *host,
-			const struct kvs_copy_seg segs[], uint32_t n)
+static bool copy_ok(const void *host, uint64_t dev, uint64_t len)
 {
-	uintptr_t base = (uintptr_t)host;
-
-	if (!eng || !host || (n > 0 && !segs) || n > KVS_MAX_TENSORS)
-		return 0;
-	for (uint32_t i = 0; i < n; i++) {
-		const struct kvs_copy_seg *s = &segs[i];
-
-		if (s->len == 0 || s->dev == 0 || s->dev > UINT64_MAX - s->len ||
-		    s->host_off > UINT64_MAX - s->len ||
-		    s->host_off + s->len > (uint64_t)(UINTPTR_MAX - base))
-			return 0;
-	}
-	return 1;
+	return host && len != 0 && dev != 0 && dev <= UINT64_MAX - len &&
+	       len <= (uint64_t)(UINTPTR_MAX - (uintptr_t)host);
 }
 
-static int copy_bad_args(const struct kvs_copy_engine *eng, const char *what, uint32_t n)
+static int copy_bad_args(const struct kvs_copy_engine *eng, const char *what, uint32_t n,
+			 uint32_t max)
 {
 	if (eng)
-		kvs_log_error(&eng->log, "copy engine %s: %s: invalid segment list (n %u, max %u; "
-			      "every len and dev > 0, no range wraps)", eng->ops->name, what, n,
-			      (unsigned)KVS_MAX_TENSORS);
+		kvs_log_error(&eng->log, "copy engine %s: %s: invalid copy list (n %u, max %u; "
+			      "every host, len and dev non-zero, no range wraps)", eng->ops->name,
+			      what, n, max);
 	return -EINVAL;
+}
+
+/* A shard's segment list, validated and turned into a vector. */
+static int copy_segs(struct kvs_copy_engine *eng, const char *what, void *host,
+		     const struct kvs_copy_seg segs[], uint32_t n, bool h2d)
+{
+	struct kvs_copy_vec v[KVS_MAX_TENSORS];
+
+	if (!eng || !host || (n > 0 && !segs) || n > KVS_MAX_TENSORS)
+		return copy_bad_args(eng, what, n, KVS_MAX_TENSORS);
+	for (uint32_t i = 0; i < n; i++) {
+		if (segs[i].host_off > (uint64_t)(UINTPTR_MAX - (uintptr_t)host))
+			return copy_bad_args(eng, what, n, KVS_MAX_TENSORS);
+		v[i] = (struct kvs_copy_vec){ (unsigned char *)host + segs[i].host_off, segs[i].dev,
+					      segs[i].len };
+		if (!copy_ok(v[i].host, v[i].dev, v[i].len))
+			return copy_bad_args(eng, what, n, KVS_MAX_TENSORS);
+	}
+	return n ? eng->ops->copy(eng, v, n, h2d) : 0;
 }
 
 int kvs_copy_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
 		 uint32_t n)
 {
-	if (!copy_args_ok(eng, host, segs, n))
-		return copy_bad_args(eng, "h2d", n);
-	if (n == 0)
-		return 0;
-	return eng->ops->h2d(eng, host, segs, n);
+	/* the engine only reads host memory in this direction */
+	return copy_segs(eng, "h2d", (void *)(uintptr_t)host, segs, n, true);
 }
 
 int kvs_copy_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
 		 uint32_t n)
 {
-	if (!copy_args_ok(eng, host, segs, n))
-		return copy_bad_args(eng, "d2h", n);
-	if (n == 0)
-		return 0;
-	return eng->ops->d2h(eng, host, segs, n);
+	return copy_segs(eng, "d2h", host, segs, n, false);
+}
+
+static int copy_vec(struct kvs_copy_engine *eng, const char *what, const struct kvs_copy_vec v[],
+		    uint32_t n, bool h2d)
+{
+	if (!eng || (n > 0 && !v) || n > KVS_COPY_VEC_MAX)
+		return copy_bad_args(eng, what, n, KVS_COPY_VEC_MAX);
+	for (uint32_t i = 0; i < n; i++)
+		if (!copy_ok(v[i].host, v[i].dev, v[i].len))
+			return copy_bad_args(eng, what, n, KVS_COPY_VEC_MAX);
+	return n ? eng->ops->copy(eng, v, n, h2d) : 0;
+}
+
+int kvs_copy_h2dv(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n)
+{
+	return copy_vec(eng, "h2dv", v, n, true);
+}
+
+int kvs_copy_d2hv(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n)
+{
+	return copy_vec(eng, "d2hv", v, n, false);
 }
 
 int kvs_copy_wait_event(struct kvs_copy_engine *eng, void *event)

@@ -13,7 +13,8 @@
  * may leave gaps.
  *
  * Copies are queued asynchronously; kvs_copy_sync() waits for everything queued
- * so far, up to a deadline.  The host bytes (and, for d2h, the device bytes) must
+ * so far, up to a deadline.  The vector calls (kvs_copy_h2dv / d2hv) take the
+ * copies of many shards at once, each with its own host address.  The host bytes (and, for d2h, the device bytes) must
  * stay valid and unchanged until the next successful kvs_copy_sync().
  *
  * Engines:
@@ -85,6 +86,18 @@ struct kvs_copy_seg {
 	uint64_t dev;
 	uint64_t len;
 };
+
+/* One copy of a vector call (kvs_copy_h2dv, kvs_copy_d2hv): len bytes at host
+ * <-> device address dev.  A vector spans any number of slots: the store
+ * queues a whole pass of shards in one call. */
+struct kvs_copy_vec {
+	void *host;
+	uint64_t dev;
+	uint64_t len;
+};
+
+/* Most copies of one vector call (>= KVS_MAX_TENSORS: any shard fits one). */
+#define KVS_COPY_VEC_MAX 4096u
 
 struct kvs_copy_opts {
 	uint32_t kind;      /* enum kvs_copy_kind */
@@ -163,6 +176,18 @@ int kvs_copy_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs
  * arguments, returns and blocking as h2d. */
 int kvs_copy_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
 		 uint32_t n);
+
+/*
+ * The same for a vector of copies, each with its own host address: the copies
+ * of many shards in one call, so that what a call costs (the cuda engine's
+ * submission, a batch or a kernel launch for the lot) is paid once per pass of
+ * the copier, not per shard.  n <= KVS_COPY_VEC_MAX; the strategy is picked
+ * for the whole vector (count and mean size).  Returns, validation (host not
+ * NULL, len and dev > 0, no range wrapping) and blocking as h2d / d2h; d2h's
+ * host ranges must not overlap.
+ */
+int kvs_copy_h2dv(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n);
+int kvs_copy_d2hv(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n);
 
 /* Make the copies queued after this call wait for event (a cudaEvent_t recorded by
  * the caller, e.g. after the kernels that produce a dump's tensors); NULL: no-op, 0.

@@ -5,10 +5,11 @@
  * with a completion event.  A batch or kernel call goes whole onto the next
  * stream, round-robin: it is one submission either way, and cutting it into one
  * submission per stream would multiply exactly the fixed cost those strategies
- * exist to pay once (the store issues one call per shard, so consecutive shards
- * overlap on different streams).  A memcpy call is one submission per segment
- * anyway, so its segments are dealt over the streams (segment i on stream
- * next + i): large tensors then use several DMA engines at once for free.  A
+ * exist to pay once (the store issues one vector call per pass of its copier:
+ * the copies of up to hundreds of shards, whose fixed cost is paid once, not
+ * per shard).  A memcpy call is one submission per copy anyway, so its copies
+ * are dealt over the streams (copy i on stream next + i): large tensors then
+ * use several DMA engines at once for free.  A
  * bitmask records which streams got work since the last successful sync; sync
  * records the event of each and polls them all (cudaEventSynchronize cannot
  * time out) with a short exponential back-off up to the caller's deadline.
@@ -16,7 +17,7 @@
  * later copy lands on, it runs after the caller's work.
  *
  * Strategy per call (KVS_COPY_STRATEGY_AUTO; the opts may force one), by the
- * segment count n and mean segment size m, from the H200 numbers of docs/io.md,
+ * copy count n and mean copy size m of the vector, from the H200 numbers of docs/io.md,
  * "Strategies (cuda engine)" (128 x 32 KiB: 10.7 GB/s per tensor, 53 GB/s
  * batched, 55 GB/s bulk ceiling):
  *
@@ -28,7 +29,7 @@
  *                                 16 KiB tensors that is ~7%, on 4 KiB ~25% of a
  *                                 128-tensor shard: a single launch reading through
  *                                 the mapping has no per-copy cost at all.  Only
- *                                 when the host range lies in one region
+ *                                 when every copy's host range lies in a region
  *                                 registered here (the store registers its data
  *                                 segments, in chunks), else batch;
  *   otherwise             batch   one cudaMemcpyBatchAsync.
@@ -91,10 +92,12 @@ struct kvs_cuda_engine {
 	pthread_mutex_t regions_mu;    /* guards region, nregions, cap (see the top) */
 	struct kvs_cuda_region *region; /* sorted by base, never overlapping */
 	uint32_t nregions, cap;
-	/* cudaMemcpyBatchAsync's arrays: n <= KVS_MAX_TENSORS, so fixed. */
-	void *dsts[KVS_MAX_TENSORS];
-	const void *srcs[KVS_MAX_TENSORS];
-	size_t sizes[KVS_MAX_TENSORS];
+	/* cudaMemcpyBatchAsync's arrays, and the kernel's device addresses of the
+	 * host ranges: n <= KVS_COPY_VEC_MAX, so fixed. */
+	void *dsts[KVS_COPY_VEC_MAX];
+	const void *srcs[KVS_COPY_VEC_MAX];
+	size_t sizes[KVS_COPY_VEC_MAX];
+	uintptr_t mapped[KVS_COPY_VEC_MAX];
 #if defined(KVS_HAVE_COPY_KERNEL)
 	struct kvs_copy_kbatch kb; /* a launch's parameter block (copied at launch) */
 #endif
@@ -270,40 +273,26 @@ static void cuda_host_free(struct kvs_copy_engine *eng, void *ptr)
 }
 
 /*
- * The device address of host[lo, hi) when it lies inside one registered region
- * with a device mapping, else 0.
+ * The device address of every copy's host range (c->mapped[i]) when each lies
+ * inside a registered region with a device mapping: true; false when one does
+ * not.  One look at the table under its lock, per vector.
  */
-static uintptr_t cuda_mapped(struct kvs_cuda_engine *c, uintptr_t lo, uintptr_t hi)
+static bool cuda_map_vec(struct kvs_cuda_engine *c, const struct kvs_copy_vec v[], uint32_t n)
 {
-	uintptr_t dev = 0;
-	uint32_t at;
+	bool ok = true;
 
 	pthread_mutex_lock(&c->regions_mu);
-	at = region_upper(c, lo);
-	if (at > 0) {
-		const struct kvs_cuda_region *r = &c->region[at - 1];
+	for (uint32_t i = 0; i < n && ok; i++) {
+		uintptr_t lo = (uintptr_t)v[i].host;
+		uint32_t at = region_upper(c, lo);
+		const struct kvs_cuda_region *r = at > 0 ? &c->region[at - 1] : NULL;
 
-		if (r->dev && hi - r->base <= r->bytes)
-			dev = r->dev + (lo - r->base);
+		/* validated by io/copy.c: lo + len does not wrap */
+		ok = r && r->dev && lo + v[i].len - r->base <= r->bytes;
+		c->mapped[i] = ok ? r->dev + (lo - r->base) : 0;
 	}
 	pthread_mutex_unlock(&c->regions_mu);
-	return dev;
-}
-
-/* Lowest host_off and highest host_off + len of a (validated) segment list. */
-static void seg_span(const struct kvs_copy_seg segs[], uint32_t n, uint64_t *lo, uint64_t *hi,
-		     uint64_t *total)
-{
-	*lo = UINT64_MAX;
-	*hi = 0;
-	*total = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		if (segs[i].host_off < *lo)
-			*lo = segs[i].host_off;
-		if (segs[i].host_off + segs[i].len > *hi)
-			*hi = segs[i].host_off + segs[i].len;
-		*total = segs[i].len > UINT64_MAX - *total ? UINT64_MAX : *total + segs[i].len;
-	}
+	return ok;
 }
 
 static uint32_t cuda_next_stream(struct kvs_cuda_engine *c)
@@ -314,22 +303,22 @@ static uint32_t cuda_next_stream(struct kvs_cuda_engine *c)
 	return s;
 }
 
-static int cuda_copy_memcpy(struct kvs_copy_engine *eng, unsigned char *host,
-			    const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+static int cuda_copy_memcpy(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n,
+			    bool to_device)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
 	enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
 	uint32_t s = cuda_next_stream(c);
 
 	for (uint32_t i = 0; i < n; i++) {
-		unsigned char *h = host + segs[i].host_off;
-		void *d = to_device ? (void *)(uintptr_t)segs[i].dev : h;
-		const void *src = to_device ? (const void *)h : (const void *)(uintptr_t)segs[i].dev;
+		void *dev = (void *)(uintptr_t)v[i].dev;
 		uint32_t si = (s + i) % c->nstreams;
 		int rc;
 
 		c->dirty |= 1u << si;
-		rc = cuda_err(eng, cudaMemcpyAsync(d, src, segs[i].len, kind, c->stream[si]),
+		rc = cuda_err(eng, cudaMemcpyAsync(to_device ? dev : v[i].host,
+						   to_device ? (const void *)v[i].host : dev, v[i].len,
+						   kind, c->stream[si]),
 			      "cudaMemcpyAsync");
 		if (rc < 0)
 			return rc;
@@ -338,8 +327,8 @@ static int cuda_copy_memcpy(struct kvs_copy_engine *eng, unsigned char *host,
 }
 
 /* 1: queued; 0: the driver has no batched copies (fall back); < 0: error. */
-static int cuda_copy_batch(struct kvs_copy_engine *eng, unsigned char *host,
-			   const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+static int cuda_copy_batch(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n,
+			   bool to_device)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
 	struct cudaMemcpyAttributes attr;
@@ -354,11 +343,11 @@ static int cuda_copy_batch(struct kvs_copy_engine *eng, unsigned char *host,
 	attr.dstLocHint.type = to_device ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
 	attr.dstLocHint.id = eng->device_id;
 	for (uint32_t i = 0; i < n; i++) {
-		unsigned char *h = host + segs[i].host_off;
+		void *dev = (void *)(uintptr_t)v[i].dev;
 
-		c->dsts[i] = to_device ? (void *)(uintptr_t)segs[i].dev : (void *)h;
-		c->srcs[i] = to_device ? (const void *)h : (const void *)(uintptr_t)segs[i].dev;
-		c->sizes[i] = segs[i].len;
+		c->dsts[i] = to_device ? dev : v[i].host;
+		c->srcs[i] = to_device ? (const void *)v[i].host : (const void *)dev;
+		c->sizes[i] = v[i].len;
 	}
 	s = cuda_next_stream(c);
 	c->dirty |= 1u << s;
@@ -375,10 +364,10 @@ static int cuda_copy_batch(struct kvs_copy_engine *eng, unsigned char *host,
 }
 
 #if defined(KVS_HAVE_COPY_KERNEL)
-/* One launch per KVS_COPY_KERNEL_MAX_SEGS segments (n <= 256: at most two), all
- * on one stream.  mapped: the device address of host + lo. */
-static int cuda_copy_kernel(struct kvs_copy_engine *eng, uintptr_t mapped, uint64_t lo,
-			    const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+/* One launch per KVS_COPY_KERNEL_MAX_SEGS copies, all on one stream; the host
+ * side through c->mapped[] (cuda_map_vec). */
+static int cuda_copy_kernel(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n,
+			    bool to_device)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
 	uint32_t s = cuda_next_stream(c);
@@ -390,12 +379,11 @@ static int cuda_copy_kernel(struct kvs_copy_engine *eng, uintptr_t mapped, uint6
 
 		c->kb.n = m;
 		for (uint32_t j = 0; j < m; j++) {
-			const struct kvs_copy_seg *g = &segs[i + j];
-			uint64_t h = (uint64_t)mapped + (g->host_off - lo);
+			uint64_t h = c->mapped[i + j];
 
-			c->kb.seg[j].src = to_device ? h : g->dev;
-			c->kb.seg[j].dst = to_device ? g->dev : h;
-			c->kb.seg[j].len = g->len;
+			c->kb.seg[j].src = to_device ? h : v[i + j].dev;
+			c->kb.seg[j].dst = to_device ? v[i + j].dev : h;
+			c->kb.seg[j].len = v[i + j].len;
 		}
 		rc = cuda_err(eng, (cudaError_t)kvs_copy_kernel_launch(&c->kb, c->stream[s]),
 			      "copy kernel launch");
@@ -407,27 +395,25 @@ static int cuda_copy_kernel(struct kvs_copy_engine *eng, uintptr_t mapped, uint6
 #endif
 
 /* Queue n copies host<->device with the engine's strategy (or the auto pick). */
-static int cuda_copy(struct kvs_copy_engine *eng, unsigned char *host,
-		     const struct kvs_copy_seg segs[], uint32_t n, bool to_device)
+static int cuda_copy(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n,
+		     bool to_device)
 {
 	struct kvs_cuda_engine *c = cuda_of(eng);
 	uint32_t strategy = eng->strategy;
-	uint64_t lo, hi, total, mean;
-	uintptr_t mapped = 0;
+	uint64_t total = 0, mean;
+	bool mapped = false;
 	int rc = cuda_use_device(eng);
 
 	if (rc < 0)
 		return rc;
-	seg_span(segs, n, &lo, &hi, &total);
+	for (uint32_t i = 0; i < n; i++)
+		total = v[i].len > UINT64_MAX - total ? UINT64_MAX : total + v[i].len;
 	mean = total / n;
-	/* Validated by io/copy.c: host + hi does not wrap. */
-	if (strategy == KVS_COPY_STRATEGY_KERNEL || strategy == KVS_COPY_STRATEGY_AUTO)
-		mapped = cuda_mapped(c, (uintptr_t)host + lo, (uintptr_t)host + hi);
 	if (strategy == KVS_COPY_STRATEGY_AUTO) {
 		if (n < KVS_CUDA_MANY_SEGS || mean >= KVS_CUDA_MEMCPY_MIN_MEAN)
 			strategy = KVS_COPY_STRATEGY_MEMCPY;
 #if defined(KVS_HAVE_COPY_KERNEL)
-		else if (mean <= KVS_CUDA_KERNEL_MAX_MEAN && mapped)
+		else if (mean <= KVS_CUDA_KERNEL_MAX_MEAN && (mapped = cuda_map_vec(c, v, n)))
 			strategy = KVS_COPY_STRATEGY_KERNEL;
 #endif
 		else
@@ -435,38 +421,24 @@ static int cuda_copy(struct kvs_copy_engine *eng, unsigned char *host,
 	}
 	if (strategy == KVS_COPY_STRATEGY_KERNEL) {
 #if defined(KVS_HAVE_COPY_KERNEL)
-		if (!mapped) {
-			kvs_log_error(&eng->log, "cuda device %d: strategy=kernel: host range "
-				      "[%p + %llu, + %llu) is not inside one registered region",
-				      eng->device_id, (void *)host, (unsigned long long)lo,
-				      (unsigned long long)hi);
+		if (!mapped && !cuda_map_vec(c, v, n)) {
+			kvs_log_error(&eng->log, "cuda device %d: strategy=kernel: a host range of "
+				      "the %u copies is not inside a registered region",
+				      eng->device_id, n);
 			return -EINVAL;
 		}
-		return cuda_copy_kernel(eng, mapped, lo, segs, n, to_device);
+		return cuda_copy_kernel(eng, v, n, to_device);
 #else
 		return -EOPNOTSUPP; /* refused at open: never reached */
 #endif
 	}
 	if (strategy == KVS_COPY_STRATEGY_BATCH && c->batch_ok) {
-		rc = cuda_copy_batch(eng, host, segs, n, to_device);
+		rc = cuda_copy_batch(eng, v, n, to_device);
 		if (rc != 0)
 			return rc < 0 ? rc : 0;
-		/* 0: the driver refused batches; per segment from now on */
+		/* 0: the driver refused batches; per copy from now on */
 	}
-	return cuda_copy_memcpy(eng, host, segs, n, to_device);
-}
-
-static int cuda_h2d(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
-		    uint32_t n)
-{
-	/* cuda_copy only reads host memory in this direction. */
-	return cuda_copy(eng, (unsigned char *)(uintptr_t)host, segs, n, true);
-}
-
-static int cuda_d2h(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
-		    uint32_t n)
-{
-	return cuda_copy(eng, host, segs, n, false);
+	return cuda_copy_memcpy(eng, v, n, to_device);
 }
 
 static int cuda_wait_event(struct kvs_copy_engine *eng, void *event)
@@ -559,8 +531,7 @@ static const struct kvs_copy_ops cuda_ops = {
 	.unreg = cuda_unreg,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
-	.h2d = cuda_h2d,
-	.d2h = cuda_d2h,
+	.copy = cuda_copy,
 	.wait_event = cuda_wait_event,
 	.sync = cuda_sync,
 	.fini = cuda_fini,

@@ -3,11 +3,14 @@
  * to the copy engines; nothing outside io/copy*.c includes it).
  *
  * io/copy.c validates every argument of the public calls (io/copy.h) before it
- * reaches an engine: ops see a non-NULL host pointer, 1..KVS_MAX_TENSORS segments
- * with len > 0, dev != 0 and no overflowing range.
+ * reaches an engine, and turns a shard's segment list into a vector: ops see
+ * 1..KVS_COPY_VEC_MAX copies, each with a non-NULL host pointer, len > 0,
+ * dev != 0 and no overflowing range.
  */
 #ifndef KVS_IO_COPY_IMPL_H
 #define KVS_IO_COPY_IMPL_H
+
+#include <stdbool.h>
 
 #include "io/copy.h"
 
@@ -17,10 +20,10 @@ struct kvs_copy_ops {
 	int (*unreg)(struct kvs_copy_engine *eng, void *base);
 	int (*host_alloc)(struct kvs_copy_engine *eng, uint64_t bytes, void **ptr);
 	void (*host_free)(struct kvs_copy_engine *eng, void *ptr);
-	int (*h2d)(struct kvs_copy_engine *eng, const void *host, const struct kvs_copy_seg segs[],
-		   uint32_t n);
-	int (*d2h)(struct kvs_copy_engine *eng, void *host, const struct kvs_copy_seg segs[],
-		   uint32_t n);
+	/* Queue n (1..KVS_COPY_VEC_MAX, validated) copies: host -> dev (h2d), or
+	 * dev -> host. */
+	int (*copy)(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[], uint32_t n,
+		    bool h2d);
 	int (*wait_event)(struct kvs_copy_engine *eng, void *event); /* event != NULL */
 	int (*sync)(struct kvs_copy_engine *eng, uint64_t deadline_ns);
 	void (*fini)(struct kvs_copy_engine *eng);

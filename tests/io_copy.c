@@ -4,7 +4,8 @@
  * Two groups, two CTest tests, so that what could not run shows as Skipped:
  *   io_copy        (default) the host engine -- contiguous segments, head slices
  *                  (non-contiguous host offsets, partial lengths, any order), odd
- *                  sizes, every -EINVAL of io/copy.h, wait_event -- and the cuda
+ *                  sizes, vector calls of many shards, every -EINVAL of io/copy.h,
+ *                  wait_event -- and the cuda
  *                  engine's open contract: it opens where a device is, and fails
  *                  cleanly elsewhere -- -ENODEV (kernel variant with CUDA, no
  *                  driver or device) or -EOPNOTSUPP (plain variant, or built
@@ -12,7 +13,8 @@
  *   io_copy_cuda   (--cuda, label gpu) the cuda engine: bit-exact round trips for
  *                  each strategy (memcpy, batch, kernel, auto) over 128 tensors of
  *                  4 KiB, 32 KiB and 256 KiB, odd sizes and alignments, head
- *                  slices, several streams with several calls per sync, a
+ *                  slices, several streams with several calls per sync, vector
+ *                  calls of many shards (every strategy), a
  *                  wait_event on an event the test records (and sync's deadline),
  *                  kernel-strategy argument errors.  Every case skips with the
  *                  reason, and the binary exits 77, where there is no device or no
@@ -111,14 +113,48 @@ static int host_clear(uint64_t dev, uint64_t len)
 static const struct dev_access host_access = { host_read, host_clear };
 
 /*
- * nshards calls of each direction between two syncs: shard k's slot is at
- * slot + k * slot_bytes, its tensors at segs[k * n ..].  Checks every tensor
- * against its slice, then the gathered slots against the expected bytes.
+ * Queue one direction of nshards shards' copies (shard k's slot at base + k *
+ * slot_bytes, its tensors segs[k * n ..]): a call per shard, or (vec) one
+ * vector call for them all, as the store's copier makes them.
+ */
+static int copy_shards(struct kvs_copy_engine *eng, bool h2d, bool vec, unsigned char *base,
+		       uint64_t slot_bytes, const struct kvs_copy_seg segs[], uint32_t n,
+		       uint32_t nshards)
+{
+	struct kvs_copy_vec *v;
+	int r = 0;
+
+	if (!vec) {
+		for (uint32_t k = 0; k < nshards && r == 0; k++)
+			r = h2d ? kvs_copy_h2d(eng, base + k * slot_bytes, segs + k * n, n)
+				: kvs_copy_d2h(eng, base + k * slot_bytes, segs + k * n, n);
+		return r;
+	}
+	v = calloc((size_t)n * nshards, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < nshards; k++)
+		for (uint32_t i = 0; i < n; i++) {
+			const struct kvs_copy_seg *g = &segs[k * n + i];
+
+			v[k * n + i] = (struct kvs_copy_vec){ base + k * slot_bytes + g->host_off,
+							      g->dev, g->len };
+		}
+	r = h2d ? kvs_copy_h2dv(eng, v, n * nshards) : kvs_copy_d2hv(eng, v, n * nshards);
+	free(v);
+	return r;
+}
+
+/*
+ * nshards shards' copies of each direction between two syncs (per shard, or
+ * in one vector call): shard k's slot is at slot + k * slot_bytes, its
+ * tensors at segs[k * n ..].  Checks every tensor against its slice, then the
+ * gathered slots against the expected bytes.
  */
 static kvs_test_rc roundtrip(struct kvs_copy_engine *eng, const struct dev_access *da,
 			     unsigned char *slot, unsigned char *back, uint64_t slot_bytes,
 			     const struct kvs_copy_seg segs[], uint32_t n, uint32_t nshards,
-			     const char *what)
+			     bool vec, const char *what)
 {
 	uint64_t total = slot_bytes * nshards, maxlen = 0;
 	unsigned char *exp = malloc(total), *tmp;
@@ -141,14 +177,10 @@ static kvs_test_rc roundtrip(struct kvs_copy_engine *eng, const struct dev_acces
 			goto out;
 		}
 	}
-	for (uint32_t k = 0; k < nshards; k++) {
-		r = kvs_copy_h2d(eng, slot + k * slot_bytes, segs + k * n, n);
-
-		if (r < 0) {
-			fprintf(stderr, "%s:%d: %s: h2d of shard %u: %s\n", __FILE__, __LINE__, what,
-				k, kvs_strerror(r));
-			goto out;
-		}
+	r = copy_shards(eng, true, vec, slot, slot_bytes, segs, n, nshards);
+	if (r < 0) {
+		fprintf(stderr, "%s:%d: %s: h2d: %s\n", __FILE__, __LINE__, what, kvs_strerror(r));
+		goto out;
 	}
 	r = kvs_copy_sync(eng, DEADLINE());
 	if (r < 0) {
@@ -187,12 +219,11 @@ static kvs_test_rc roundtrip(struct kvs_copy_engine *eng, const struct dev_acces
 
 			memcpy(exp + o, slot + o, s->len);
 		}
-		r = kvs_copy_d2h(eng, back + k * slot_bytes, segs + k * n, n);
-		if (r < 0) {
-			fprintf(stderr, "%s:%d: %s: d2h of shard %u: %s\n", __FILE__, __LINE__, what,
-				k, kvs_strerror(r));
-			goto out;
-		}
+	}
+	r = copy_shards(eng, false, vec, back, slot_bytes, segs, n, nshards);
+	if (r < 0) {
+		fprintf(stderr, "%s:%d: %s: d2h: %s\n", __FILE__, __LINE__, what, kvs_strerror(r));
+		goto out;
 	}
 	r = kvs_copy_sync(eng, DEADLINE());
 	if (r < 0) {
@@ -236,7 +267,7 @@ static kvs_test_rc host_layout(enum layout l, uint32_t n, uint64_t tb)
 	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
 	KVS_CHECK(strcmp(kvs_copy_name(eng), "host") == 0);
 	KVS_CHECK_OK(kvs_copy_register(eng, slot, slot_bytes));
-	rc = roundtrip(eng, &host_access, slot, back, slot_bytes, segs, n, 1, layout_name[l]);
+	rc = roundtrip(eng, &host_access, slot, back, slot_bytes, segs, n, 1, false, layout_name[l]);
 	KVS_CHECK_OK(kvs_copy_unregister(eng, slot));
 	kvs_copy_close(eng);
 	free(dev);
@@ -279,9 +310,86 @@ static kvs_test_rc test_host_shards(void)
 	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
 	KVS_CHECK_EQ(kvs_copy_h2d(eng, slot, NULL, 0), 0);
 	KVS_CHECK_EQ(kvs_copy_d2h(eng, back, NULL, 0), 0);
-	rc = roundtrip(eng, &host_access, slot, back, 16 * 100, segs, 16, 4, "4 shards");
+	rc = roundtrip(eng, &host_access, slot, back, 16 * 100, segs, 16, 4, false, "4 shards");
 	kvs_copy_close(eng);
 	return rc;
+}
+
+/* The vector calls: the copies of many shards (head slices, odd sizes) in one
+ * call each way, as the store's copier queues a pass; n = 0 is a no-op. */
+static kvs_test_rc test_host_vector(void)
+{
+	static const enum layout ls[] = { L_CONTIG, L_HEADS, L_ODD };
+	struct kvs_copy_opts o = { .kind = KVS_COPY_HOST };
+	uint32_t n = 4, nshards = 300; /* 1200 copies: more than a call per shard ever had */
+	struct kvs_copy_seg *segs = calloc((size_t)n * nshards, sizeof(*segs));
+	struct kvs_copy_engine *eng;
+	kvs_test_rc rc = KVS_TEST_PASS;
+
+	KVS_CHECK(segs != NULL);
+	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
+	KVS_CHECK_EQ(kvs_copy_h2dv(eng, NULL, 0), 0);
+	KVS_CHECK_EQ(kvs_copy_d2hv(eng, NULL, 0), 0);
+	for (size_t li = 0; li < KVS_ARRAY_LEN(ls) && rc.code == KVS_TEST_PASS.code; li++) {
+		uint64_t span, slot_bytes = make_segs(segs, ls[li], n, 512, 0, &span);
+		unsigned char *dev = malloc(span * nshards), *slot = malloc(slot_bytes * nshards);
+		unsigned char *back = malloc(slot_bytes * nshards);
+
+		KVS_CHECK(dev && slot && back);
+		for (uint32_t k = 0; k < nshards; k++)
+			make_segs(segs + k * n, ls[li], n, 512, (uint64_t)(uintptr_t)dev + k * span,
+				  &span);
+		rc = roundtrip(eng, &host_access, slot, back, slot_bytes, segs, n, nshards, true,
+			       layout_name[ls[li]]);
+		free(dev);
+		free(slot);
+		free(back);
+	}
+	kvs_copy_close(eng);
+	free(segs);
+	return rc;
+}
+
+/* Every -EINVAL of the vector calls; a refused vector copies nothing. */
+static kvs_test_rc test_host_vector_bad_args(void)
+{
+	struct kvs_copy_opts o = { .kind = KVS_COPY_HOST };
+	static struct kvs_copy_vec v[KVS_COPY_VEC_MAX + 1];
+	struct kvs_copy_engine *eng;
+	unsigned char host[64], dev[64];
+	uint64_t d = (uint64_t)(uintptr_t)dev;
+
+	for (uint32_t i = 0; i < KVS_COPY_VEC_MAX + 1; i++)
+		v[i] = (struct kvs_copy_vec){ host, d, 1 };
+	memset(host, 1, sizeof(host));
+	memset(dev, 0, sizeof(dev));
+	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
+	KVS_CHECK_ERR(kvs_copy_h2dv(eng, v, KVS_COPY_VEC_MAX + 1), -EINVAL);
+	KVS_CHECK_ERR(kvs_copy_d2hv(eng, v, KVS_COPY_VEC_MAX + 1), -EINVAL);
+	KVS_CHECK_ERR(kvs_copy_h2dv(NULL, v, 1), -EINVAL);
+	KVS_CHECK_ERR(kvs_copy_h2dv(eng, NULL, 1), -EINVAL);
+	/* the bad copy is the last of three: the first two must not be made */
+	v[0] = (struct kvs_copy_vec){ host, d, 8 };
+	v[1] = (struct kvs_copy_vec){ host + 8, d + 8, 8 };
+	v[2] = (struct kvs_copy_vec){ NULL, d + 16, 8 }; /* host NULL */
+	KVS_CHECK_ERR(kvs_copy_h2dv(eng, v, 3), -EINVAL);
+	v[2] = (struct kvs_copy_vec){ host + 16, d + 16, 0 }; /* len 0 */
+	KVS_CHECK_ERR(kvs_copy_h2dv(eng, v, 3), -EINVAL);
+	v[2] = (struct kvs_copy_vec){ host + 16, 0, 8 }; /* dev 0 */
+	KVS_CHECK_ERR(kvs_copy_d2hv(eng, v, 3), -EINVAL);
+	v[2] = (struct kvs_copy_vec){ host + 16, UINT64_MAX - 3, 8 }; /* dev + len wraps */
+	KVS_CHECK_ERR(kvs_copy_h2dv(eng, v, 3), -EINVAL);
+	v[2] = (struct kvs_copy_vec){ (void *)(UINTPTR_MAX - 3), d + 16, 8 }; /* host wraps */
+	KVS_CHECK_ERR(kvs_copy_h2dv(eng, v, 3), -EINVAL);
+	for (size_t i = 0; i < sizeof(dev); i++)
+		KVS_CHECK_EQ(dev[i], 0);
+	v[2] = (struct kvs_copy_vec){ host + 16, d + 16, 8 };
+	KVS_CHECK_OK(kvs_copy_h2dv(eng, v, 3));
+	KVS_CHECK_OK(kvs_copy_sync(eng, DEADLINE()));
+	for (size_t i = 0; i < sizeof(dev); i++)
+		KVS_CHECK_EQ(dev[i], i < 24 ? 1 : 0);
+	kvs_copy_close(eng);
+	return KVS_TEST_PASS;
 }
 
 /* Every -EINVAL of io/copy.h; a refused list copies nothing, not even its valid
@@ -472,7 +580,7 @@ static void *host_alloc(uint64_t bytes)
  * when !reg: the kernel is then out of reach).
  */
 static kvs_test_rc cuda_layout(uint32_t strategy, uint32_t streams, enum layout l, uint32_t n,
-			       uint64_t tb, uint32_t nshards, bool reg)
+			       uint64_t tb, uint32_t nshards, bool reg, bool vec)
 {
 	struct kvs_copy_engine *eng = NULL;
 
@@ -490,9 +598,9 @@ static kvs_test_rc cuda_layout(uint32_t strategy, uint32_t streams, enum layout 
 	}
 	slot_bytes = make_segs(segs, l, n, tb, 0, &span);
 
-	snprintf(what, sizeof(what), "strategy %s, %u stream(s), %s, %u x %llu B, %u shard(s)%s",
+	snprintf(what, sizeof(what), "strategy %s, %u stream(s), %s, %u x %llu B, %u shard(s)%s%s",
 		 strategy_name[strategy], streams, layout_name[l], n, (unsigned long long)tb,
-		 nshards, reg ? "" : ", unregistered");
+		 nshards, reg ? "" : ", unregistered", vec ? ", one vector call" : "");
 	slot = host_alloc(slot_bytes * nshards);
 	back = host_alloc(slot_bytes * nshards);
 	if (!slot || !back || cudaMalloc((void **)&dev, span * nshards) != cudaSuccess) {
@@ -506,7 +614,7 @@ static kvs_test_rc cuda_layout(uint32_t strategy, uint32_t streams, enum layout 
 		fprintf(stderr, "%s:%d: %s: kvs_copy_register failed\n", __FILE__, __LINE__, what);
 		goto out;
 	}
-	rc = roundtrip(eng, &cuda_access, slot, back, slot_bytes, segs, n, nshards, what);
+	rc = roundtrip(eng, &cuda_access, slot, back, slot_bytes, segs, n, nshards, vec, what);
 	if (rc.code == KVS_TEST_PASS.code)
 		printf("  %s: bit-exact\n", what);
 out:
@@ -520,7 +628,7 @@ out:
 	free(segs);
 	return rc;
 #else
-	(void)strategy, (void)streams, (void)l, (void)n, (void)tb, (void)nshards, (void)reg;
+	(void)strategy, (void)streams, (void)l, (void)n, (void)tb, (void)nshards, (void)reg, (void)vec;
 	kvs_copy_close(eng);
 	KVS_FAILF("the cuda engine opened in a build without KVS_HAVE_CUDA");
 #endif
@@ -532,11 +640,11 @@ static kvs_test_rc cuda_strategy(uint32_t strategy)
 	static const uint64_t sizes[] = { 4 << 10, 32 << 10, 256 << 10 };
 
 	for (size_t i = 0; i < KVS_ARRAY_LEN(sizes); i++)
-		KVS_TRY(cuda_layout(strategy, 1, L_CONTIG, 128, sizes[i], 1, true));
-	KVS_TRY(cuda_layout(strategy, 1, L_ODD, 37, 5000, 1, true));
+		KVS_TRY(cuda_layout(strategy, 1, L_CONTIG, 128, sizes[i], 1, true, false));
+	KVS_TRY(cuda_layout(strategy, 1, L_ODD, 37, 5000, 1, true, false));
 	/* More segments than one kernel launch takes (two launches). */
-	KVS_TRY(cuda_layout(strategy, 1, L_ODD, KVS_MAX_TENSORS, 3000, 1, true));
-	return cuda_layout(strategy, 1, L_CONTIG, 2, 3 << 20, 1, true);
+	KVS_TRY(cuda_layout(strategy, 1, L_ODD, KVS_MAX_TENSORS, 3000, 1, true, false));
+	return cuda_layout(strategy, 1, L_CONTIG, 2, 3 << 20, 1, true, false);
 }
 
 static kvs_test_rc test_cuda_memcpy(void)
@@ -559,25 +667,39 @@ static kvs_test_rc test_cuda_kernel(void)
 static kvs_test_rc test_cuda_auto(void)
 {
 	KVS_TRY(cuda_strategy(KVS_COPY_STRATEGY_AUTO));
-	return cuda_layout(KVS_COPY_STRATEGY_AUTO, 1, L_CONTIG, 128, 4 << 10, 1, false);
+	return cuda_layout(KVS_COPY_STRATEGY_AUTO, 1, L_CONTIG, 128, 4 << 10, 1, false, false);
 }
 
 static kvs_test_rc test_cuda_head_slices(void)
 {
 	for (uint32_t s = KVS_COPY_STRATEGY_AUTO; s <= KVS_COPY_STRATEGY_KERNEL; s++) {
-		KVS_TRY(cuda_layout(s, 1, L_HEADS, 128, 32 << 10, 1, true));
-		KVS_TRY(cuda_layout(s, 1, L_HEADS, 64, 8 * 24, 1, true));
+		KVS_TRY(cuda_layout(s, 1, L_HEADS, 128, 32 << 10, 1, true, false));
+		KVS_TRY(cuda_layout(s, 1, L_HEADS, 64, 8 * 24, 1, true, false));
 	}
 	return KVS_TEST_PASS;
+}
+
+/* One vector call for many shards (the store's pass: 256 shards of one 8 KiB
+ * tensor, the vLLM connector's shape; head slices; odd sizes), every strategy,
+ * one and several streams. */
+static kvs_test_rc test_cuda_vector(void)
+{
+	for (uint32_t s = KVS_COPY_STRATEGY_AUTO; s <= KVS_COPY_STRATEGY_KERNEL; s++) {
+		KVS_TRY(cuda_layout(s, 1, L_CONTIG, 1, 8 << 10, 256, true, true));
+		KVS_TRY(cuda_layout(s, 4, L_HEADS, 8, 16 << 10, 64, true, true));
+		KVS_TRY(cuda_layout(s, 2, L_ODD, 37, 5000, 20, true, true));
+	}
+	/* auto over unregistered memory: never the kernel */
+	return cuda_layout(KVS_COPY_STRATEGY_AUTO, 1, L_CONTIG, 1, 8 << 10, 256, false, true);
 }
 
 /* Several calls per sync over 4 and 16 streams. */
 static kvs_test_rc test_cuda_streams(void)
 {
 	for (uint32_t s = KVS_COPY_STRATEGY_AUTO; s <= KVS_COPY_STRATEGY_KERNEL; s++) {
-		KVS_TRY(cuda_layout(s, 4, L_CONTIG, 128, 4 << 10, 8, true));
-		KVS_TRY(cuda_layout(s, 16, L_HEADS, 128, 32 << 10, 5, true));
-		KVS_TRY(cuda_layout(s, 3, L_ODD, 37, 5000, 7, true));
+		KVS_TRY(cuda_layout(s, 4, L_CONTIG, 128, 4 << 10, 8, true, false));
+		KVS_TRY(cuda_layout(s, 16, L_HEADS, 128, 32 << 10, 5, true, false));
+		KVS_TRY(cuda_layout(s, 3, L_ODD, 37, 5000, 7, true, false));
 	}
 	return KVS_TEST_PASS;
 }
@@ -752,6 +874,8 @@ static const struct kvs_test_case cases[] = {
 	{ "host_head_slices", test_host_head_slices },
 	{ "host_odd_sizes", test_host_odd_sizes },
 	{ "host_shards", test_host_shards },
+	{ "host_vector", test_host_vector },
+	{ "host_vector_bad_args", test_host_vector_bad_args },
 	{ "host_bad_args", test_host_bad_args },
 	{ "host_wait_event", test_host_wait_event },
 	{ "bad_opts", test_bad_opts },
@@ -766,6 +890,7 @@ static const struct kvs_test_case cuda_cases[] = {
 	{ "cuda_auto", test_cuda_auto },
 	{ "cuda_head_slices", test_cuda_head_slices },
 	{ "cuda_streams", test_cuda_streams },
+	{ "cuda_vector", test_cuda_vector },
 	{ "cuda_wait_event", test_cuda_wait_event },
 	{ "cuda_kernel_unregistered", test_cuda_kernel_unregistered },
 };
