@@ -255,6 +255,9 @@ void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout
 /* kvs_cache_get without the public flag check and with the raw state (DIRTY). */
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot);
+/* The bytes of slot i in this process (a slot index a get returned: in a data
+ * segment), or NULL for one no segment holds. */
+void *kvs_core_slot_addr(const struct kvs_cache *c, uint32_t i);
 /* kvs_cache_prealloc; KVS_CORE_GET_TRY in flags: -EBUSY when the bucket is held. */
 int kvs_core_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		      uint32_t flags);

@@ -488,17 +488,22 @@ KVS_API int kvs_slot_data(struct kvs_cache *c, const struct kvs_slot *slot, void
 	rc = slot_check(c, slot, &v);
 	if (rc)
 		return rc;
+	*ptr = kvs_core_slot_addr(c, slot->index);
+	return *ptr ? 0 : -KVS_ECORRUPT;
+}
+
+void *kvs_core_slot_addr(const struct kvs_cache *c, uint32_t i)
+{
 	for (uint32_t s = 0; s < c->seg_count; s++) {
 		const struct kvs_core_seg *g = &c->geo[s];
-		uint64_t rel = slot->index - g->first_slot;
+		uint64_t rel = i - g->first_slot;
 
-		if (slot->index < g->first_slot || rel >= g->slot_count)
+		if (i < g->first_slot || rel >= g->slot_count)
 			continue;
 		rel = c->slot_shift >= 0 ? rel << c->slot_shift : rel * c->slot_bytes;
-		*ptr = (char *)c->segs[s].base + rel;
-		return 0;
+		return (char *)c->segs[s].base + rel;
 	}
-	return -KVS_ECORRUPT;
+	return NULL;
 }
 
 static int publish(struct kvs_cache *c, struct kvs_slot *slot, uint32_t state, int err)

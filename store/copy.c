@@ -10,9 +10,12 @@
  *                  dispatcher at read completion, or a peer), H2D-scatter it
  *                  into the shard's tensors (head slices: each tensor's own byte
  *                  range); FAILED carries the owner's error to the shard.  The
- *                  copies of one pass are synced once; then each shard is
+ *                  copies of one pass are queued together, one vector call per
+ *                  direction (kvs_copy_h2dv: the engine's fixed cost once per
+ *                  pass, not per shard), and synced once; then each shard is
  *                  finished and its slot released: a task of any size needs only
- *                  the pins of the shards in flight (the dispatcher's budget).  A
+ *                  the pins of the shards in flight (the dispatcher's budget),
+ *                  and the released pins leave the budget once per pass.  A
  *                  prefetch needs no copy: finished and released at READY.
  *   dump           an owned shard (a miss, a FAILED slot it refills, a dead
  *                  filler's it took over) is D2H-gathered, after the task's CUDA
@@ -93,6 +96,10 @@ struct copier {
 	uint32_t nwork;
 	struct kvs_store_sh *batch[BATCH_MAX]; /* copies queued, not yet synced */
 	uint32_t nbatch;
+	/* The batch's direct copies, queued together at its end (pass_queue): one
+	 * engine call per pass and direction, not one per shard. */
+	struct kvs_copy_vec *vec[2];   /* [h2d]: s->copy_vec, KVS_COPY_VEC_MAX each */
+	uint32_t nvec[2];
 	uint64_t batch_deadline;       /* the earliest task deadline in the batch */
 	bool poisoned;                 /* a sync timed out: the batch may still be copied */
 	/* A bucket lock not had within KVS_STORE_LOCK_WAIT_NS (a slow get, a
@@ -100,6 +107,10 @@ struct copier {
 	uint64_t lock_retry_ns;
 	struct kvs_store_backoff lock_backoff;
 	uint64_t reap_ns;              /* the next look for dead ranks */
+	/* This pass's copies, counted once at its end (copy_bytes, copy_ns,
+	 * shards_loaded): from the first copy queued to the sync. */
+	uint64_t pass_t0, pass_bytes;
+	uint32_t pass_loaded;
 };
 
 /* Copier: a get or a release did not have its bucket's lock: again later. */
@@ -116,14 +127,27 @@ static uint64_t sync_deadline(uint64_t deadline_ns)
 	return deadline_ns > grace ? deadline_ns : grace;
 }
 
-static void copy_count(struct kvs_store *s, const struct kvs_store_sh *sh, uint64_t t0)
+/* A copy of sh queued (or staged): in this pass's counts. */
+static void copy_count(struct copier *cp, const struct kvs_store_sh *sh)
 {
-	uint64_t bytes = 0;
-
 	for (uint32_t k = 0; k < sh->nseg; k++)
-		bytes += sh->segs[k].len;
-	KVS_STORE_COUNT(s, copy_bytes, bytes);
-	KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
+		cp->pass_bytes += sh->segs[k].len;
+}
+
+/* The pass's copies are over (synced, or failed): count them. */
+static void pass_count(struct copier *cp)
+{
+	struct kvs_store *s = cp->s;
+
+	if (cp->pass_t0) {
+		KVS_STORE_COUNT(s, copy_bytes, cp->pass_bytes);
+		KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - cp->pass_t0);
+	}
+	if (cp->pass_loaded)
+		KVS_STORE_COUNT(s, shards_loaded, cp->pass_loaded);
+	cp->pass_t0 = 0;
+	cp->pass_bytes = 0;
+	cp->pass_loaded = 0;
 }
 
 static void copy_delay(const struct kvs_store *s)
@@ -199,11 +223,11 @@ static int staged_copy(struct kvs_store *s, struct kvs_store_sh *sh, bool h2d)
 static int shard_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
 {
 	struct kvs_store *s = cp->s;
-	uint64_t t0;
 	int rc;
 
 	copy_delay(s);
-	t0 = kvs_now_ns();
+	if (!cp->pass_t0)
+		cp->pass_t0 = kvs_now_ns();
 	if (!kvs_store_slot_registered(s, sh)) {
 		rc = staged_copy(s, sh, h2d);
 		if (rc == -ETIMEDOUT) {
@@ -212,10 +236,38 @@ static int shard_copy(struct copier *cp, struct kvs_store_sh *sh, bool h2d)
 			cp->poisoned = true;
 		}
 	} else {
-		rc = h2d ? kvs_copy_h2d(s->copy, sh->data, sh->segs, sh->nseg)
-			 : kvs_copy_d2h(s->copy, sh->data, sh->segs, sh->nseg);
+		struct kvs_copy_vec *v = cp->vec[h2d] + cp->nvec[h2d];
+
+		for (uint32_t k = 0; k < sh->nseg; k++)
+			v[k] = (struct kvs_copy_vec){ (unsigned char *)sh->data + sh->segs[k].host_off,
+						      sh->segs[k].dev, sh->segs[k].len };
+		cp->nvec[h2d] += sh->nseg;
+		rc = 0;
 	}
-	copy_count(s, sh, t0);
+	copy_count(cp, sh);
+	return rc;
+}
+
+/* Is there room in this pass for sh's copy (a shard in the batch, its
+ * segments in the direction's vector)? */
+static bool pass_room(const struct copier *cp, const struct kvs_store_sh *sh, bool h2d)
+{
+	return !cp->poisoned && cp->nbatch < BATCH_MAX &&
+	       cp->nvec[h2d] + sh->nseg <= KVS_COPY_VEC_MAX;
+}
+
+/* Queue the pass's direct copies, one vector call per direction: 0 or the
+ * engine's error (the batch's shards fail with it). */
+static int pass_queue(struct copier *cp)
+{
+	struct kvs_store *s = cp->s;
+	int rc = 0;
+
+	if (cp->nvec[1])
+		rc = kvs_copy_h2dv(s->copy, cp->vec[1], cp->nvec[1]);
+	if (cp->nvec[0] && rc == 0)
+		rc = kvs_copy_d2hv(s->copy, cp->vec[0], cp->nvec[0]);
+	cp->nvec[0] = cp->nvec[1] = 0;
 	return rc;
 }
 
@@ -275,7 +327,8 @@ static int slot_outcome(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t n
 static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
 {
 	struct kvs_store *s = cp->s;
-	int st = sh->err ? sh->err : slot_outcome(s, sh, now);
+	/* a hit (READY or DIRTY when pinned) stays valid while pinned: no look */
+	int st = sh->err ? sh->err : kvs_store_sh_hit(sh) ? 0 : slot_outcome(s, sh, now);
 
 	if (st == 1)
 		return false;
@@ -284,11 +337,11 @@ static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		return true;
 	}
 	if (!sh->nseg) { /* prefetch: in the cache is all it needs */
-		KVS_STORE_COUNT(s, shards_loaded, 1);
+		cp->pass_loaded++;
 		finish(s, sh, 0);
 		return true;
 	}
-	if (cp->poisoned || cp->nbatch == BATCH_MAX) {
+	if (!pass_room(cp, sh, true)) {
 		if (now < sh->task->deadline_ns)
 			return false; /* after the sync */
 		finish(s, sh, -ETIMEDOUT);
@@ -299,7 +352,7 @@ static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		finish(s, sh, st);
 		return true;
 	}
-	KVS_STORE_COUNT(s, shards_loaded, 1);
+	cp->pass_loaded++;
 	batch_add(cp, sh);
 	return true;
 }
@@ -367,7 +420,7 @@ static bool dump_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		}
 		sh->flags |= KVS_SH_OWNED;
 	}
-	if (cp->poisoned || cp->nbatch == BATCH_MAX) {
+	if (!pass_room(cp, sh, false)) {
 		if (now < sh->task->deadline_ns)
 			return false;
 		kvs_slot_publish_failed(s->cache, &sh->slot, -ETIMEDOUT);
@@ -396,8 +449,14 @@ static bool resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
 			return false;
 		}
 		sh->flags &= ~KVS_SH_SLOWGET;
-		if (rc)
+		if (rc) {
 			sh->err = rc;
+		} else {
+			/* relaxed: a budget (store/dispatch.c, room) */
+			atomic_fetch_add_explicit(&s->pins, 1, memory_order_relaxed);
+			if (kvs_store_sh_hit(sh))
+				KVS_STORE_COUNT(s, load_hits, 1);
+		}
 	}
 	return sh->task->op == KVS_STORE_OP_DUMP ? dump_resolve(cp, sh, now)
 						 : load_resolve(cp, sh, now);
@@ -407,13 +466,21 @@ static bool resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t now)
 static void batch_end(struct copier *cp)
 {
 	struct kvs_store *s = cp->s;
-	uint64_t t0 = kvs_now_ns();
-	int rc;
+	int qrc, rc;
 
 	if (!cp->nbatch)
 		return;
+	/* a prefix may be queued even when queueing failed: synced all the same */
+	qrc = pass_queue(cp);
 	rc = kvs_copy_sync(s->copy, sync_deadline(cp->batch_deadline));
-	KVS_STORE_COUNT(s, copy_ns, kvs_now_ns() - t0);
+	pass_count(cp);
+	if (qrc && rc != -ETIMEDOUT) {
+		kvs_log_error(&s->log, "store: copy engine: queueing %u shards' copies: %s",
+			      cp->nbatch, kvs_strerror(qrc));
+		rc = qrc;
+	} else if (rc && rc != -ETIMEDOUT) {
+		kvs_log_error(&s->log, "store: copy engine sync: %s", kvs_strerror(rc));
+	}
 	if (rc == -ETIMEDOUT) {
 		/* The copies may still land: finish the shards, keep their pins. */
 		kvs_log_error(&s->log, "store: copy engine sync: %s; %u shards' copies may still "
@@ -425,8 +492,6 @@ static void batch_end(struct copier *cp)
 			kvs_store_sh_done(s, cp->batch[i], rc);
 		return;
 	}
-	if (rc)
-		kvs_log_error(&s->log, "store: copy engine sync: %s", kvs_strerror(rc));
 	for (uint32_t i = 0; i < cp->nbatch; i++) {
 		struct kvs_store_sh *sh = cp->batch[i];
 
@@ -623,7 +688,9 @@ static bool copier_take(struct copier *cp)
 void *kvs_store_copier(void *arg)
 {
 	/* the open's dump state: ours from here (pthread_create orders it) */
-	struct copier cp = { .s = arg, .dumps = ((struct kvs_store *)arg)->dumps0 };
+	struct copier cp = { .s = arg, .dumps = ((struct kvs_store *)arg)->dumps0,
+			     .vec = { ((struct kvs_store *)arg)->copy_vec,
+				      ((struct kvs_store *)arg)->copy_vec + KVS_COPY_VEC_MAX } };
 	struct kvs_store *s = cp.s;
 
 	/* no shared lock holds this thread past a short wait (store/dump.c) */
@@ -669,7 +736,10 @@ void *kvs_store_copier(void *arg)
 		if (cp.nbatch && !cp.poisoned) {
 			batch_end(&cp);
 			progress = true;
+		} else if (!cp.nbatch) {
+			pass_count(&cp); /* prefetches, failed copies */
 		}
+		kvs_store_release_flush(s);
 		if (!progress)
 			copier_sleep(&cp, bell);
 	}

@@ -7,13 +7,15 @@
  * task the shards go in the task's visiting order (rotated: rank r starts at
  * slice r and strides by local_rank_size, so the ranks of a node own different
  * shards at the same moment).  A visit pins the shard's slot
- * (kvs_store_visit_get): a load or prefetch that owns it gets its read queued at
- * once; every visited shard goes to the copier through the ring.  Visits stop
- * while the store holds its pin budget (s->pin_budget) or the ring is full, and
- * resume when the copier releases pins or takes shards; a task past its deadline
- * finishes its unvisited shards at once (-ETIMEDOUT), without a pin.  A load or
- * prefetch owns a miss only while no read waits for backend room (visit()):
- * otherwise the miss is deferred, unpinned, and the peers with room own it.
+ * (kvs_store_visit_get): a load or prefetch that owns it submits its read at
+ * once; every visited shard goes to the copier through the ring, a batch at a
+ * time (flush_visits: one lock, one wake, the pins and hits counted once --
+ * per shard, those were most of a hit's cost).  Visits stop while the store
+ * holds its pin budget (s->pin_budget) or the ring is full, and resume when the
+ * copier releases pins or takes shards; a task past its deadline finishes its
+ * unvisited shards at once (-ETIMEDOUT), without a pin.  A load or prefetch
+ * owns a miss only while no read waits for backend room (visit()): otherwise
+ * the miss is deferred, unpinned, and the peers with room own it.
  *
  * Gets never block here: the bucket lock is only tried.  A busy bucket (a peer
  * in its critical section, or stopped in it) sends the shard to the copier,
@@ -85,6 +87,12 @@ struct disp {
 	uint32_t reads_inflight, writes_inflight, write_cap;
 	uint32_t jobs;                   /* block writes not finished */
 	bool blocked;                    /* visits wait for pins or ring room */
+	/* The visits of this pass, handed to the copier together (flush_visits):
+	 * the shards for the ring, the room left for more (ring places and pins,
+	 * taken under mu once per batch), the pins and load hits counted since. */
+	struct kvs_store_sh **out;       /* s->visits */
+	uint32_t nout, room, pinned, hits;
+	bool copier_due;                 /* completions published: wake the copier */
 	/* prealloc */
 	bool prealloc_due;
 	struct kvs_block_id prealloc_block;
@@ -117,12 +125,16 @@ static void rq_push(struct disp *d, struct kvs_store_xfer *xf)
 	d->rq_tail = xf;
 }
 
+static bool submit_reads(struct disp *d);
+
+/* An owned read of a visit starts at once: the read queue holds only reads the
+ * backend had no room for (then the visits own no more misses: visit()). */
 static void queue_own_read(struct kvs_store *s, struct kvs_store_sh *sh, void *arg)
 {
 	struct disp *d = arg;
 
-	(void)s;
 	rq_push(d, &sh->rd);
+	submit_reads(d);
 	if (s->cfg.prealloc && sh->shard + 1 < s->spb) {
 		d->prealloc_due = true;
 		d->prealloc_block = sh->block;
@@ -167,33 +179,68 @@ int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t f
 	rc = kvs_core_get(s->cache, &sh->block, sh->shard, flags, &sh->slot);
 	if (rc)
 		return rc;
-	/* relaxed: a budget, compared by the dispatcher only */
-	atomic_fetch_add_explicit(&s->pins, 1, memory_order_relaxed);
-	sh->flags |= KVS_SH_GOT;
-	rc = kvs_slot_data(s->cache, &sh->slot, &sh->data);
-	if (rc) {
-		sh->err = rc;
+	sh->flags |= KVS_SH_GOT; /* in the pin budget: the caller counts it (s->pins) */
+	sh->data = kvs_core_slot_addr(s->cache, sh->slot.index);
+	if (!sh->data) {
+		sh->err = -KVS_ECORRUPT;
 		return 0;
 	}
 	if (sh->slot.flags & KVS_SLOT_OWNER) {
 		sh->flags |= KVS_SH_OWNED;
 		if (op != KVS_STORE_OP_DUMP) /* a dump's the copier gathers */
 			kvs_store_read_owned(s, sh, queue_read, arg);
-	} else if (op != KVS_STORE_OP_DUMP &&
-		   (sh->slot.state == KVS_SLOT_READY || sh->slot.state == KVS_SHM_SLOT_DIRTY)) {
-		KVS_STORE_COUNT(s, load_hits, 1);
 	}
 	return 0;
 }
 
-/* Hand sh to the copier (the caller checked there is room). */
-static void ring_push(struct kvs_store *s, struct kvs_store_sh *sh)
+bool kvs_store_sh_hit(const struct kvs_store_sh *sh)
 {
-	pthread_mutex_lock(&s->mu);
-	s->ring[(s->ring_head + s->ring_count) % s->ring_cap] = sh;
-	s->ring_count++;
-	pthread_mutex_unlock(&s->mu);
-	kvs_store_wake_copier(s);
+	return sh->task->op != KVS_STORE_OP_DUMP && !(sh->flags & KVS_SH_OWNED) &&
+	       (sh->slot.state == KVS_SLOT_READY || sh->slot.state == KVS_SHM_SLOT_DIRTY);
+}
+
+/* Hand this batch's visits to the copier: one lock, one wake, however many
+ * shards; the pins and hits they took counted once.  Per shard this was a
+ * lock, a futex bump and a condition signal (docs/store.md, "What a hit
+ * costs"). */
+static void flush_visits(struct disp *d)
+{
+	struct kvs_store *s = d->s;
+
+	if (d->pinned) {
+		/* relaxed: a budget (room() reads it under mu; the copier's
+		 * releases subtract) */
+		atomic_fetch_add_explicit(&s->pins, d->pinned, memory_order_relaxed);
+		d->pinned = 0;
+	}
+	if (d->hits) {
+		KVS_STORE_COUNT(s, load_hits, d->hits);
+		d->hits = 0;
+	}
+	if (d->nout) {
+		pthread_mutex_lock(&s->mu);
+		for (uint32_t i = 0; i < d->nout; i++)
+			s->ring[(s->ring_head + s->ring_count + i) % s->ring_cap] = d->out[i];
+		s->ring_count += d->nout;
+		pthread_mutex_unlock(&s->mu);
+		d->nout = 0;
+		d->copier_due = true;
+	}
+	if (d->copier_due) {
+		d->copier_due = false;
+		kvs_store_wake_copier(s);
+	}
+}
+
+/* sh visited: on its way to the copier with this batch (the room was taken). */
+static void out_push(struct disp *d, struct kvs_store_sh *sh)
+{
+	d->out[d->nout++] = sh;
+	d->room--;
+	if (sh->flags & KVS_SH_GOT)
+		d->pinned++;
+	if (kvs_store_sh_hit(sh))
+		d->hits++;
 }
 
 static void defer(struct disp *d, struct kvs_store_sh *sh)
@@ -238,22 +285,31 @@ static void visit(struct disp *d, struct kvs_store_sh *sh)
 	} else if ((sh->flags & KVS_SH_OWNED) && prealloc_recent(d, &sh->block, sh->shard)) {
 		KVS_STORE_COUNT(s, prealloc_hits, 1);
 	}
-	ring_push(s, sh);
+	out_push(d, sh);
 }
 
-/* Room for one more visit?  (relaxed pins: a budget; under-counting a release
- * only delays a visit until the wake that follows it) */
+/* Room for one more visit?  The room of a batch is taken once: ring places
+ * and pins left (relaxed pins: a budget; under-counting a release only delays
+ * a visit until the wake that follows it), less what the batch holds; with
+ * none left, the batch goes to the copier first and the room is asked again.
+ * None then: the dispatcher is blocked until the copier makes room. */
 static bool room(struct disp *d)
 {
 	struct kvs_store *s = d->s;
-	bool ok;
+	uint32_t pins, ring_free;
 
+	if (d->room)
+		return true;
+	flush_visits(d);
 	pthread_mutex_lock(&s->mu);
-	ok = s->ring_count < s->ring_cap &&
-	     atomic_load_explicit(&s->pins, memory_order_relaxed) < s->pin_budget;
-	d->blocked = s->disp_blocked = !ok;
+	pins = atomic_load_explicit(&s->pins, memory_order_relaxed);
+	ring_free = s->ring_cap - s->ring_count;
+	d->room = pins < s->pin_budget ? s->pin_budget - pins : 0;
+	if (ring_free < d->room)
+		d->room = ring_free;
+	d->blocked = s->disp_blocked = d->room == 0;
 	pthread_mutex_unlock(&s->mu);
-	return ok;
+	return d->room > 0;
 }
 
 /* Task t is past its deadline: every shard not visited yet finishes now. */
@@ -370,6 +426,7 @@ static bool visit_some(struct disp *d)
 		if (d->blocked)
 			break;
 	}
+	flush_visits(d);
 	return progress;
 }
 
@@ -403,7 +460,7 @@ static void read_done(struct disp *d, struct kvs_store_xfer *xf, int err)
 		atomic_store_explicit(&sh->refs, 1, memory_order_relaxed); /* the copier's now */
 		kvs_store_handoff_release(s, sh);
 	} else {
-		kvs_store_wake_copier(s);
+		d->copier_due = true; /* woken once for the completions reaped together */
 	}
 }
 
@@ -762,6 +819,7 @@ static int disp_init(struct disp *d, struct kvs_store *s)
 
 	memset(d, 0, sizeof(*d));
 	d->s = s;
+	d->out = s->visits;
 	/* Writes take at most three quarters of the backend's queue (all of a
 	 * queue of one): reads always find room. */
 	depth = s->cfg.backend.kind == KVS_BACKEND_LATENCY && s->cfg.backend.latency_queue_depth
@@ -804,7 +862,7 @@ void *kvs_store_dispatcher(void *arg)
 		progress = submit_reads(&d);
 		progress |= submit_writes(&d);
 		progress |= reap(&d, 0);
-		progress |= visit_some(&d);
+		progress |= visit_some(&d); /* ends with flush_visits: the copier woken once */
 		if (progress)
 			continue;
 		if (d.prealloc_due && !d.rq_head) {

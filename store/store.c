@@ -290,8 +290,10 @@ static int threads_start(struct kvs_store *s)
 
 	s->ring_cap = s->cfg.running_queue_depth;
 	s->ring = calloc(s->ring_cap, sizeof(*s->ring));
+	s->visits = calloc(s->ring_cap, sizeof(*s->visits));
+	s->copy_vec = calloc(2 * KVS_COPY_VEC_MAX, sizeof(*s->copy_vec));
 	s->tasks = calloc(s->cfg.waiting_queue_depth, sizeof(*s->tasks));
-	if (!s->ring || !s->tasks)
+	if (!s->ring || !s->visits || !s->copy_vec || !s->tasks)
 		return -ENOMEM;
 	s->wake_fd = kvs_fd_above_stdio(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (s->wake_fd < 0)
@@ -517,6 +519,8 @@ static void teardown(struct kvs_store *s)
 		close(s->wake_fd);
 	free(s->tasks);
 	free(s->ring);
+	free(s->visits);
+	free(s->copy_vec);
 	free(s->rel_later);
 	pthread_cond_destroy(&s->reg_cv);
 	pthread_cond_destroy(&s->done_cv);
@@ -623,6 +627,8 @@ KVS_API void kvs_store_close(struct kvs_store *s)
 		kvs_cache_close(s->cache);
 		free(s->tasks);
 		free(s->ring);
+		free(s->visits);
+		free(s->copy_vec);
 		free(s);
 		return;
 	}

@@ -298,6 +298,7 @@ struct kvs_store {
 	 * only. */
 	struct kvs_store_release *rel_later;
 	uint32_t nrel_later, rel_later_cap;
+	uint32_t released;             /* task pins released, not yet out of pins */
 
 	/* Everything below is guarded by mu. */
 	pthread_mutex_t mu;
@@ -325,6 +326,10 @@ struct kvs_store {
 					  the dispatcher no more block writes */
 	struct kvs_store_sh **ring;    /* dispatcher -> copier, in visiting order */
 	uint32_t ring_cap, ring_head, ring_count;
+	struct kvs_store_sh **visits;  /* not under mu: the dispatcher's batch of visits
+					  for the ring (ring_cap entries) */
+	struct kvs_copy_vec *copy_vec; /* not under mu: the copier's pass of copies
+					  (2 x KVS_COPY_VEC_MAX: d2h, then h2d) */
 	bool disp_blocked;             /* the dispatcher waits for ring room or pins */
 	int wake_fd;                   /* eventfd: the dispatcher's wake (submit, hand-offs,
 					  room, stop) */
@@ -369,10 +374,15 @@ bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh);
 /* Finish sh with err and drop the caller's reference: released before done
  * when it was the last, done now (the pin left to the other holder) when not. */
 void kvs_store_sh_finish(struct kvs_store *s, struct kvs_store_sh *sh, int err);
-/* Release a pin of this store (task: a task's, the budget goes down; else a
- * block write's); errors logged.  A bucket lock not had within the copier's
- * short wait keeps the release for kvs_store_release_retry. */
+/* Release a pin of this store (task: a task's, out of the budget at the next
+ * kvs_store_release_flush; else a block write's); errors logged.  A bucket
+ * lock not had within the copier's short wait keeps the release for
+ * kvs_store_release_retry.  The copier's only: no other thread drops a pin
+ * (the dispatcher hands its last holds over, kvs_store_handoff_release). */
 void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot, bool task);
+/* Copier: take the task pins released since the last flush out of the budget,
+ * and wake the dispatcher if it waits for room: once per pass, not per pin. */
+void kvs_store_release_flush(struct kvs_store *s);
 /* Copier: try the kept releases again.  Returns whether any was made; the ones
  * left are s->nrel_later. */
 bool kvs_store_release_retry(struct kvs_store *s);
@@ -401,10 +411,14 @@ void *kvs_store_copier(void *arg);
  * KVS_CORE_GET_TRY from the dispatcher (-EBUSY: the copier gets it), none from
  * the copier.  Loads and prefetches that own the slot get their read queued
  * through queue_read (the dispatcher's own queue, or a hand-off).  Returns 0
- * (pinned, sh->flags say how) or the get's error. */
+ * (pinned, sh->flags say how: the caller adds the pin to s->pins) or the
+ * get's error. */
 int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t flags,
 			void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
 			void *arg);
+/* Is sh, just pinned by kvs_store_visit_get, a load's hit (READY or DIRTY, not
+ * owned)?  The caller counts it (load_hits), as it counts the pin (pins). */
+bool kvs_store_sh_hit(const struct kvs_store_sh *sh);
 /* sh (a load or prefetch) owns its slot: its read, with the dispatcher's
  * reference to the pin, goes to queue_read. */
 void kvs_store_read_owned(struct kvs_store *s, struct kvs_store_sh *sh,

@@ -148,17 +148,25 @@ bool kvs_store_release_retry(struct kvs_store *s)
 
 void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot, bool task)
 {
-	bool blocked;
 	int rc = kvs_slot_release(s->cache, slot);
 
 	if (rc == -ETIMEDOUT && release_later(s, slot, task))
 		return; /* still pinned (a task's: in the budget too) until had */
 	if (rc)
 		kvs_log_error(&s->log, "store: releasing a slot: %s", kvs_strerror(rc));
-	if (!task)
+	if (task)
+		s->released++; /* out of the budget at the next kvs_store_release_flush */
+}
+
+void kvs_store_release_flush(struct kvs_store *s)
+{
+	bool blocked;
+
+	if (!s->released)
 		return;
-	/* relaxed: a budget (the dispatcher re-reads it after its wake) */
-	atomic_fetch_sub_explicit(&s->pins, 1, memory_order_relaxed);
+	/* relaxed: a budget (the dispatcher re-reads it under mu after its wake) */
+	atomic_fetch_sub_explicit(&s->pins, s->released, memory_order_relaxed);
+	s->released = 0;
 	pthread_mutex_lock(&s->mu);
 	blocked = s->disp_blocked;
 	pthread_mutex_unlock(&s->mu);
