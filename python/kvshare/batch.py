@@ -18,7 +18,7 @@ import errno
 import hashlib
 
 from ._lib import KvsError
-from .store import block_id
+from .store import _timeout_ns, block_id
 
 
 def key_id(key):
@@ -41,6 +41,7 @@ class BatchStore:
     """Batch calls over an open Store (not owned: closing it is the caller's)."""
 
     def __init__(self, store, timeout=None):
+        _timeout_ns(timeout)  # a bad timeout refused here, not mid-batch
         self.store = store
         self.timeout = timeout  # per key wait; None: the task's own deadline
 

@@ -26,6 +26,7 @@ then drops those references.
 import ctypes
 import errno
 import hashlib
+import numbers
 import struct
 import weakref
 
@@ -119,6 +120,23 @@ def _config_string(config):
                            "',', a key neither ',' nor '='")
         items.append(f"{key}={value}")
     return ",".join(items)
+
+
+def _timeout_ns(timeout):
+    """timeout seconds (None: none) as the nanoseconds the C waits take: None,
+    infinity and anything past UINT64_MAX ns (584 years) are UINT64_MAX, which
+    the library takes as no timeout (a wait's deadline saturates); never wrapped
+    modulo 2**64 by ctypes.  A negative or NaN timeout is a ValueError, a
+    non-number a TypeError: a caller's mistake, not a wait of 0."""
+    if timeout is None:
+        return UINT64_MAX
+    if not isinstance(timeout, numbers.Real):
+        raise TypeError(f"kvshare: a timeout is seconds (a number) or None, not {timeout!r}")
+    t = float(timeout)
+    if not t >= 0:  # NaN too
+        raise ValueError(f"kvshare: a timeout is >= 0 seconds or None, got {timeout!r}")
+    ns = t * 1e9
+    return UINT64_MAX if ns >= UINT64_MAX else int(ns)
 
 
 def _struct_dict(st):
@@ -460,13 +478,14 @@ class Store:
 
     def wait(self, task, timeout=None):
         """Sleep until task (a Task or its id) finishes or timeout seconds pass
-        (None: until it finishes; its own deadline, timeout_ms from submit,
-        bounds that).  Returns True when it succeeded (it is reaped), False on
+        (None, math.inf or more than UINT64_MAX ns: until it finishes; its own
+        deadline, timeout_ms from submit, bounds that; negative or NaN:
+        ValueError).  Returns True when it succeeded (it is reaped), False on
         timeout (still running); raises KvsError with the task's error (the
         backend's, -ETIMEDOUT, -KVS_EOWNERDEAD, ...) or -ENOENT for an unknown
         or already reaped task.  The GIL is released while it sleeps."""
+        ns = _timeout_ns(timeout)
         tid = self._task_id(task)
-        ns = UINT64_MAX if timeout is None else max(0, int(timeout * 1e9))
         return self._reaped(tid, self._lib.kvs_store_wait(self._h(), tid, ns),
                             "kvs_store_wait")
 
@@ -478,10 +497,11 @@ class Store:
     def ready(self, timeout=0):
         """Whether this rank's data plane is registered with its copy engine
         (kvs_store_ready: loads are served before, through a staging buffer),
-        waiting up to timeout seconds (0: just ask; the GIL is released while
-        it sleeps).  True ready, False not yet; raises KvsError with the
-        registration's error, or -EOPNOTSUPP for a watcher."""
-        ns = max(0, int(timeout * 1e9))
+        waiting up to timeout seconds (0: just ask; None or math.inf: until
+        registration ends; the GIL is released while it sleeps).  True ready,
+        False not yet; raises KvsError with the registration's error, or
+        -EOPNOTSUPP for a watcher; ValueError for a negative or NaN timeout."""
+        ns = _timeout_ns(timeout)
         return check(self._lib.kvs_store_ready(self._h(), ns), "kvs_store_ready") == 1
 
     def lookup(self, blocks):

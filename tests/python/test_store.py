@@ -3,6 +3,7 @@ numpy arrays on the host copy engine and a posix backend under tmp_path.
 Round trips compare bytes; a second store on a fresh cache proves the bytes
 came back from the backend (owner reads), not only from the shared cache."""
 import errno
+import math
 import os
 import sys
 import threading
@@ -224,6 +225,34 @@ def test_wait_timeout_and_gil_release(base, uid):
         with pytest.raises(kvshare.KvsError) as ei:
             task.wait()  # reaped
         assert ei.value.code == -errno.ENOENT
+
+
+def test_wait_timeouts_infinite_and_invalid(base, uid):
+    """wait(math.inf) and any timeout past what C takes (UINT64_MAX ns, 584
+    years) mean no timeout: clamped, never an OverflowError nor wrapped
+    modulo 2**64 by ctypes (2**64 ns + 45 us would wait 45 us).  A negative
+    or NaN timeout is a ValueError naming it, for wait, check's Task, ready
+    and BatchStore, before anything reaches C."""
+    with kvshare.Store(base(unique_id=uid("inf"), backend="latency",
+                            latency_us=20000)) as s:
+        def load():
+            return s.load([1], [torch.zeros(SHARD, dtype=torch.uint8)])
+        assert load().wait(math.inf) is True
+        assert s.wait(load(), 1e300) is True
+        assert load().wait(18446744073.7096) is True  # 2**64 ns + 45 us
+        assert load().wait(2**70) is True
+        assert s.ready(math.inf) is True and s.ready(None) is True
+        task = load()
+        for bad in (-1, -1e-9, -math.inf, math.nan):
+            with pytest.raises(ValueError, match="timeout"):
+                task.wait(bad)
+            with pytest.raises(ValueError, match="timeout"):
+                s.ready(bad)
+            with pytest.raises(ValueError, match="timeout"):
+                kvshare.BatchStore(s, timeout=bad)
+        with pytest.raises(TypeError, match="timeout"):
+            task.wait("1")
+        assert task.wait() is True  # none of those touched it
 
 
 def test_task_timeout_is_an_error(base, uid):
