@@ -20,7 +20,10 @@ Lifetime.  The store keeps a task's tensors referenced until the task is
 reaped (wait or check reports it done or failed), so the C copier never writes
 into freed memory.  Store.close() -- also run by `with`, by the garbage collector and at
 interpreter exit -- drains the running tasks (each bounded by its timeout_ms),
-then drops those references.
+then drops those references.  A Store may be shared by threads: close() waits
+for the calls other threads are making before the C store goes (a thread asleep
+in wait() until its task ends or reaches its deadline), and a call made once
+close has begun raises ValueError (_Handle).
 """
 
 import ctypes
@@ -28,6 +31,7 @@ import errno
 import hashlib
 import numbers
 import struct
+import threading
 import weakref
 
 from . import _abi
@@ -200,9 +204,78 @@ def check_config(config):
           lib().kvs_store_last_error().decode("utf-8", "replace") if rc < 0 else "")
 
 
-def _close(lib_, handle, pending):
-    lib_.kvs_store_close(handle)  # drains running tasks first
-    pending.clear()               # ... so their tensors may go now
+class _Handle:
+    """A Store's C handle and its life across threads.
+
+    kvs_store_close frees the store and detaches its cache: a call another
+    thread is making at that moment would read freed memory.  So every call
+    into the library is made inside `with handle as ptr:`, a use counted under
+    a lock, and close() first refuses new uses (the closed store's ValueError),
+    then waits until the uses in flight have returned, and only then calls
+    kvs_store_close.  No call stays in C unboundedly: a wait until its task is
+    done or at the task's deadline (timeout_ms from submit, at most 24 h: what
+    kvs_store_close drains tasks to anyway, so a thread asleep in wait delays
+    close by nothing close would not have waited for, and gets its task's
+    result), ready until registration ends or its timeout, lookups as the
+    backend's commands.  Any thread may close, once: a second close() waits
+    until the first one has closed; one interrupted (KeyboardInterrupt) while
+    it waits for the uses leaves the store open.  The finalizer (garbage
+    collector, interpreter exit) closes through this object, which never
+    refers to the Store.
+
+    pending: what must outlive each unreaped task (its tensors), by task id,
+    dropped once kvs_store_close has drained the tasks."""
+
+    __slots__ = ("lib", "ptr", "cache", "pending", "users", "_lock", "_cv", "_closing",
+                 "_closed")
+
+    def __init__(self, lib_, ptr):
+        self.lib = lib_
+        self.ptr = ptr
+        self.cache = lib_.kvs_store_cache(ptr)
+        self.pending = {}
+        self.users = 0          # calls in flight, under _lock
+        self._lock = threading.Lock()  # taken bare by each call: a C-level `with`
+        self._cv = threading.Condition(self._lock)
+        self._closing = False   # no new use; set by the closing thread
+        self._closed = False    # kvs_store_close has returned
+
+    def __enter__(self):
+        with self._lock:
+            if self._closing:
+                raise ValueError("kvshare: the store is closed")
+            self.users += 1
+        return self.ptr
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self.users -= 1
+            if self._closing and not self.users:
+                self._cv.notify_all()
+
+    @property
+    def closed(self):
+        return self._closing
+
+    def close(self):
+        with self._cv:
+            while self._closing and not self._closed:  # another thread closes
+                self._cv.wait()
+            if self._closed:
+                return
+            self._closing = True
+            try:
+                while self.users:
+                    self._cv.wait()
+            except BaseException:
+                self._closing = False
+                self._cv.notify_all()
+                raise
+        self.lib.kvs_store_close(self.ptr)  # drains running tasks first
+        self.pending.clear()                # ... so their tensors may go now
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
 
 
 class Store:
@@ -216,7 +289,7 @@ class Store:
 
     def __init__(self, config):
         self._lib = lib()
-        self._handle = None
+        self._hd = None
         cfg = _parse(config)
         self._geometry(cfg)
         self.unique_id = cfg.cache.unique_id.decode()
@@ -228,17 +301,14 @@ class Store:
         check(rc, f"kvs_store_open({self.unique_id}, device {self.device_id})",
               self._lib.kvs_store_last_error().decode("utf-8", "replace") if rc < 0
               else "")
-        self._handle = handle.value
-        self._pending = {}  # task id -> what must outlive the task (tensors)
-        self._finalizer = weakref.finalize(self, _close, self._lib, self._handle,
-                                           self._pending)
-        self._cache = self._lib.kvs_store_cache(self._handle)
+        self._hd = _Handle(self._lib, handle.value)
+        self._finalizer = weakref.finalize(self, self._hd.close)
         # copy_engine=auto is resolved at open: the host engine copies to and
         # from host memory ("cpu" tensors), CUDA to its device.  A watcher copies
         # nothing.
-        engine = self._lib.kvs_store_copy_engine(self._handle)
+        engine = self._lib.kvs_store_copy_engine(self._hd.ptr)
         self._device_type = "cuda" if engine == _abi.KVS_COPY_ENGINE_CUDA else "cpu"
-        self.rank = check(self._lib.kvs_cache_rank(self._cache), "kvs_cache_rank")
+        self.rank = check(self._lib.kvs_cache_rank(self._hd.cache), "kvs_cache_rank")
         real = self.cache_stats()["slot_bytes"]
         if real != self.shard_bytes:
             self.close()
@@ -272,15 +342,17 @@ class Store:
     # -- lifetime --------------------------------------------------------
 
     def close(self):
-        """Drain the running tasks (each bounded by its timeout), stop the
-        store's threads, detach.  Idempotent."""
-        if self._handle is not None:
-            self._finalizer()
-            self._handle = None
+        """Wait for the calls other threads are making (a wait until its task
+        ends or its deadline passes), refusing new ones (ValueError); drain
+        the running tasks (each bounded by its timeout), stop the store's
+        threads, detach.  Idempotent; safe from any thread."""
+        if self._hd is not None:
+            self._hd.close()  # not the finalizer: it runs once, a second close must wait too
+            self._finalizer.detach()
 
     @property
     def closed(self):
-        return self._handle is None
+        return self._hd is None or self._hd.closed
 
     def __enter__(self):
         return self
@@ -288,13 +360,14 @@ class Store:
     def __exit__(self, *exc):
         self.close()
 
-    def _h(self):
-        if self._handle is None:
-            raise ValueError("kvshare: the store is closed")
-        return self._handle
+    def _call(self, fn, *args):
+        """fn(the C store, *args), as a use of the store: close waits for it
+        to return; ValueError once close has begun (_Handle)."""
+        with self._hd as ptr:
+            return fn(ptr, *args)
 
     def __repr__(self):
-        state = "closed" if self._handle is None else f"rank entry {self.rank}"
+        state = "closed" if self.closed else f"rank entry {self.rank}"
         return (f"<kvshare.Store {self.unique_id} device {self.device_id} {state}: "
                 f"{self.shards_per_block} x {self.shard_bytes} B shards>")
 
@@ -412,9 +485,10 @@ class Store:
 
     def _submit(self, kind, fn, c_arg, n, *extra, keep):
         tid = ctypes.c_uint64()
-        check(fn(self._h(), c_arg, n, *extra, ctypes.byref(tid)),
-              f"kvs_store_{kind}({n} {'blocks' if kind == 'prefetch' else 'shards'})")
-        self._pending[tid.value] = keep
+        with self._hd as ptr:  # keep registered before close can drop pending
+            check(fn(ptr, c_arg, n, *extra, ctypes.byref(tid)),
+                  f"kvs_store_{kind}({n} {'blocks' if kind == 'prefetch' else 'shards'})")
+            self._hd.pending[tid.value] = keep
         return Task(self, tid.value, kind)
 
     # -- the store API ---------------------------------------------------
@@ -472,7 +546,7 @@ class Store:
     def _reaped(self, tid, rc, op):
         if rc == 1:
             return False
-        self._pending.pop(tid, None)
+        self._hd.pending.pop(tid, None)
         check(rc, f"{op}(task {tid})")
         return True
 
@@ -486,13 +560,13 @@ class Store:
         or already reaped task.  The GIL is released while it sleeps."""
         ns = _timeout_ns(timeout)
         tid = self._task_id(task)
-        return self._reaped(tid, self._lib.kvs_store_wait(self._h(), tid, ns),
+        return self._reaped(tid, self._call(self._lib.kvs_store_wait, tid, ns),
                             "kvs_store_wait")
 
     def check(self, task):
         """As wait with no waiting: True done, False running; raises on failure."""
         tid = self._task_id(task)
-        return self._reaped(tid, self._lib.kvs_store_check(self._h(), tid), "kvs_store_check")
+        return self._reaped(tid, self._call(self._lib.kvs_store_check, tid), "kvs_store_check")
 
     def ready(self, timeout=0):
         """Whether this rank's data plane is registered with its copy engine
@@ -502,20 +576,20 @@ class Store:
         False not yet; raises KvsError with the registration's error, or
         -EOPNOTSUPP for a watcher; ValueError for a negative or NaN timeout."""
         ns = _timeout_ns(timeout)
-        return check(self._lib.kvs_store_ready(self._h(), ns), "kvs_store_ready") == 1
+        return check(self._call(self._lib.kvs_store_ready, ns), "kvs_store_ready") == 1
 
     def lookup(self, blocks):
         """For each block, whether every shard of it is in the shared cache or
         the backend: a list of bools."""
         arr, n = _block_array(blocks)
         hits = (ctypes.c_bool * n)()
-        check(self._lib.kvs_store_lookup(self._h(), arr, n, hits), "kvs_store_lookup")
+        check(self._call(self._lib.kvs_store_lookup, arr, n, hits), "kvs_store_lookup")
         return list(hits)
 
     def lookup_prefix(self, blocks):
         """How many leading blocks lookup() would hit (stops at the first miss)."""
         arr, n = _block_array(blocks)
-        return check(self._lib.kvs_store_lookup_prefix(self._h(), arr, n),
+        return check(self._call(self._lib.kvs_store_lookup_prefix, arr, n),
                      "kvs_store_lookup_prefix")
 
     def stats(self, node=False):
@@ -523,13 +597,14 @@ class Store:
         node's total (every rank, departed ones included) with node=True."""
         st = _abi.kvs_store_stats()
         rank = _abi.KVS_STATS_NODE if node else self.rank
-        check(self._lib.kvs_store_stats(self._h(), rank, ctypes.byref(st)), "kvs_store_stats")
+        check(self._call(self._lib.kvs_store_stats, rank, ctypes.byref(st)), "kvs_store_stats")
         return _struct_dict(st)
 
     def cache_stats(self, node=False):
         """The shared cache's counters and slot census (kvs_cache_stats) as a dict."""
         st = _abi.kvs_cache_stats()
         rank = _abi.KVS_STATS_NODE if node else self.rank
-        self._h()
-        check(self._lib.kvs_cache_stats(self._cache, rank, ctypes.byref(st)), "kvs_cache_stats")
+        with self._hd:  # the cache is the store's: detached by its close
+            rc = self._lib.kvs_cache_stats(self._hd.cache, rank, ctypes.byref(st))
+        check(rc, "kvs_cache_stats")
         return _struct_dict(st)

@@ -1,4 +1,4 @@
-"""Rank processes of test_mp.py, started with multiprocessing's spawn method (a
+"""Rank processes of test_mp.py and test_lifetime.py, started with multiprocessing's spawn method (a
 fresh interpreter each: the cache is mapped at another address in each).  Only
 numpy and kvshare are imported here, to keep the children's start-up short.
 
@@ -7,6 +7,7 @@ Every entry point takes (rank, config, ..., queue) and puts exactly one
 for a KvsError, ("exc", text) for anything else.
 """
 import os
+import threading
 import time
 import traceback
 
@@ -86,4 +87,66 @@ def load_after_kill(rank, cfg, nblocks, go, queue):
             queue.put((rank, "submitted"))
             task.wait()
             return s.cache_stats(node=True)["takeovers"]
+    _report(queue, rank, run)
+
+
+def close_under_calls(rank, cfg, rounds, nthreads, queue):
+    """Round after round: open a store, let nthreads threads call it in a loop
+    -- lookups, stats and cache stats, a load of its own checked until done
+    and then another; the last thread waits for its loads with no timeout
+    instead, so that close finds it asleep in kvs_store_wait -- and close it
+    from this thread while they run.  Every thread must end on the ValueError
+    of a closed store, having seen no other error: the report is ("ok",
+    (rounds, calls)) or ("exc", the first other outcome).  A call reaching the
+    freed store crashes the process instead (or ASan reports it)."""
+    def hammer(s, me, started, calls, bad):
+        dst = np.zeros(s.block_bytes, np.uint8)
+        waiter = me == nthreads - 1
+        try:
+            task = s.load([me], [dst])
+            started.wait(60)
+            while True:
+                s.lookup([me, 1000 + me])
+                s.lookup_prefix([me])
+                s.stats()
+                s.cache_stats()
+                if waiter:
+                    if not task.wait():
+                        raise AssertionError("wait() with no timeout returned False")
+                    task = s.load([me], [dst])
+                elif s.check(task):
+                    task = s.load([me], [dst])
+                calls[me] += 1
+        except ValueError as e:
+            if "closed" not in str(e):
+                bad.append(f"thread {me}: {e!r}")
+        except BaseException as e:  # noqa: BLE001 - the report names it
+            bad.append(f"thread {me}: {e!r}")
+
+    def run():
+        calls = [0] * nthreads
+        for r in range(rounds):
+            s = kvshare.Store(dict(cfg, unique_id=f"{cfg['unique_id']}.{r}"))
+            started = threading.Barrier(nthreads + 1)
+            bad = []
+            threads = [threading.Thread(target=hammer, args=(s, me, started, calls, bad))
+                       for me in range(nthreads)]
+            for t in threads:
+                t.start()
+            started.wait(60)  # every thread holds a task and is about to call
+            s.close()
+            for t in threads:
+                t.join(60)
+                if t.is_alive():
+                    raise AssertionError(f"round {r}: a thread still runs 60 s after close")
+            if bad:
+                raise AssertionError(f"round {r}: " + "; ".join(bad))
+            try:
+                s.lookup([1])
+            except ValueError as e:
+                if "closed" not in str(e):
+                    raise
+            else:
+                raise AssertionError("a lookup after close returned")
+        return rounds, sum(calls)
     _report(queue, rank, run)
