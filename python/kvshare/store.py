@@ -30,6 +30,7 @@ import ctypes
 import errno
 import hashlib
 import numbers
+import operator
 import struct
 import threading
 import weakref
@@ -158,7 +159,9 @@ def _is_region(obj):
 
 
 class Task:
-    """A load, dump or prefetch submitted to a Store; id is the library's task id."""
+    """A load, dump or prefetch submitted to a Store; id is the library's task
+    id, numbered per store: the Task, bound to its store, is the handle to
+    pass to wait and check (another store refuses it)."""
 
     __slots__ = ("store", "id", "kind")
 
@@ -278,6 +281,11 @@ class _Handle:
             self._cv.notify_all()
 
 
+# Every Store opened in this process (weakly), for Store._task_id's int ids.
+_stores = weakref.WeakSet()
+_stores_lock = threading.Lock()
+
+
 class Store:
     """One rank's kvshare store (or a watcher's: device_id=-1).
 
@@ -303,6 +311,8 @@ class Store:
               else "")
         self._hd = _Handle(self._lib, handle.value)
         self._finalizer = weakref.finalize(self, self._hd.close)
+        with _stores_lock:
+            _stores.add(self)
         # copy_engine=auto is resolved at open: the host engine copies to and
         # from host memory ("cpu" tensors), CUDA to its device.  A watcher copies
         # nothing.
@@ -540,8 +550,32 @@ class Store:
         arr, n = _block_array(blocks)
         return self._submit("prefetch", self._lib.kvs_store_prefetch, arr, n, keep=[])
 
-    def _task_id(self, task):
-        return task.id if isinstance(task, Task) else int(task)
+    def _task_id(self, task, op):
+        """The library id of task, checked before it reaches C (which would
+        reap whichever task of this store has that id): a Task must be this
+        store's (ValueError), an id one of this store's outstanding tasks
+        (KvsError -ENOENT: unknown or already reaped).  Two stores number
+        their tasks alike (task ids are per store), so an int that another
+        open store also has outstanding is refused as ambiguous (ValueError:
+        pass the Task).  Called inside a use: after close, the closed
+        store's ValueError came first."""
+        if isinstance(task, Task):
+            if task.store is not self:
+                raise ValueError(f"kvshare: {task!r} belongs to another store "
+                                 f"({task.store!r}), not this one ({self!r})")
+            tid = task.id
+        else:
+            tid = operator.index(task)
+        if tid not in self._hd.pending:
+            raise KvsError(-errno.ENOENT, f"{op}(task {tid})",
+                           "not an outstanding task of this store")
+        if not isinstance(task, Task):
+            with _stores_lock:
+                others = [o for o in _stores if o is not self and tid in o._hd.pending]
+            if others:
+                raise ValueError(f"kvshare: task id {tid} is outstanding in this store and "
+                                 f"in {others[0]!r} as well: pass the Task object")
+        return tid
 
     def _reaped(self, tid, rc, op):
         if rc == 1:
@@ -551,22 +585,28 @@ class Store:
         return True
 
     def wait(self, task, timeout=None):
-        """Sleep until task (a Task or its id) finishes or timeout seconds pass
-        (None, math.inf or more than UINT64_MAX ns: until it finishes; its own
-        deadline, timeout_ms from submit, bounds that; negative or NaN:
-        ValueError).  Returns True when it succeeded (it is reaped), False on
-        timeout (still running); raises KvsError with the task's error (the
-        backend's, -ETIMEDOUT, -KVS_EOWNERDEAD, ...) or -ENOENT for an unknown
-        or already reaped task.  The GIL is released while it sleeps."""
+        """Sleep until task (a Task of this store, or the id of one of its
+        outstanding tasks) finishes or timeout seconds pass (None, math.inf or
+        more than UINT64_MAX ns: until it finishes; its own deadline,
+        timeout_ms from submit, bounds that; negative or NaN: ValueError).
+        Returns True when it succeeded (it is reaped), False on timeout (still
+        running); raises KvsError with the task's error (the backend's,
+        -ETIMEDOUT, -KVS_EOWNERDEAD, ...) or -ENOENT for an unknown or already
+        reaped task; ValueError for a Task of another store, or an id another
+        open store has outstanding too (_task_id).  The GIL is released while
+        it sleeps."""
         ns = _timeout_ns(timeout)
-        tid = self._task_id(task)
-        return self._reaped(tid, self._call(self._lib.kvs_store_wait, tid, ns),
-                            "kvs_store_wait")
+        with self._hd as ptr:
+            tid = self._task_id(task, "kvs_store_wait")
+            rc = self._lib.kvs_store_wait(ptr, tid, ns)
+        return self._reaped(tid, rc, "kvs_store_wait")
 
     def check(self, task):
         """As wait with no waiting: True done, False running; raises on failure."""
-        tid = self._task_id(task)
-        return self._reaped(tid, self._call(self._lib.kvs_store_check, tid), "kvs_store_check")
+        with self._hd as ptr:
+            tid = self._task_id(task, "kvs_store_check")
+            rc = self._lib.kvs_store_check(ptr, tid)
+        return self._reaped(tid, rc, "kvs_store_check")
 
     def ready(self, timeout=0):
         """Whether this rank's data plane is registered with its copy engine

@@ -1,10 +1,12 @@
 """A Store shared by threads: close() against calls in flight in other
 threads (they finish before the C store is freed; later calls raise the closed
-store's ValueError).
+store's ValueError), and task handles bound to the store that made them (a
+Task or an id of one store never reaps another store's task).
 
 The close race runs in a spawned child (ranks.close_under_calls): a call that
 reaches the freed store crashes that process (or, under the ASan build, the
 sanitizer reports it and fails it), not pytest's."""
+import errno
 import multiprocessing as mp
 import threading
 import time
@@ -66,3 +68,33 @@ def test_close_waits_for_a_waiter(base, uid):
         with pytest.raises(ValueError, match="closed"):
             s.check(task)
 
+
+def test_task_bound_to_its_store(base, uid):
+    """Two stores number their tasks alike: a Task of one passed to the other
+    is refused (ValueError) and the other's task is untouched; an int id is
+    looked up among the store's own outstanding tasks only, and refused when
+    another open store has an outstanding task of the same number."""
+    slow = dict(backend="latency", latency_us=50000)
+    with kvshare.Store(base(unique_id=uid("own.a"), **slow)) as a, \
+            kvshare.Store(base(unique_id=uid("own.b"), **slow)) as b:
+        ta = a.load([1], [torch.zeros(SHARD, dtype=torch.uint8)])
+        tb = b.load([1], [torch.zeros(SHARD, dtype=torch.uint8)])
+        assert ta.id == tb.id  # per-store sequence numbers: the same id in each
+        with pytest.raises(ValueError, match="another store"):
+            b.wait(ta)
+        with pytest.raises(ValueError, match="another store"):
+            b.check(ta)
+        with pytest.raises(ValueError, match="pass the Task"):
+            b.wait(ta.id)  # outstanding in a as well: which one is meant is unknown
+        assert tb.wait() is True  # b's task was not reaped by any of those
+        assert a.wait(ta.id) is True  # unambiguous now
+        with pytest.raises(kvshare.KvsError) as ei:
+            b.check(ta.id)  # not b's (nor a's any more): refused before C
+        assert ei.value.code == -errno.ENOENT
+        tc = a.load([2], [torch.zeros(SHARD, dtype=torch.uint8)])
+        with pytest.raises(kvshare.KvsError) as ei:
+            b.wait(tc.id)
+        assert ei.value.code == -errno.ENOENT
+        with pytest.raises(TypeError):
+            a.wait(float(tc.id))  # an id is an integer, never truncated
+        assert tc.wait() is True
