@@ -11,6 +11,12 @@ Each key of batch_get and batch_set is its own task, all submitted before any
 is waited on (the store's pipeline works on them together), so a key's failure
 is that key's alone.  When the store's task queue is full (-EAGAIN) the oldest
 outstanding key is waited for first: no polling.
+
+Every task submitted is reaped, whatever happens: a task never reaped holds one
+of the store's waiting_queue_depth task slots for good.  A key still running at
+the timeout is reported ETIMEDOUT and handed to the store, which reaps it once it
+ends (Store._abandon); a call that raises (a bad tensor) first waits for the keys
+it had submitted.
 """
 
 import collections
@@ -73,28 +79,52 @@ class BatchStore:
 
     def _run(self, n, indices, submit):
         result = BatchResult(n)
-        running = collections.deque()
-
-        def finish(i, task):
-            try:
-                if task.wait(self.timeout):
-                    result[i] = True
-                else:
-                    result.errors[i] = KvsError(-errno.ETIMEDOUT, f"batch key {i}",
-                                                f"still running after {self.timeout} s")
-            except KvsError as e:
-                result.errors[i] = e
-
-        for i in indices:
-            while True:
-                try:
-                    running.append((i, submit(i)))
-                    break
-                except KvsError as e:
-                    if e.code != -errno.EAGAIN or not running:
-                        result.errors[i] = e
+        running = collections.deque()  # (index, Task), oldest first
+        try:
+            for i in indices:
+                while True:
+                    try:
+                        running.append((i, submit(i)))
                         break
-                    finish(*running.popleft())
-        while running:
-            finish(*running.popleft())
+                    except KvsError as e:
+                        if e.code != -errno.EAGAIN:
+                            result.errors[i] = e
+                            break
+                        # the task queue is full: free a slot by waiting for the
+                        # oldest key of this batch, else for a key an earlier
+                        # batch gave up on (Store._abandon), else give up on this one
+                        if running:
+                            self._settle(running, result, 1)
+                        elif not self.store._reap_abandoned(self.timeout):
+                            result.errors[i] = e
+                            break
+        finally:  # also when a submit raised (a bad tensor): no key left unreaped
+            self._settle(running, result)
         return result
+
+    def _settle(self, running, result, count=None):
+        """Wait for the oldest count (None: all) running keys in turn: result[i]
+        True, or the key's error in result.errors[i].  Every submitted task is
+        reaped, or left to the store to reap once it ends (Store._abandon): a
+        key still running at the timeout (its tensors may still be written or
+        read until then), and every key not yet waited for when a wait is
+        interrupted."""
+        try:
+            while running and count != 0:
+                i, task = running[0]
+                try:
+                    if task.wait(self.timeout):
+                        result[i] = True
+                    else:
+                        self.store._abandon(task)
+                        result.errors[i] = KvsError(-errno.ETIMEDOUT, f"batch key {i}",
+                                                    f"still running after {self.timeout} s")
+                except KvsError as e:
+                    result.errors[i] = e
+                running.popleft()
+                count = None if count is None else count - 1
+        except BaseException:
+            for _, task in running:
+                self.store._abandon(task)
+            running.clear()
+            raise

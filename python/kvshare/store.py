@@ -226,17 +226,21 @@ class _Handle:
     collector, interpreter exit) closes through this object, which never
     refers to the Store.
 
-    pending: what must outlive each unreaped task (its tensors), by task id,
+    pending: what must outlive each unreaped task (its tensors), by task id;
+    abandoned: the same for the tasks nobody will wait for (Store._abandon),
+    which the store reaps itself, one thread at a time (reaping).  Both are
     dropped once kvs_store_close has drained the tasks."""
 
-    __slots__ = ("lib", "ptr", "cache", "pending", "users", "_lock", "_cv", "_closing",
-                 "_closed")
+    __slots__ = ("lib", "ptr", "cache", "pending", "abandoned", "reaping", "users", "_lock",
+                 "_cv", "_closing", "_closed")
 
     def __init__(self, lib_, ptr):
         self.lib = lib_
         self.ptr = ptr
         self.cache = lib_.kvs_store_cache(ptr)
         self.pending = {}
+        self.abandoned = {}
+        self.reaping = threading.Lock()
         self.users = 0          # calls in flight, under _lock
         self._lock = threading.Lock()  # taken bare by each call: a C-level `with`
         self._cv = threading.Condition(self._lock)
@@ -276,6 +280,7 @@ class _Handle:
                 raise
         self.lib.kvs_store_close(self.ptr)  # drains running tasks first
         self.pending.clear()                # ... so their tensors may go now
+        self.abandoned.clear()
         with self._cv:
             self._closed = True
             self._cv.notify_all()
@@ -494,6 +499,8 @@ class Store:
         return (_abi.kvs_store_shard * n).from_buffer(sbuf), n
 
     def _submit(self, kind, fn, c_arg, n, *extra, keep):
+        if self._hd.abandoned:  # each holds a task slot (waiting_queue_depth) until reaped
+            self._reap_abandoned()
         tid = ctypes.c_uint64()
         with self._hd as ptr:  # keep registered before close can drop pending
             check(fn(ptr, c_arg, n, *extra, ctypes.byref(tid)),
@@ -576,6 +583,40 @@ class Store:
                 raise ValueError(f"kvshare: task id {tid} is outstanding in this store and "
                                  f"in {others[0]!r} as well: pass the Task object")
         return tid
+
+    def _abandon(self, task):
+        """Stop waiting for task (this store's, still running): the store
+        reaps it once it has ended -- checked at each submit, waited for by
+        _reap_abandoned -- keeping its tensors referenced until then; its
+        outcome is reported to no one, and wait or check on it is -ENOENT.
+        What BatchStore does with a key past its timeout: a task never reaped
+        holds one of the store's waiting_queue_depth task slots for good."""
+        keep = self._hd.pending.pop(task.id, None)
+        if keep is not None:  # None: reaped already, or the store closed
+            self._hd.abandoned[task.id] = keep
+
+    def _reap_abandoned(self, timeout=0):
+        """Reap the abandoned tasks that have ended; when none has and
+        timeout is not 0, wait up to timeout seconds for the oldest.  True
+        when one was reaped.  One thread reaps at a time (a task id is
+        checked by one thread at a time, kvshare.h): without a timeout a
+        thread finding another reaping returns at once."""
+        hd = self._hd
+        if not hd.reaping.acquire(blocking=timeout != 0):
+            return False
+        try:
+            with hd as ptr:
+                reaped = [tid for tid in list(hd.abandoned)
+                          if self._lib.kvs_store_check(ptr, tid) != 1]
+                if not reaped and timeout != 0 and hd.abandoned:
+                    tid = next(iter(hd.abandoned))  # the oldest: dicts keep their order
+                    if self._lib.kvs_store_wait(ptr, tid, _timeout_ns(timeout)) != 1:
+                        reaped.append(tid)
+            for tid in reaped:  # done, failed or gone: the outcome is no one's
+                hd.abandoned.pop(tid, None)
+            return bool(reaped)
+        finally:
+            hd.reaping.release()
 
     def _reaped(self, tid, rc, op):
         if rc == 1:
