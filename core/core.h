@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 #include "core/layout.h"
@@ -105,10 +106,15 @@ int kvs_core_header_match(const struct kvs_shm_header *h, const struct kvs_cache
 
 /* ---- rank.c ---- */
 int kvs_core_ofd_lock(int fd, off_t byte, short type);
+/* Open cache uid's control file (/dev/shm/kvshare.<uid>.ctl) with flags, only
+ * if it is a regular file, never blocking (common/fd.h: a FIFO of that name
+ * would block a plain open for ever).  Returns the descriptor and *st (fstat),
+ * -KVS_ECORRUPT (something else has the name, nothing opened: st->st_mode says
+ * what; kvs_core_log_not_file), or -errno (-ENOENT: no such cache). */
+int kvs_core_ctl_open(const char *uid, int flags, struct stat *st);
+/* Log (ERROR) that cache uid's control name holds st, not a regular file. */
+void kvs_core_log_not_file(const struct kvs_log *log, const char *uid, const struct stat *st);
 /* Is any rank entry's byte locked: is anyone attached (or creating)? */
-/* Open cache uid's control file (/dev/shm/kvshare.<uid>.ctl) with flags plus
- * O_NOFOLLOW|O_CLOEXEC: a descriptor, or -1 and errno, as shm_open. */
-int kvs_core_ctl_open(const char *uid, int flags);
 bool kvs_core_any_rank_locked(int fd);
 /* Is a process other than ours attached that is not a watcher (a GPU rank, or
  * one still attaching)?  Watchers never keep a cache (lifecycle lock held). */

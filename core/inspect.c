@@ -6,7 +6,9 @@
  * Attaching is not read-only: an open takes the lifecycle lock, reaps dead rank
  * entries, and adopts (repairs) a stale cache; a tool that only wants to list
  * what is on the node must not do any of that.  So this file opens the control
- * file O_RDONLY and:
+ * file O_RDONLY -- only a regular file, and O_NONBLOCK (kvs_core_ctl_open):
+ * anyone may put a FIFO of that name in /dev/shm, and a plain open waits for
+ * a writer for ever; such a name is -KVS_ECORRUPT, not a cache -- and:
  *
  *   - tests each rank entry's liveness byte with F_OFD_GETLK (a lock *test*: a
  *     read-only descriptor suffices, and nothing is locked).  Ranks hold F_WRLCK
@@ -181,13 +183,9 @@ KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 	if (strnlen(uid, KVS_UNIQUE_ID_MAX + 1) > KVS_UNIQUE_ID_MAX || !kvs_core_unique_id_valid(uid))
 		return -EINVAL;
 	memcpy(info->unique_id, uid, strlen(uid) + 1);
-	fd = kvs_core_ctl_open(uid, O_RDONLY);
+	fd = kvs_core_ctl_open(uid, O_RDONLY, &st);
 	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st)) {
-		rc = -errno;
-		goto out;
-	}
+		return fd; /* -KVS_ECORRUPT: not a regular file, not opened */
 	info->uid = (uint32_t)st.st_uid;
 	info->gid = (uint32_t)st.st_gid;
 	info->mode = (uint32_t)(st.st_mode & 07777);

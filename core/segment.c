@@ -70,14 +70,24 @@ static void ctl_path(char *buf, size_t len, const char *uid)
  * O_CLOEXEC), through the libc entry point that sanitizers intercept, and never
  * as descriptor 0..2 (common/fd.h): under pytest, with stdin closed, the control
  * file got descriptor 0 and the interpreter's dup2 onto its stdin at exit
- * replaced it (TSan reported our close against that dup2).
+ * replaced it (TSan reported our close against that dup2).  Only a regular
+ * file is opened, O_NONBLOCK: anyone may make a FIFO of that name in /dev/shm,
+ * and a plain open of it waited for a writer for ever (kvshare ls, clean and
+ * stat hung on one).
  */
-int kvs_core_ctl_open(const char *uid, int flags)
+int kvs_core_ctl_open(const char *uid, int flags, struct stat *st)
 {
 	char path[128];
 
 	ctl_path(path, sizeof(path), uid);
-	return kvs_fd_above_stdio(open(path, flags | O_NOFOLLOW | O_CLOEXEC));
+	return kvs_fd_open_regular(path, flags, false, st);
+}
+
+void kvs_core_log_not_file(const struct kvs_log *log, const char *uid, const struct stat *st)
+{
+	kvs_log_error(log, "%s: " KVS_NUMA_SHM_DIR "/kvshare.%s.ctl is a %s, not a regular file: not "
+			   "a kvshare control segment; left as it is (remove it by hand once you know "
+			   "whose it is)", uid, uid, kvs_fd_kind(st->st_mode));
 }
 
 /* A segment is ours, or shared with us through the configured group (0660 +
@@ -694,23 +704,25 @@ static int open_once(struct kvs_cache *c, uint64_t deadline)
 		rc = create(c);
 	if (rc == -EEXIST) {
 		/* Not ours to create: drop the anonymous file, attach by name. */
-		handle_teardown(c);
-		c->ctl_fd = kvs_core_ctl_open(c->cfg.unique_id, O_RDWR);
-		if (c->ctl_fd < 0 && errno == EACCES) {
-			/* another uid's, not shared with us: say whose */
-			struct stat st;
-			char path[160];
+		struct stat st;
 
-			ctl_path(path, sizeof(path), c->cfg.unique_id);
-			if (stat(path, &st) == 0)
+		handle_teardown(c);
+		rc = kvs_core_ctl_open(c->cfg.unique_id, O_RDWR, &st);
+		if (rc == -EACCES) {
+			/* another uid's, not shared with us: say whose (st: its lstat) */
+			if (st.st_mode)
 				log_refused(c, &st);
 			else
-				kvs_log_error(&c->log, "%s: control segment %s: %s", c->cfg.unique_id,
-					      path, strerror(EACCES));
+				kvs_log_error(&c->log, "%s: control segment " KVS_NUMA_SHM_DIR
+					      "/kvshare.%s.ctl: %s", c->cfg.unique_id,
+					      c->cfg.unique_id, strerror(EACCES));
 			return -EACCES;
 		}
-		if (c->ctl_fd < 0)
-			return errno == ENOENT && !(c->cfg.flags & KVS_CACHE_ATTACH) ? -EAGAIN : -errno;
+		if (rc == -KVS_ECORRUPT)
+			kvs_core_log_not_file(&c->log, c->cfg.unique_id, &st);
+		if (rc < 0)
+			return rc == -ENOENT && !(c->cfg.flags & KVS_CACHE_ATTACH) ? -EAGAIN : rc;
+		c->ctl_fd = rc;
 		rc = attach(c, deadline);
 	}
 	if (rc && c->me)
@@ -865,11 +877,13 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	c->cfg = *cfg;
 	c->log = (struct kvs_log){ cfg->log, cfg->log_arg };
 	c->rank_idx = -1;
-	c->ctl_fd = kvs_core_ctl_open(cfg->unique_id, O_RDWR);
+	c->ctl_fd = kvs_core_ctl_open(cfg->unique_id, O_RDWR, &st);
+	if (c->ctl_fd == -KVS_ECORRUPT)
+		kvs_core_log_not_file(&c->log, cfg->unique_id, &st);
 	if (c->ctl_fd < 0)
-		return -errno;
-	rc = fstat(c->ctl_fd, &st) ? -errno : 0;
-	if (rc == 0 && !owner_ok(cfg, &st)) {
+		return c->ctl_fd;
+	rc = 0;
+	if (!owner_ok(cfg, &st)) {
 		log_refused(c, &st);
 		rc = -EACCES;
 	}

@@ -239,7 +239,8 @@ struct kvs_cache;
  * (segment of another uid), -ENOENT (KVS_CACHE_ATTACH and no cache), -EBUSY (no
  * free rank entry), -ETIMEDOUT (creator or lifecycle lock not ready within
  * attach_timeout_ns), -KVS_ELAYOUT, -KVS_ECONFIG (field and both values logged),
- * -KVS_ECORRUPT (truncated or bad segment), -KVS_ENOHUGE, -EOPNOTSUPP, -errno.
+ * -KVS_ECORRUPT (truncated or bad segment, or no regular file at its name),
+ * -KVS_ENOHUGE, -EOPNOTSUPP, -errno.
  * Blocks: up to attach_timeout_ns; the creator also for the data segments'
  * pre-fault.  Ownership: *cache until kvs_cache_close(); NULL on failure.
  */
@@ -266,7 +267,8 @@ KVS_API void kvs_cache_close(struct kvs_cache *cache);
  * Only cfg->unique_id, attach_timeout_ns and log are used.
  * Returns 0; -ENOENT (no such cache); -EBUSY (a live GPU rank, or a process the
  * file does not describe as a watcher, is attached: never removed); -EACCES;
- * -EINVAL (bad unique_id).  Blocks: up to attach_timeout_ns.
+ * -EINVAL (bad unique_id); -KVS_ECORRUPT (no regular file at the control
+ * file's name: not a cache, left as it is).  Blocks: up to attach_timeout_ns.
  */
 KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg);
 
@@ -362,7 +364,9 @@ struct kvs_cache_info {
  * die meanwhile).
  * Returns 0 and *info; -EINVAL (NULL, or unique_id not [A-Za-z0-9_.-]{1,64});
  * -ENOENT (no such cache: no control file); -EACCES (not readable by this
- * process); another -errno (open, fstat, pread, fcntl).
+ * process); -KVS_ECORRUPT (the control file's name holds no regular file -- a
+ * FIFO, a socket, a device node, a directory, a symbolic link --: not a cache,
+ * never opened); another -errno (open, fstat, pread, fcntl).
  * Blocks: no (a few system calls; 64 lock tests).  Ownership: *info is the
  * caller's; it is zeroed first, and on failure holds only unique_id (when that
  * was valid).

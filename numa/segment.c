@@ -362,28 +362,28 @@ int kvs_numa_seg_create(const char *unique_id, int32_t node, uint64_t bytes,
 	return create_one(unique_id, node, bind_node, bytes, KVS_NUMA_BACKING_SHM, &o, seg);
 }
 
-/* Open an existing segment file and check it before mapping: a regular file,
- * ours (or the configured group's), exactly bytes long, and for hugetlb on a
- * hugetlbfs of page_bytes pages. */
+/* Open an existing segment file and check it before mapping: a regular file
+ * (nothing else is opened, and never blocking: common/fd.h), ours (or the
+ * configured group's), exactly bytes long, and for hugetlb on a hugetlbfs of
+ * page_bytes pages. */
 static int open_checked(const char *path, uint64_t bytes, bool huge, uint64_t page_bytes,
 			const struct kvs_numa_seg_opts *o, int *fdp)
 {
 	struct statfs sfs;
 	struct stat st;
-	int fd = kvs_fd_above_stdio(open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)), rc = 0;
+	int fd = kvs_fd_open_regular(path, O_RDWR, false, &st), rc = 0;
 
-	if (fd < 0) {
-		rc = -errno;
-		if (rc != -ENOENT)
-			kvs_log_error(o->log, "numa: attach %s: %s", path, strerror(-rc));
-		return rc;
+	if (fd == -KVS_ECORRUPT) {
+		kvs_log_error(o->log, "numa: attach %s: a %s, not a regular file", path,
+			      kvs_fd_kind(st.st_mode));
+		return fd;
 	}
-	if (fstat(fd, &st) != 0) {
-		rc = -errno;
-	} else if (!S_ISREG(st.st_mode)) {
-		kvs_log_error(o->log, "numa: attach %s: not a regular file", path);
-		rc = -KVS_ECORRUPT;
-	} else if (st.st_uid != geteuid() && !(o->gid >= 0 && st.st_gid == (gid_t)o->gid)) {
+	if (fd < 0) {
+		if (fd != -ENOENT)
+			kvs_log_error(o->log, "numa: attach %s: %s", path, strerror(-fd));
+		return fd;
+	}
+	if (st.st_uid != geteuid() && !(o->gid >= 0 && st.st_gid == (gid_t)o->gid)) {
 		kvs_log_error(o->log, "numa: attach %s: owned by uid %u, not by this process (uid %u): "
 			      "refused", path, (unsigned)st.st_uid, (unsigned)geteuid());
 		rc = -EACCES;

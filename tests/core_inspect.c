@@ -7,13 +7,17 @@
  * rank not yet reaped, the data segment's record), a watcher store (the way
  * `kvshare stat` reads store counters: device -1, KVS_CACHE_ATTACH, no geometry,
  * backend none; a store rank's copy engine, host: CPU-only), and every error
- * code.
+ * code; a FIFO, a directory, a symbolic link or a socket at a control file's
+ * name is not a cache: inspect, remove and open say so at once (-KVS_ECORRUPT,
+ * the log naming what is there), never open it, and leave it.
  */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include "core/core.h"
 #include "core_util.h"
@@ -624,7 +628,102 @@ static kvs_test_rc test_eacces(void)
 	return KVS_TEST_PASS;
 }
 
+/* What sits at a control file's name instead of a cache (made by the test). */
+enum not_file { NF_FIFO, NF_DIR, NF_SYMLINK, NF_SOCKET };
+
+static const struct {
+	enum not_file kind;
+	const char *tag, *word; /* the word the log names it by */
+} not_files[] = {
+	{ NF_FIFO, "ififo", "FIFO" },
+	{ NF_DIR, "idir", "directory" },
+	{ NF_SYMLINK, "ilink", "symbolic link" },
+	{ NF_SOCKET, "isock", "socket" },
+};
+
+static const char *nf_word; /* the case's word, for the child */
+
+/* Child: inspect, remove and open (as a rank and as a watcher) the name: each
+ * -KVS_ECORRUPT at once, the log naming what is there.  In a child: before,
+ * inspect opened a FIFO with a blocking open and never returned. */
+static kvs_test_rc not_file_child(void *arg)
+{
+	const struct kvs_cache_config *cfg = arg;
+	struct kvs_cache_config wcfg = *cfg;
+	struct kvs_cache_info info;
+	struct kvs_cache *c = NULL;
+
+	core_log_quiet = 1; /* the last line is printed below */
+	KVS_CHECK_ERR(kvs_cache_inspect(cfg->unique_id, &info), -KVS_ECORRUPT);
+	KVS_CHECK(strcmp(info.unique_id, cfg->unique_id) == 0);
+	KVS_CHECK_EQ(info.ranks_live, 0);
+	core_last_log[0] = '\0';
+	KVS_CHECK_ERR(kvs_cache_remove(cfg), -KVS_ECORRUPT);
+	KVS_CHECK(strstr(core_last_log, nf_word) && strstr(core_last_log, "not a regular file"));
+	core_last_log[0] = '\0';
+	KVS_CHECK_ERR(kvs_cache_open(cfg, &c), -KVS_ECORRUPT);
+	KVS_CHECK(c == NULL);
+	KVS_CHECK(strstr(core_last_log, "not a regular file: not a kvshare control segment") != NULL);
+	wcfg.device_id = -1;
+	wcfg.flags = KVS_CACHE_ATTACH;
+	KVS_CHECK_ERR(kvs_cache_open(&wcfg, &c), -KVS_ECORRUPT);
+	printf("  %s\n", core_last_log);
+	return KVS_TEST_PASS;
+}
+
+/* A FIFO, a directory, a symbolic link (to a regular file) and a socket at a
+ * control file's name: not a cache, never opened, never removed. */
+static kvs_test_rc test_not_a_file(void)
+{
+	for (size_t i = 0; i < KVS_ARRAY_LEN(not_files); i++) {
+		struct kvs_cache_config cfg;
+		struct sockaddr_un un = { .sun_family = AF_UNIX };
+		char path[256], target[300];
+		struct stat st;
+		int fd = -1, rc = 0;
+		pid_t pid;
+
+		insp_cfg(&cfg, not_files[i].tag);
+		ctl_path(path, sizeof(path), cfg.unique_id);
+		snprintf(target, sizeof(target), "%s.target", path);
+		switch (not_files[i].kind) {
+		case NF_FIFO: rc = mkfifo(path, 0600); break;
+		case NF_DIR: rc = mkdir(path, 0700); break;
+		case NF_SYMLINK:
+			fd = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			KVS_CHECK(fd >= 0);
+			close(fd);
+			fd = -1;
+			rc = symlink(target, path);
+			break;
+		case NF_SOCKET:
+			fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			KVS_CHECK(fd >= 0 && strlen(path) < sizeof(un.sun_path));
+			memcpy(un.sun_path, path, strlen(path) + 1);
+			rc = bind(fd, (struct sockaddr *)&un, sizeof(un));
+			break;
+		}
+		KVS_CHECK_OK(rc);
+		nf_word = not_files[i].word;
+		pid = kvs_test_fork(not_file_child, &cfg);
+		KVS_CHECK(pid > 0);
+		rc = kvs_test_reap(pid, 10000); /* a hang is killed: -ETIMEDOUT */
+		KVS_CHECK_OK(lstat(path, &st)); /* left as it was */
+		if (fd >= 0)
+			close(fd);
+		if (not_files[i].kind == NF_DIR)
+			rmdir(path);
+		else
+			unlink(path);
+		unlink(target);
+		if (rc != 0)
+			KVS_FAILF("%s at the control file's name: child exit %d", not_files[i].word, rc);
+	}
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
+	{ "not_a_file", test_not_a_file },
 	{ "eacces", test_eacces },
 	{ "errors", test_errors },
 	{ "live", test_live },

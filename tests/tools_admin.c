@@ -31,6 +31,9 @@
  *   clean_all        a bare `clean` removes every stale cache and no live one, in a
  *                    private /dev/shm (mount namespace: the machine's other caches
  *                    are never touched); skipped without CAP_SYS_ADMIN
+ *   not_a_cache      a FIFO named like a cache's control file: ls, clean (also
+ *                    --dry-run) and stat each return at once, name it as no
+ *                    cache and leave it (before: each hung in a blocking open)
  *   bad_input        usage errors (2) and failures (1): one line on stderr each;
  *                    --help of each subcommand
  */
@@ -1208,6 +1211,67 @@ static kvs_test_rc test_clean_all(void)
 	return KVS_TEST_PASS;
 }
 
+/* ---- not a cache ---- */
+
+/* A FIFO named like a test id's control file (nobody ever writes to it): ls,
+ * clean (named, --dry-run named and not) and stat each answer at once, naming
+ * it as no cache, and leave it.  Before, each opened it with a blocking open
+ * and hung for ever (cli_run kills a CLI that is not done in 10 s). */
+static kvs_test_rc test_not_a_cache(void)
+{
+	struct run *run = calloc(1, sizeof(*run));
+	char uid[80], path[256], want[400];
+	struct stat st;
+	json_t *j, *e;
+	kvs_test_rc rc = KVS_TEST_PASS;
+
+	KVS_CHECK(run);
+	kvs_test_unique_id(uid, sizeof(uid), "tfifo");
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	KVS_CHECK_OK(mkfifo(path, 0600));
+	snprintf(want, sizeof(want), "%s is a FIFO, not a regular file: not a kvshare cache", path);
+
+	const char *a_ls[] = { "ls", NULL }, *a_lsj[] = { "ls", "--json", NULL };
+	const char *a_clean[] = { "clean", uid, NULL }, *a_dry1[] = { "clean", "--dry-run", uid, NULL };
+	const char *a_dry[] = { "clean", "--dry-run", NULL }, *a_stat[] = { "stat", uid, NULL };
+	struct {
+		const char *const *args;
+		int code;
+		bool one_line; /* stderr: the one line naming it (else stdout names it) */
+	} runs[] = {
+		{ a_ls, 0, false },
+		{ a_clean, 1, true },
+		{ a_dry1, 1, true },
+		{ a_dry, 1, false }, /* a line among the others' */
+		{ a_stat, 1, true },
+	};
+	for (size_t i = 0; i < KVS_ARRAY_LEN(runs) && rc.code == 0; i++) {
+		rc = cli_expect(run, runs[i].code, runs[i].args);
+		if (rc.code == 0 && runs[i].one_line)
+			rc = one_line_err(run, want);
+		else if (rc.code == 0)
+			rc = has(i == 0 ? run->out : run->err, want);
+		if (rc.code == 0 && lstat(path, &st) != 0)
+			rc = KVS_TEST_FAIL;
+	}
+	if (rc.code == 0)
+		rc = cli_expect(run, 0, a_lsj);
+	if (rc.code == 0) {
+		j = parse_json(run->out);
+		e = j ? ls_find(j, uid) : NULL;
+		if (!e || strcmp(json_string_value(json_object_get(e, "state")), "unknown") ||
+		    !strstr(json_string_value(json_object_get(e, "error")), want))
+			rc = KVS_TEST_FAIL;
+		json_decref(j);
+	}
+	KVS_CHECK(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode)); /* left as it was */
+	unlink(path); /* never left behind: it would hang an old CLI */
+	free(run);
+	if (rc.code)
+		KVS_FAILF("a FIFO at %s: see above", path);
+	return KVS_TEST_PASS;
+}
+
 /* ---- bad input ---- */
 
 static kvs_test_rc test_bad_input(void)
@@ -1271,6 +1335,7 @@ static const struct kvs_test_case cases[] = {
 	{ "stat_last_left", test_stat_last_left },
 	{ "ls_clean", test_ls_clean },
 	{ "clean_all", test_clean_all },
+	{ "not_a_cache", test_not_a_cache },
 };
 
 static const struct kvs_test_child children[] = {

@@ -23,6 +23,11 @@ enum kvs_cli_exit {
 /* n bytes for people: "512 B", "1.5 MiB" (into buf, returned). */
 const char *kvs_cli_human_bytes(char *buf, size_t len, uint64_t n);
 
+/* What holds cache uid's control file name when kvs_cache_inspect said
+ * -KVS_ECORRUPT (no regular file there): "/dev/shm/kvshare.<uid>.ctl is a FIFO,
+ * not a regular file: not a kvshare cache" (into buf, returned). */
+const char *kvs_cli_not_cache(char *buf, size_t len, const char *uid);
+
 int kvs_cli_bench(int argc, char **argv);
 int kvs_cli_stat(int argc, char **argv);
 int kvs_cli_ls(int argc, char **argv);

@@ -14,7 +14,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "common/fd.h"
 #include "kvshare.h"
 #include "tools/cli.h"
 
@@ -45,6 +47,20 @@ const char *kvs_cli_human_bytes(char *buf, size_t len, uint64_t n)
 		snprintf(buf, len, "%" PRIu64 " B", n);
 	else
 		snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+const char *kvs_cli_not_cache(char *buf, size_t len, const char *uid)
+{
+	struct stat st;
+	char path[128];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		snprintf(buf, len, "%s is a %s, not a regular file: not a kvshare cache", path,
+			 kvs_fd_kind(st.st_mode));
+	else /* replaced meanwhile */
+		snprintf(buf, len, "%s is not a regular file: not a kvshare cache", path);
 	return buf;
 }
 

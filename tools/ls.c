@@ -16,6 +16,10 @@
  * build's header) are listed by ls; nothing here removes them, since without a
  * control file there is no lock to exclude a new creator of the same name.
  *
+ * A control file's name that holds no regular file (a FIFO, a socket, ...) is
+ * never opened (kvs_cache_inspect says -KVS_ECORRUPT): ls lists it, and clean
+ * and stat name it, as no cache; nothing here removes it.
+ *
  * clean removes through kvs_cache_remove(), which takes the lifecycle lock and
  * refuses (-EBUSY) a cache any rank is attached to, whatever it was a moment
  * before: the inspection only explains a refusal ("live: 3 ranks attached (pids
@@ -142,7 +146,7 @@ static int scan(struct entry **out)
 			continue; /* removed meanwhile, or not a name kvshare makes */
 		e->rc = rc;
 		snprintf(path, sizeof(path), SHM_DIR "/%s", de->d_name);
-		if (stat(path, &e->st) && rc == 0)
+		if (lstat(path, &e->st) && rc == 0)
 			memset(&e->st, 0, sizeof(e->st));
 		snprintf(e->info.unique_id, sizeof(e->info.unique_id), "%s", id);
 		n++;
@@ -170,6 +174,10 @@ static void note_of(const struct entry *e, char *buf, size_t len)
 	const struct kvs_cache_info *in = &e->info;
 
 	buf[0] = '\0';
+	if (e->rc == -KVS_ECORRUPT) { /* no regular file at the name: never opened */
+		kvs_cli_not_cache(buf, len, in->unique_id);
+		return;
+	}
 	if (e->rc) {
 		snprintf(buf, len, "cannot read: %s", kvs_strerror(e->rc));
 		return;
@@ -485,6 +493,12 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 	char why[1024], b1[32], note[256];
 	int rc;
 
+	if (e->rc == -KVS_ECORRUPT) {
+		fprintf(stderr, "kvshare clean: %s: %s: not removed (remove it by hand once you know "
+			"whose it is)\n", in->unique_id, kvs_cli_not_cache(note, sizeof(note), in->unique_id));
+		sum->failed++;
+		return;
+	}
 	if (e->rc) {
 		fprintf(stderr, "kvshare clean: %s: cannot read its control segment: %s\n", in->unique_id,
 			kvs_strerror(e->rc));

@@ -402,6 +402,13 @@ static int look(const struct stat_opts *o, struct stat_snap *s)
 			"kvshare ls lists them)\n", o->uid, o->uid);
 		return KVS_CLI_FAIL;
 	}
+	if (rc == -KVS_ECORRUPT) { /* no regular file at the name: never opened */
+		char why[256];
+
+		fprintf(stderr, "kvshare stat: %s: %s (remove it by hand once you know whose it is)\n",
+			o->uid, kvs_cli_not_cache(why, sizeof(why), o->uid));
+		return KVS_CLI_FAIL;
+	}
 	if (rc) {
 		fprintf(stderr, "kvshare stat: %s: cannot read its control segment: %s\n", o->uid,
 			kvs_strerror(rc));
