@@ -381,13 +381,16 @@ bool kvs_core_claim_protects(struct kvs_cache *c, uint64_t tag, uint64_t now_ns)
 int kvs_core_claims_check(struct kvs_cache *c, int max_reports);
 
 /* ---- test hooks (static library only, not exported by libkvshare.so.1) ---- */
-/* Points of creation where a test may stall the creator (tests/core_attach.c):
- * the anonymous control file is ready but unnamed; named, data not yet made. */
+/* Points where a test may stall a creator or a remover (tests/core_attach.c):
+ * the anonymous control file is ready but unnamed; named, data not yet made;
+ * kvs_cache_remove has opened the control file by its name and is about to
+ * wait for its lifecycle lock. */
 enum kvs_core_test_point {
 	KVS_CORE_TEST_BEFORE_LINK,
 	KVS_CORE_TEST_AFTER_LINK,
+	KVS_CORE_TEST_REMOVE_OPENED,
 };
-extern void (*kvs_core_test_create_hook)(enum kvs_core_test_point point);
+extern void (*kvs_core_test_hook)(enum kvs_core_test_point point);
 /* Take the bucket lock of (block, shard) and never release it (the caller is
  * about to be killed).  Returns 0 or the lock's error. */
 int kvs_core_test_hold_bucket(struct kvs_cache *c, const struct kvs_block_id *block,

@@ -20,6 +20,12 @@
  * READY is the remains of a creator that died: it is removed with the data files
  * its header names, and the open starts over.
  *
+ * Files are unlinked by name, and a name may lead to another file by the time
+ * its lifecycle lock is had (the cache removed meanwhile, and made again by a
+ * rank): every removal first checks, lock held, that the name still leads to
+ * the file it holds (name_is_ours); kvs_cache_remove then judges the new one,
+ * a close or an attach unlinks nothing.
+ *
  * With no live GPU rank left, the last GPU rank's clean close removes the
  * segments (unless persistent), watchers attached or not: a watcher (a
  * monitor, a scheduler's lookups) never keeps a cache, and a watcher's close
@@ -46,12 +52,12 @@
 #include "core/core.h"
 #include "wait/wait.h"
 
-void (*kvs_core_test_create_hook)(enum kvs_core_test_point point);
+void (*kvs_core_test_hook)(enum kvs_core_test_point point);
 
 static void test_point(enum kvs_core_test_point point)
 {
-	if (kvs_core_test_create_hook)
-		kvs_core_test_create_hook(point);
+	if (kvs_core_test_hook)
+		kvs_core_test_hook(point);
 }
 
 static void ctl_name(char *buf, size_t len, const char *uid)
@@ -88,6 +94,25 @@ void kvs_core_log_not_file(const struct kvs_log *log, const char *uid, const str
 	kvs_log_error(log, "%s: " KVS_NUMA_SHM_DIR "/kvshare.%s.ctl is a %s, not a regular file: not "
 			   "a kvshare control segment; left as it is (remove it by hand once you know "
 			   "whose it is)", uid, uid, kvs_fd_kind(st->st_mode));
+}
+
+/*
+ * Does the control file's name still lead to the file c holds, whose lifecycle
+ * lock the caller holds?  A name is unlinked only under the lock of the file it
+ * leads to, and data files are made only under it, so while that holds, no one
+ * else removes the cache or makes its files.  Once it leads elsewhere (we
+ * waited for the lock while the cache was removed and another creator made a
+ * new one of the id), every unlink by name would remove that live cache: a
+ * remove or a close then unlinks nothing.
+ */
+static bool name_is_ours(const struct kvs_cache *c)
+{
+	struct stat mine, named;
+	char path[128];
+
+	ctl_path(path, sizeof(path), c->cfg.unique_id);
+	return fstat(c->ctl_fd, &mine) == 0 && lstat(path, &named) == 0 &&
+	       mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
 }
 
 /* A segment is ours, or shared with us through the configured group (0660 +
@@ -660,8 +685,8 @@ static int attach(struct kvs_cache *c, uint64_t deadline)
 		return rc;
 	if (fstat(c->ctl_fd, &st))
 		return -errno;
-	if (st.st_nlink == 0)
-		return -EAGAIN; /* removed by the last detacher or a failed creator */
+	if (!name_is_ours(c))
+		return -EAGAIN; /* removed by the last detacher or a failed creator (and made again?) */
 	live = kvs_core_any_rank_locked(c->ctl_fd);
 	if ((uint64_t)st.st_size >= KVS_SHM_HEADER_BYTES) {
 		rc = map_ctl(c, KVS_SHM_HEADER_BYTES);
@@ -825,7 +850,9 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 		bool last_rank = c->cfg.device_id >= 0 && !kvs_core_rank_locked_besides_watchers(c);
 		bool last_clean = !kvs_core_any_rank_locked(c->ctl_fd) && !kvs_core_any_entry_attached(c);
 
-		if (detached && (last_rank || last_clean) &&
+		/* A watcher whose cache was removed under it (kvs_cache_removed)
+		 * must not unlink the names: they may be a new cache's now. */
+		if (detached && (last_rank || last_clean) && name_is_ours(c) &&
 		    !((c->hdr->flags | c->cfg.flags) & KVS_CACHE_PERSIST)) {
 			log_unwritten(c);
 			unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
@@ -864,11 +891,57 @@ KVS_API int kvs_cache_removed(struct kvs_cache *c)
 	return st.st_nlink == 0;
 }
 
+/* One try of kvs_cache_remove: its result, or -EAGAIN when the name led to
+ * another file by the time the lifecycle lock was ours (the cache was removed
+ * meanwhile, and maybe made again: judge the one the name leads to now). */
+static int remove_once(struct kvs_cache *c, uint64_t deadline)
+{
+	const char *uid = c->cfg.unique_id;
+	struct stat st;
+	int rc = 0;
+
+	c->ctl_fd = kvs_core_ctl_open(uid, O_RDWR, &st);
+	if (c->ctl_fd == -KVS_ECORRUPT)
+		kvs_core_log_not_file(&c->log, uid, &st);
+	if (c->ctl_fd < 0)
+		return c->ctl_fd;
+	if (!owner_ok(&c->cfg, &st)) {
+		log_refused(c, &st);
+		rc = -EACCES;
+	}
+	if (rc == 0) {
+		test_point(KVS_CORE_TEST_REMOVE_OPENED);
+		rc = kvs_core_lifecycle_lock(c->ctl_fd, deadline);
+	}
+	if (rc == 0) {
+		/* Liveness needs no mapping: any locked rank byte is a live
+		 * attacher, whatever the rest of the file says, unless the file
+		 * says every one of them is a watcher (watchers never keep a
+		 * cache). */
+		if (!name_is_ours(c)) {
+			kvs_log_info(&c->log, "%s: the control file was removed (and perhaps made "
+					      "again) while this removal waited for it: judging what the "
+					      "name holds now", uid);
+			rc = -EAGAIN;
+		} else if (fstat(c->ctl_fd, &st)) {
+			rc = -errno;
+		} else if (kvs_core_any_rank_locked(c->ctl_fd) && !only_watchers(uid)) {
+			rc = -EBUSY;
+		} else {
+			remove_files(c, &st);
+		}
+		kvs_core_lifecycle_unlock(c->ctl_fd);
+	}
+	close(c->ctl_fd);
+	c->ctl_fd = -1;
+	return rc;
+}
+
 KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 {
 	struct kvs_cache c0, *c = &c0;
-	struct stat st;
-	int rc;
+	uint64_t deadline;
+	int rc = -EAGAIN;
 
 	if (!cfg || memchr(cfg->unique_id, '\0', sizeof(cfg->unique_id)) == NULL ||
 	    !kvs_core_unique_id_valid(cfg->unique_id))
@@ -877,34 +950,10 @@ KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg)
 	c->cfg = *cfg;
 	c->log = (struct kvs_log){ cfg->log, cfg->log_arg };
 	c->rank_idx = -1;
-	c->ctl_fd = kvs_core_ctl_open(cfg->unique_id, O_RDWR, &st);
-	if (c->ctl_fd == -KVS_ECORRUPT)
-		kvs_core_log_not_file(&c->log, cfg->unique_id, &st);
-	if (c->ctl_fd < 0)
-		return c->ctl_fd;
-	rc = 0;
-	if (!owner_ok(cfg, &st)) {
-		log_refused(c, &st);
-		rc = -EACCES;
-	}
-	if (rc == 0)
-		rc = kvs_core_lifecycle_lock(c->ctl_fd,
-					     kvs_deadline_after(cfg->attach_timeout_ns ?
-								cfg->attach_timeout_ns : KVS_NSEC_PER_SEC));
-	if (rc) {
-		close(c->ctl_fd);
-		return rc;
-	}
-	/* Liveness needs no mapping: any locked rank byte is a live attacher,
-	 * whatever the rest of the file says, unless the file says every one
-	 * of them is a watcher (watchers never keep a cache). */
-	if (kvs_core_any_rank_locked(c->ctl_fd) && !only_watchers(cfg->unique_id))
-		rc = -EBUSY;
-	else
-		remove_files(c, &st);
-	kvs_core_lifecycle_unlock(c->ctl_fd);
-	close(c->ctl_fd);
-	return rc;
+	deadline = kvs_deadline_after(cfg->attach_timeout_ns ? cfg->attach_timeout_ns : KVS_NSEC_PER_SEC);
+	for (int tries = 0; tries < 100 && rc == -EAGAIN; tries++)
+		rc = remove_once(c, deadline);
+	return rc == -EAGAIN ? -ETIMEDOUT : rc;
 }
 
 KVS_API int kvs_cache_rank(const struct kvs_cache *c)

@@ -263,7 +263,9 @@ KVS_API void kvs_cache_close(struct kvs_cache *cache);
 
 /*
  * Remove the segments of a cache no rank is attached to (`kvshare clean`):
- * watchers attached do not keep it (they see kvs_cache_removed).
+ * watchers attached do not keep it (they see kvs_cache_removed).  Judged under
+ * the lifecycle lock of the file the control file's name leads to then (a
+ * cache removed and made again while this waited is judged anew).
  * Only cfg->unique_id, attach_timeout_ns and log are used.
  * Returns 0; -ENOENT (no such cache); -EBUSY (a live GPU rank, or a process the
  * file does not describe as a watcher, is attached: never removed); -EACCES;

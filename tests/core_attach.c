@@ -3,7 +3,9 @@
  * every attach error with its own code and a log line naming the field (layout,
  * config, uid, unique_id, truncation, corruption, timeouts, a full rank table),
  * adoption of a stale cache after its users died, persistence, removal, and the
- * last detacher removing the segments; a NUMA fallback reported only where a
+ * last detacher removing the segments; a removal (kvs_cache_remove, a watcher's
+ * close) whose cache was replaced by a new one of the id while it waited never
+ * removes the new one; a NUMA fallback reported only where a
  * binding was wanted, possible and not had.
  */
 #include <fcntl.h>
@@ -466,6 +468,113 @@ static kvs_test_rc test_attach_timeout(void)
 	return KVS_TEST_PASS;
 }
 
+/* ---- a removal whose cache is replaced while it waits ---- */
+
+static int remove_opened_fd = -1, remove_go_fd = -1, remove_go_wr = -1;
+
+/* In the remover: the control file is open; say so and wait for the go (its
+ * EOF) -- once: a retry goes straight on. */
+static void remove_hook(enum kvs_core_test_point point)
+{
+	char ch;
+
+	if (point != KVS_CORE_TEST_REMOVE_OPENED || remove_go_fd < 0)
+		return;
+	if (write(remove_opened_fd, "o", 1) != 1)
+		_exit(3);
+	while (read(remove_go_fd, &ch, 1) > 0)
+		;
+	remove_go_fd = -1;
+}
+
+/* forked: kvs_cache_remove of a cache that is replaced while it waits: the new
+ * one is live, so -EBUSY. */
+static kvs_test_rc remover(void *arg)
+{
+	const struct kvs_cache_config *cfg = arg;
+
+	close(remove_go_wr); /* the parent's end: its close is the go */
+	kvs_core_test_hook = remove_hook;
+	KVS_CHECK_ERR(kvs_cache_remove(cfg), -EBUSY);
+	return KVS_TEST_PASS;
+}
+
+/* `kvshare clean ID` opened a stale cache's control file; before it had the
+ * lifecycle lock, that cache was removed and a rank made a new cache of the id.
+ * The remover must judge the new cache (live: -EBUSY), and the new cache keeps
+ * its files and bytes.  Before, it removed the name and the data files by name
+ * once it had the old file's lock: the new cache's. */
+static kvs_test_rc test_remove_replaced(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	int opened[2], go[2];
+	char uid[80], ch;
+	pid_t pid;
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "replaced"));
+	cfg.flags = KVS_CACHE_PERSIST;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(core_put(c, 1));
+	kvs_cache_close(c); /* stale now */
+	cfg.flags = 0;
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	KVS_CHECK_OK(pipe2(opened, O_CLOEXEC));
+	KVS_CHECK_OK(pipe2(go, O_CLOEXEC));
+	remove_opened_fd = opened[1];
+	remove_go_fd = go[0];
+	remove_go_wr = go[1];
+	pid = kvs_test_fork(remover, &cfg);
+	KVS_CHECK(pid > 0);
+	close(opened[1]);
+	close(go[0]);
+	remove_go_fd = -1;
+	KVS_CHECK_EQ(read(opened[0], &ch, 1), 1); /* the remover holds the old file */
+	close(opened[0]);
+	KVS_CHECK_OK(kvs_cache_remove(&cfg));     /* removed meanwhile ... */
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));   /* ... and made again, live */
+	KVS_TRY(core_put(c, 2));
+	close(go[1]);                             /* the remover goes on */
+	KVS_CHECK_EQ(kvs_test_reap(pid, 20000), 0);
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	KVS_CHECK(holds(c, 2) && !holds(c, 1));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+/* A watcher whose cache was removed under it (the last rank's close) closes
+ * after a rank made a new cache of the id: the new cache keeps its files.
+ * Before, the watcher's close, the last of the old cache, unlinked the names:
+ * the new cache's control and data files. */
+static kvs_test_rc test_watcher_close_after_replaced(void)
+{
+	struct kvs_cache_config cfg, wcfg;
+	struct kvs_cache *r = NULL, *w = NULL, *c = NULL;
+	char uid[80];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "wreplaced"));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &r));
+	wcfg = cfg;
+	wcfg.device_id = -1;
+	wcfg.flags = KVS_CACHE_ATTACH;
+	KVS_CHECK_OK(kvs_cache_open(&wcfg, &w));
+	kvs_cache_close(r); /* the last rank: removed, the watcher attached */
+	KVS_CHECK_EQ(kvs_cache_removed(w), 1);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(core_put(c, 3));
+	kvs_cache_close(w);
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	KVS_CHECK(holds(c, 3));
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc test_rank_table_full(void)
 {
 	struct kvs_cache_config cfg;
@@ -788,7 +897,7 @@ static kvs_test_rc stalled_creator(void *arg)
 
 	(void)arg;
 	attach_cfg(&cfg, race_uid);
-	kvs_core_test_create_hook = stall_hook;
+	kvs_core_test_hook = stall_hook;
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	KVS_TRY(core_put(c, 1));
 	KVS_CHECK(wait_key(c, 2));
@@ -958,6 +1067,8 @@ static const struct kvs_test_case cases[] = {
 	{ "attach_timeout", test_attach_timeout },
 	{ "rank_table_full", test_rank_table_full },
 	{ "creator_died_during_init", test_creator_died_during_init },
+	{ "remove_replaced", test_remove_replaced },
+	{ "watcher_close_after_replaced", test_watcher_close_after_replaced },
 	{ "lock_timeout", test_lock_timeout },
 };
 

@@ -408,7 +408,7 @@ static kvs_test_rc stalled_creator(void *arg)
 	struct kvs_cache *c = NULL;
 
 	die_with_parent(stall_parent);
-	kvs_core_test_create_hook = stall_hook;
+	kvs_core_test_hook = stall_hook;
 	KVS_CHECK_OK(kvs_cache_open(cfg, &c));
 	KVS_FAILF("the creator was not stalled");
 }

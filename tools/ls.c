@@ -22,8 +22,9 @@
  *
  * clean removes through kvs_cache_remove(), which takes the lifecycle lock and
  * refuses (-EBUSY) a cache any rank is attached to, whatever it was a moment
- * before: the inspection only explains a refusal ("live: 3 ranks attached (pids
- * ...)") and decides what --dry-run would do.
+ * before (and judges the cache the name leads to then, should it have been
+ * removed and made again meanwhile): the inspection only explains a refusal
+ * ("live: 3 ranks attached (pids ...)") and decides what --dry-run would do.
  */
 #include <dirent.h>
 #include <errno.h>
