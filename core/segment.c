@@ -17,8 +17,9 @@
  * byte is never removed or re-created by an attacher, whatever its header says;
  * if its header is not READY or fails validation, the open fails with
  * -KVS_ECORRUPT and nothing is touched.  A control file nobody locks that is not
- * READY is the remains of a creator that died: it is removed with the data files
- * its header names, and the open starts over.
+ * READY is the remains of a creator that died: it is removed with its data files
+ * (the ones its header names, and any other of its names: one made in the
+ * pre-fault was never recorded), and the open starts over.
  *
  * Files are unlinked by name, and a name may lead to another file by the time
  * its lifecycle lock is had (the cache removed meanwhile, and made again by a
@@ -177,18 +178,27 @@ static bool header_readable(const struct kvs_shm_header *h)
 	       h->format == kvs_core_format();
 }
 
+/* The hugetlbfs directory a header this build can read records, NUL-terminated
+ * and absolute; else NULL. */
+static const char *recorded_dir(const struct kvs_shm_header *h)
+{
+	if (!header_readable(h) || !memchr(h->hugetlb_dir, '\0', sizeof(h->hugetlb_dir)) ||
+	    h->hugetlb_dir[0] != '/')
+		return NULL;
+	return h->hugetlb_dir;
+}
+
 /* Remove the data files the header names (at most seg_count recorded ones; an
  * entry never filled in has no backing).  The header may be anything: only
  * bounded, NUL-terminated values are used, of a header this build can read. */
 static void unlink_segs(const struct kvs_shm_header *h, const char *uid, const struct kvs_log *log)
 {
 	if (!header_readable(h)) {
-		kvs_log_warn(log, "%s: header unreadable by this build; data segments (if any) left behind",
-			     uid);
+		kvs_log_info(log, "%s: header unreadable by this build: its data files are looked for "
+				  "by name", uid);
 		return;
 	}
-	bool dir_ok = memchr(h->hugetlb_dir, '\0', sizeof(h->hugetlb_dir)) != NULL &&
-		      h->hugetlb_dir[0] == '/';
+	bool dir_ok = recorded_dir(h) != NULL;
 
 	for (uint32_t s = 0; s < h->fp.seg_count && s < KVS_MAX_SEGS; s++) {
 		const struct kvs_shm_seg *sg = &h->segs[s];
@@ -612,19 +622,45 @@ static void adopt(struct kvs_cache *c)
 		     complete);
 }
 
-/* Remove a cache nobody is attached to (the caller checked the rank locks under
- * the lifecycle lock): the data files its header names, if this build can read
- * it (even when the rest is cut), then the control file. */
-static void remove_files(struct kvs_cache *c, const struct stat *st)
+/*
+ * Remove a cache nobody is attached to (the caller checked the rank locks under
+ * the lifecycle lock, and that the name leads to its file: name_is_ours): the
+ * data files its header names, if this build can read it (even when the rest
+ * is cut); then every other data file of its name (kvs_numa_seg_unlink_all: a
+ * creator killed during its pre-fault has made a file, its pages reserved, that
+ * its header never recorded; another build's header is not read at all): while
+ * we hold the lock of the named control file nobody else may make one; then
+ * the control file.  A data file that cannot be removed keeps the control file
+ * (and so the lock that guards its names), so that a later removal finds it
+ * again: 0, or that unlink's error (logged).
+ */
+static int remove_files(struct kvs_cache *c, const struct stat *st)
 {
-	char name[128];
+	const char *uid = c->cfg.unique_id;
+	char name[128], dir[KVS_SHM_DIR_MAX] = "";
+	int rc;
 
 	if ((uint64_t)st->st_size >= KVS_SHM_HEADER_BYTES && map_ctl(c, KVS_SHM_HEADER_BYTES) == 0) {
-		unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
+		if (recorded_dir(c->hdr))
+			memcpy(dir, c->hdr->hugetlb_dir, sizeof(dir));
+		unlink_segs(c->hdr, uid, &c->log);
 		unmap_ctl(c);
 	}
-	ctl_name(name, sizeof(name), c->cfg.unique_id);
+	rc = kvs_numa_seg_unlink_all(uid, dir[0] ? dir : NULL, &c->log);
+	if (rc < 0) {
+		kvs_log_error(&c->log, "%s: a data file of the cache could not be removed (%s; the "
+				       "warning before names it): its control file is kept, so that "
+				       "kvshare clean removes the cache once that is fixed",
+			      uid, kvs_strerror(rc));
+		return rc;
+	}
+	if (rc > 0)
+		kvs_log_warn(&c->log, "%s: removed %d data file%s its header did not record (its "
+				      "creator died before recording %s, or another build made it)",
+			     uid, rc, rc == 1 ? "" : "s", rc == 1 ? "it" : "them");
+	ctl_name(name, sizeof(name), uid);
 	shm_unlink(name);
+	return 0;
 }
 
 /* Lifecycle lock held, file mapped to its header and READY: validate, map it
@@ -704,8 +740,8 @@ static int attach(struct kvs_cache *c, uint64_t deadline)
 	}
 	kvs_log_warn(&c->log, "%s: creator died during initialisation (no live rank); removing",
 		     c->cfg.unique_id);
-	remove_files(c, &st);
-	return -EAGAIN;
+	rc = remove_files(c, &st);
+	return rc ? rc : -EAGAIN;
 }
 
 /* Unmap and close everything of this handle (no shared state is changed). */
@@ -928,7 +964,7 @@ static int remove_once(struct kvs_cache *c, uint64_t deadline)
 		} else if (kvs_core_any_rank_locked(c->ctl_fd) && !only_watchers(uid)) {
 			rc = -EBUSY;
 		} else {
-			remove_files(c, &st);
+			rc = remove_files(c, &st);
 		}
 		kvs_core_lifecycle_unlock(c->ctl_fd);
 	}

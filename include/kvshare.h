@@ -270,7 +270,11 @@ KVS_API void kvs_cache_close(struct kvs_cache *cache);
  * Returns 0; -ENOENT (no such cache); -EBUSY (a live GPU rank, or a process the
  * file does not describe as a watcher, is attached: never removed); -EACCES;
  * -EINVAL (bad unique_id); -KVS_ECORRUPT (no regular file at the control
- * file's name: not a cache, left as it is).  Blocks: up to attach_timeout_ns.
+ * file's name: not a cache, left as it is); an unlink's -errno (a data file
+ * named for the cache could not be removed, logged by path: the control file
+ * is kept for a later removal).  Every data file named for the cache goes, in
+ * /dev/shm and every hugetlbfs mount, recorded in its header or not (a creator
+ * killed in its pre-fault).  Blocks: up to attach_timeout_ns.
  */
 KVS_API int kvs_cache_remove(const struct kvs_cache_config *cfg);
 

@@ -139,6 +139,16 @@ int kvs_numa_seg_unlink(const char *unique_id, int32_t node, uint32_t backing,
 int kvs_numa_seg_unlink_at(const char *dir, const char *unique_id, int32_t node,
 			   const struct kvs_log *log);
 
+/* Remove every segment file of unique_id, whoever recorded it or not: any node's
+ * name in /dev/shm, in every hugetlbfs mount of /proc/mounts and in dir (when not
+ * NULL: a directory a creator recorded).  For the remover of a cache, who alone
+ * may make files of that name while it does this (core/ holds the lifecycle
+ * lock), so that a creator killed before it recorded a segment (during its
+ * pre-fault) leaves no file behind.  Returns the number removed, or the first
+ * failure but -ENOENT (each logged at WARN naming the path) after trying every
+ * one.  Blocks: no (one unlink per node and directory, /proc/mounts). */
+int kvs_numa_seg_unlink_all(const char *unique_id, const char *dir, const struct kvs_log *log);
+
 /* This build's hugetlbfs mount for page_bytes pages, copied into buf (kernel
  * build: libhugetlbfs).  Returns 0, -ENOENT (no such mount; always in the plain
  * build, which never creates hugetlb segments), -EACCES (one is mounted, its
@@ -165,6 +175,11 @@ int kvs_numa_node_count(void);
 /* Test hook (static library only): when > 0, kvs_numa_node_count returns this,
  * so tests can make a creator plan several data segments on a one-node machine. */
 extern int kvs_numa_test_node_count;
+
+/* Test hook (static library only): when set, a creator calls it with the new
+ * segment file's path once the file is sized and mapped (its hugetlb pages
+ * reserved), just before the pre-fault: a test kills the creator there. */
+extern void (*kvs_numa_test_prefault_hook)(const char *path);
 
 #define KVS_NUMA_MAX_NODES 64
 

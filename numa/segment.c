@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <mntent.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +52,8 @@
 #define HUGETLBFS_MAGIC 0x958458f6 /* <linux/magic.h> */
 #endif
 
+
+void (*kvs_numa_test_prefault_hook)(const char *path);
 
 #define ID_MAX 64
 #define QUERY_BATCH 1024
@@ -253,6 +256,8 @@ static int place_new(void *base, uint64_t bytes, bool huge, uint64_t page, const
 	 * (shmem_enabled=advise or above); without THP it is only a hint. */
 	if (!huge)
 		(void)madvise(base, bytes, MADV_HUGEPAGE);
+	if (kvs_numa_test_prefault_hook)
+		kvs_numa_test_prefault_hook(path);
 	t0 = kvs_now_ns();
 	rc = kvs_numa_prefault(base, bytes, page, *node, &threads);
 	seg->prefault_ns = kvs_now_ns() - t0;
@@ -499,6 +504,42 @@ int kvs_numa_seg_unlink_at(const char *dir, const char *unique_id, int32_t node,
 	int rc = seg_path_in(path, sizeof(path), dir, unique_id, node);
 
 	return rc < 0 ? rc : unlink_path(path, log);
+}
+
+/* Unlink every node's name of unique_id in dir: *n counts the files removed,
+ * *err keeps the first failure but -ENOENT. */
+static void unlink_nodes(const char *dir, const char *unique_id, const struct kvs_log *log, int *n,
+			 int *err)
+{
+	for (int32_t node = 0; node < KVS_NUMA_MAX_NODES; node++) {
+		int rc = kvs_numa_seg_unlink_at(dir, unique_id, node, log);
+
+		if (rc == 0)
+			(*n)++;
+		else if (rc != -ENOENT && !*err)
+			*err = rc;
+	}
+}
+
+int kvs_numa_seg_unlink_all(const char *unique_id, const char *dir, const struct kvs_log *log)
+{
+	struct mntent ent, *m;
+	char line[4096];
+	FILE *f;
+	int n = 0, err = 0;
+
+	if (check_id(unique_id) < 0)
+		return -EINVAL;
+	unlink_nodes(KVS_NUMA_SHM_DIR, unique_id, log, &n, &err);
+	if (dir && dir[0] == '/')
+		unlink_nodes(dir, unique_id, log, &n, &err);
+	f = setmntent("/proc/mounts", "re");
+	while (f && (m = getmntent_r(f, &ent, line, sizeof(line))))
+		if (strcmp(m->mnt_type, "hugetlbfs") == 0)
+			unlink_nodes(m->mnt_dir, unique_id, log, &n, &err);
+	if (f)
+		endmntent(f);
+	return err ? err : n;
 }
 
 int kvs_numa_seg_query(const struct kvs_numa_seg *seg, struct kvs_numa_seg_info *info)

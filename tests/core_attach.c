@@ -3,7 +3,10 @@
  * every attach error with its own code and a log line naming the field (layout,
  * config, uid, unique_id, truncation, corruption, timeouts, a full rank table),
  * adoption of a stale cache after its users died, persistence, removal, and the
- * last detacher removing the segments; a removal (kvs_cache_remove, a watcher's
+ * last detacher removing the segments; a creator killed -9 in its pre-fault
+ * leaves a data file its header does not record, which kvs_cache_remove finds
+ * by name and removes (one it cannot unlink keeps the control file and fails
+ * the removal); a removal (kvs_cache_remove, a watcher's
  * close) whose cache was replaced by a new one of the id while it waited never
  * removes the new one; a NUMA fallback reported only where a
  * binding was wanted, possible and not had.
@@ -465,6 +468,82 @@ static kvs_test_rc test_attach_timeout(void)
 	close(fd);
 	kvs_cache_close(a);
 	KVS_CHECK(!ctl_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+/* ---- a creator killed during its pre-fault ---- */
+
+/* forked: a creator stopped in its pre-fault (its data file made and mapped,
+ * not yet recorded in the header), to be killed there. */
+static kvs_test_rc prefault_creator(void *arg)
+{
+	struct kvs_cache *c = NULL;
+
+	kvs_numa_test_prefault_hook = kvs_test_park_hook;
+	KVS_CHECK_OK(kvs_cache_open(arg, &c));
+	KVS_FAILF("the creator was not stopped in its pre-fault");
+}
+
+/* A creator killed -9 in its pre-fault leaves a named control file, not READY,
+ * and a 32 MiB data file its header does not record.  kvs_cache_remove
+ * (`kvshare clean ID`) removes both and says 0 only then; the next open makes
+ * a fresh cache.  Before, it removed the control file alone and said 0: the
+ * data file stayed (on hugetlbfs, its 16 pages held). */
+static kvs_test_rc test_remove_dead_creator(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache_info info;
+	struct kvs_cache *c = NULL;
+	int fds[2];
+	char uid[80];
+	pid_t pid;
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "prefault"));
+	cfg.slot_count = 4096; /* 32 MiB of 8 KiB slots */
+	cfg.numa = KVS_NUMA_OFF;
+	KVS_CHECK_OK(pipe2(fds, O_CLOEXEC));
+	kvs_test_park_fd = fds[1];
+	pid = kvs_test_fork(prefault_creator, &cfg);
+	KVS_TRY(kvs_test_kill_parked(pid, fds[0], fds[1])); /* in its pre-fault */
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
+	KVS_CHECK_EQ(info.state, KVS_CACHE_INFO_CREATING);
+	KVS_CHECK_EQ(info.ranks_live, 0);
+	KVS_CHECK_OK(kvs_cache_remove(&cfg));
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_CHECK(!data_exists(uid));
+	KVS_CHECK(strstr(core_last_log, "removed 1 data file its header did not record") != NULL);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(core_put(c, 1));
+	kvs_cache_close(c);
+	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
+	return KVS_TEST_PASS;
+}
+
+/* A data file's name that cannot be unlinked (here a directory holds it) keeps
+ * the control file: kvs_cache_remove fails with the unlink's error, the log
+ * names the path, and a later one removes the cache once the name is free.
+ * Never 0 with a file of the cache left. */
+static kvs_test_rc test_remove_unremovable(void)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	char uid[80], dir[256];
+
+	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "unremov"));
+	cfg.flags = KVS_CACHE_PERSIST;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	kvs_cache_close(c);
+	snprintf(dir, sizeof(dir), "/dev/shm/kvshare.%s.data.5", uid);
+	KVS_CHECK_OK(mkdir(dir, 0700));
+	core_log_quiet = 1;
+	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -EISDIR);
+	core_log_quiet = 0;
+	KVS_CHECK(strstr(core_last_log, "could not be removed") != NULL);
+	KVS_CHECK(ctl_exists(uid));
+	KVS_CHECK_OK(rmdir(dir));
+	KVS_CHECK_OK(kvs_cache_remove(&cfg));
+	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
 	return KVS_TEST_PASS;
 }
 
@@ -1067,6 +1146,8 @@ static const struct kvs_test_case cases[] = {
 	{ "attach_timeout", test_attach_timeout },
 	{ "rank_table_full", test_rank_table_full },
 	{ "creator_died_during_init", test_creator_died_during_init },
+	{ "remove_dead_creator", test_remove_dead_creator },
+	{ "remove_unremovable", test_remove_unremovable },
 	{ "remove_replaced", test_remove_replaced },
 	{ "watcher_close_after_replaced", test_watcher_close_after_replaced },
 	{ "lock_timeout", test_lock_timeout },

@@ -191,6 +191,20 @@ static inline pid_t kvs_test_fork(kvs_test_rc (*fn)(void *), void *arg)
 
 static char *kvs_test_argv0;
 
+/* A child's hook (a test hook of the library taking a path) at the point where
+ * the test kills it: one byte on kvs_test_park_fd says it is there, then it
+ * waits for the kill. */
+static int kvs_test_park_fd = -1;
+
+static inline void kvs_test_park_hook(const char *where)
+{
+	(void)where;
+	if (write(kvs_test_park_fd, "p", 1) != 1)
+		_exit(3);
+	for (;;)
+		pause();
+}
+
 /* Exec this test binary as `--child <name> args...` (args NULL-terminated). */
 static inline pid_t kvs_test_spawn(const char *name, const char *const args[])
 {
@@ -294,6 +308,22 @@ static inline int kvs_test_reap(pid_t pid, int timeout_ms)
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
 	return 128 + WTERMSIG(status);
+}
+
+/* A child started with the write end wr of a pipe (rd its read end) stops at
+ * kvs_test_park_hook: wait for it to be there (a child that dies before is a
+ * failure, not a hang: wr is closed here first), kill it -9 and reap it. */
+static inline kvs_test_rc kvs_test_kill_parked(pid_t pid, int rd, int wr)
+{
+	char ch;
+
+	close(wr);
+	KVS_CHECK(pid > 0);
+	KVS_CHECK_EQ(read(rd, &ch, 1), 1);
+	close(rd);
+	kill(pid, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 128 + SIGKILL);
+	return KVS_TEST_PASS;
 }
 
 static inline int kvs_test_run(int argc, char **argv, const struct kvs_test_case *cases,

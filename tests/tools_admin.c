@@ -31,6 +31,11 @@
  *   clean_all        a bare `clean` removes every stale cache and no live one, in a
  *                    private /dev/shm (mount namespace: the machine's other caches
  *                    are never touched); skipped without CAP_SYS_ADMIN
+ *   clean_dead_creator  a creator killed -9 in its pre-fault (its data file made,
+ *                    on a hugetlbfs of the test's own where possible, never
+ *                    recorded): ls counts it, clean ID removes it with the
+ *                    control file and the pages come back (before: "removed",
+ *                    exit 0, and the file and its 16 pages left)
  *   not_a_cache      a FIFO named like a cache's control file: ls, clean (also
  *                    --dry-run) and stat each return at once, name it as no
  *                    cache and leave it (before: each hung in a blocking open)
@@ -43,7 +48,10 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 
+#include "hugetlb_util.h"
+#include "numa/numa.h"
 #include "store_util.h"
 
 #define SHARD 4096u
@@ -1160,6 +1168,33 @@ static kvs_test_rc test_ls_clean(void)
 	return KVS_TEST_PASS;
 }
 
+/* In a child of the test (it alone changes its mounts): a private mount
+ * namespace with its own /dev/shm, so that the machine's other caches are never
+ * touched.  Skips without CAP_SYS_ADMIN. */
+static kvs_test_rc private_shm(void)
+{
+	if (unshare(CLONE_NEWNS))
+		KVS_SKIP("unshare(CLONE_NEWNS): %s (needs CAP_SYS_ADMIN)", strerror(errno));
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"))
+		KVS_SKIP("a private tmpfs on /dev/shm: %s", strerror(errno));
+	return KVS_TEST_PASS;
+}
+
+/* Run fn in a forked child (one that may call private_shm): its result. */
+static kvs_test_rc in_child(kvs_test_rc (*fn)(void *))
+{
+	pid_t pid = kvs_test_fork(fn, NULL);
+	int rc;
+
+	KVS_CHECK(pid > 0);
+	rc = kvs_test_reap(pid, 60000);
+	if (rc == KVS_TEST_SKIP.code)
+		return KVS_TEST_SKIP;
+	KVS_CHECK_EQ(rc, 0);
+	return KVS_TEST_PASS;
+}
+
 /* In a private mount namespace with its own /dev/shm: a bare `clean` removes
  * every stale cache and keeps the live one; `ls` then lists only that one. */
 static kvs_test_rc clean_all_child(void *arg)
@@ -1171,11 +1206,7 @@ static kvs_test_rc clean_all_child(void *arg)
 
 	(void)arg;
 	KVS_CHECK(run);
-	if (unshare(CLONE_NEWNS))
-		KVS_SKIP("unshare(CLONE_NEWNS): %s (needs CAP_SYS_ADMIN)", strerror(errno));
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-	    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"))
-		KVS_SKIP("a private tmpfs on /dev/shm: %s", strerror(errno));
+	KVS_TRY(private_shm());
 	KVS_TRY(caches_make(live, stale, pers, &held));
 	const char *a[] = { "clean", NULL };
 	KVS_TRY(cli_expect(run, 0, a));
@@ -1200,15 +1231,132 @@ static kvs_test_rc clean_all_child(void *arg)
 
 static kvs_test_rc test_clean_all(void)
 {
-	pid_t pid = kvs_test_fork(clean_all_child, NULL);
-	int rc;
+	return in_child(clean_all_child);
+}
 
-	KVS_CHECK(pid > 0);
-	rc = kvs_test_reap(pid, 60000);
-	if (rc == KVS_TEST_SKIP.code)
-		return KVS_TEST_SKIP;
-	KVS_CHECK_EQ(rc, 0);
+/* ---- a creator killed in its pre-fault ---- */
+
+#define PF_PAGES 16 /* the creator's data segment: 16 pages of 2 MiB */
+
+
+/* exec'd: --child prefaulter <uid> <fd> <huge>: create a cache of PF_PAGES * 2
+ * MiB (on hugetlbfs when huge is 1: the mount is found when the program
+ * starts, hence exec), stopped in its pre-fault. */
+static kvs_test_rc prefaulter_child(int argc, char **argv)
+{
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+
+	if (argc != 3)
+		KVS_FAILF("usage: --child prefaulter <uid> <fd> <huge>");
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	kvs_cache_config_init(&cfg);
+	snprintf(cfg.unique_id, sizeof(cfg.unique_id), "%s", argv[0]);
+	cfg.slot_bytes = 65536;
+	cfg.slot_count = PF_PAGES * 32;
+	cfg.numa = KVS_NUMA_OFF;
+	cfg.hugetlb = atoi(argv[2]) ? KVS_HUGETLB_REQUIRED : KVS_HUGETLB_OFF;
+	cfg.log = st_log;
+	kvs_test_park_fd = atoi(argv[1]);
+	kvs_numa_test_prefault_hook = kvs_test_park_hook;
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_FAILF("the creator was not stopped in its pre-fault");
+}
+
+/* Pages of the hugetlbfs at mnt in use (reserved or allocated): its size= limit
+ * less its free blocks. */
+static long long huge_used(const char *mnt)
+{
+	struct statfs sfs;
+
+	return statfs(mnt, &sfs) ? -1 : (long long)(sfs.f_blocks - sfs.f_bfree);
+}
+
+/* In a private mount namespace: a tmpfs /dev/shm and (where the kernel and the
+ * pool allow) a hugetlbfs of our own, size=64M: a creator killed -9 in its
+ * pre-fault leaves a named control file and a data file its header never
+ * recorded, PF_PAGES pages held.  ls counts that file in the cache's size;
+ * clean --dry-run removes nothing; clean ID removes both files and gives the
+ * pages back.  Before, clean said "removed" and exit 0 and left the data file
+ * with its pages. */
+static kvs_test_rc dead_creator_body(struct run *run, const char *mnt)
+{
+	char uid[80], data[256], fdstr[16], want[200];
+	bool huge = mnt != NULL;
+	int fds[2];
+	json_t *j, *e;
+	pid_t pid;
+
+	printf("  the creator's data segment on %s\n", huge ? mnt : "/dev/shm (no hugetlbfs here)");
+	kvs_test_unique_id(uid, sizeof(uid), "tprefault");
+	snprintf(data, sizeof(data), "%s/kvshare.%s.data.0", huge ? mnt : "/dev/shm", uid);
+	KVS_CHECK_OK(pipe(fds));
+	fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+	snprintf(fdstr, sizeof(fdstr), "%d", fds[1]);
+	const char *av[] = { uid, fdstr, huge ? "1" : "0", NULL };
+	pid = kvs_test_spawn("prefaulter", av);
+	KVS_TRY(kvs_test_kill_parked(pid, fds[0], fds[1])); /* in its pre-fault */
+	KVS_CHECK(ctl_exists(uid) && access(data, F_OK) == 0);
+	if (huge)
+		KVS_CHECK_EQ(huge_used(mnt), PF_PAGES);
+
+	const char *a_lsj[] = { "ls", "--json", NULL };
+	KVS_TRY(cli_expect(run, 0, a_lsj));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	e = ls_find(j, uid);
+	KVS_CHECK(e != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "state")), "stale") == 0);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "header")), "creating") == 0);
+	KVS_CHECK_EQ(jint(e, "data_bytes"), PF_PAGES << 21); /* found by its name */
+	json_decref(j);
+	const char *a_dry[] = { "clean", "--dry-run", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_dry));
+	snprintf(want, sizeof(want), "would remove %s (stale, ", uid);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->out, "creator died during creation"));
+	KVS_CHECK(ctl_exists(uid) && access(data, F_OK) == 0);
+
+	const char *a_clean[] = { "clean", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_clean));
+	snprintf(want, sizeof(want), "removed %s (stale, ", uid);
+	if (access(data, F_OK) == 0)
+		KVS_FAILF("clean said:\n%s%sand left %s", run->out, run->err, data);
+	KVS_CHECK(!ctl_exists(uid));
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->err, "removed 1 data file its header did not record"));
+	if (huge)
+		KVS_CHECK_EQ(huge_used(mnt), 0); /* the pages are back */
 	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc dead_creator_child(void *arg)
+{
+	struct run *run = calloc(1, sizeof(*run));
+	char mnt[] = "/tmp/kvs-hugetlbfs.XXXXXX";
+	bool huge = false;
+	kvs_test_rc rc;
+
+	(void)arg;
+	KVS_CHECK(run);
+	KVS_TRY(private_shm());
+	if (KVS_KERNEL && hugetlb_test_meminfo("HugePages_Free") >= PF_PAGES && mkdtemp(mnt)) {
+		huge = mount("none", mnt, "hugetlbfs", 0, "pagesize=2M,size=64M") == 0;
+		if (!huge)
+			rmdir(mnt);
+	}
+	rc = dead_creator_body(run, huge ? mnt : NULL);
+	if (huge) { /* whatever the body did: the pages go with the mount */
+		umount2(mnt, MNT_DETACH);
+		rmdir(mnt);
+	}
+	free(run);
+	return rc;
+}
+
+static kvs_test_rc test_clean_dead_creator(void)
+{
+	return in_child(dead_creator_child);
 }
 
 /* ---- not a cache ---- */
@@ -1335,12 +1483,14 @@ static const struct kvs_test_case cases[] = {
 	{ "stat_last_left", test_stat_last_left },
 	{ "ls_clean", test_ls_clean },
 	{ "clean_all", test_clean_all },
+	{ "clean_dead_creator", test_clean_dead_creator },
 	{ "not_a_cache", test_not_a_cache },
 };
 
 static const struct kvs_test_child children[] = {
 	{ "rank", rank_child },
 	{ "dumper", dumper_child },
+	{ "prefaulter", prefaulter_child },
 };
 
 /* `tools_admin /path/to/kvshare [case...]`; exec'd children get `--child ...`. */

@@ -11,10 +11,13 @@
  * lookups — never keep a cache, so one held by watchers only is "stale", and
  * clean removes it: docs/core.md, "Looking without disturbing").  Data
  * files are found through the header's record (hugetlb_dir for hugetlbfs ones),
- * so a cache's size is its control file plus its recorded data segments.  Data
- * files with no control file (left by a removal that could not read another
- * build's header) are listed by ls; nothing here removes them, since without a
- * control file there is no lock to exclude a new creator of the same name.
+ * so a cache's size is its control file plus its recorded data segments; a
+ * cache whose header records none (being created, its creator killed in the
+ * pre-fault, another build's) counts the files named for it in /dev/shm and the
+ * hugetlbfs mounts, which are what clean frees with it.  Data files with no
+ * control file (removed by hand, or left by an older kvshare that removed only
+ * the recorded ones) are listed by ls; nothing here removes them, since without
+ * a control file there is no lock to exclude a new creator of the same name.
  *
  * A control file's name that holds no regular file (a FIFO, a socket, ...) is
  * never opened (kvs_cache_inspect says -KVS_ECORRUPT): ls lists it, and clean
@@ -62,10 +65,12 @@ static const char *const ls_usage =
 static const char *const clean_usage =
 	"usage: kvshare clean [--dry-run] [UNIQUE_ID]\n"
 	"\n"
-	"Remove stale caches (no process attached): their control file and the data files\n"
-	"their header records.  A live cache is never removed: clean says why (\"live: 3\n"
-	"ranks attached (pids ...)\").  Without UNIQUE_ID, every stale kvshare cache of the\n"
-	"node is removed and live ones are skipped.\n"
+	"Remove stale caches (no process attached): their control file and their data\n"
+	"files, the ones their header records and any other named for them in " SHM_DIR "\n"
+	"and the hugetlbfs mounts (a creator killed before it recorded one).  A live\n"
+	"cache is never removed: clean says why (\"live: 3 ranks attached (pids ...)\").\n"
+	"Without UNIQUE_ID, every stale kvshare cache of the node is removed and live ones\n"
+	"are skipped.\n"
 	"\n"
 	"  -n, --dry-run   say what would be removed; remove nothing\n"
 	"  -h, --help      this text\n"
@@ -105,6 +110,97 @@ static bool ctl_id(const char *name, char *buf, size_t len)
 	memcpy(buf, name + pre, n);
 	buf[n] = '\0';
 	return true;
+}
+
+/* ---- data files by name: kvshare.<id>.data.<n> in /dev/shm and hugetlbfs ---- */
+
+/* hugetlbfs mounts from /proc/mounts, plus /dev/shm: up to max directories. */
+static int data_dirs(char dirs[][256], int max)
+{
+	FILE *f = fopen("/proc/mounts", "re");
+	char dev[256], dir[256], type[64];
+	int n = 0;
+
+	snprintf(dirs[n++], 256, SHM_DIR);
+	if (!f)
+		return n;
+	while (n < max && fscanf(f, "%255s %255s %63s %*[^\n]", dev, dir, type) == 3)
+		if (strcmp(type, "hugetlbfs") == 0)
+			snprintf(dirs[n++], 256, "%s", dir);
+	fclose(f);
+	return n;
+}
+
+/* "kvshare.<id>.data.<n>" -> id (into buf, KVS_UNIQUE_ID_MAX + 1 bytes), or
+ * false.  The last ".data.": an id may hold one. */
+static bool data_id(const char *name, char *buf)
+{
+	const char *dot = NULL, *p = name + strlen(CTL_PREFIX);
+	size_t n;
+
+	if (strncmp(name, CTL_PREFIX, strlen(CTL_PREFIX)))
+		return false;
+	for (const char *q = strstr(p, ".data."); q; q = strstr(q + 1, ".data."))
+		dot = q;
+	if (!dot || !dot[6] || strspn(dot + 6, "0123456789") != strlen(dot + 6))
+		return false;
+	n = (size_t)(dot - p);
+	if (n == 0 || n > KVS_UNIQUE_ID_MAX)
+		return false;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return true;
+}
+
+/* Call fn(path, id, arg) for each data file name of any cache. */
+static void data_files(void (*fn)(const char *path, const char *id, void *arg), void *arg)
+{
+	char dirs[16][256], id[KVS_UNIQUE_ID_MAX + 1], path[4608];
+	int nd = data_dirs(dirs, 16);
+
+	for (int i = 0; i < nd; i++) {
+		DIR *d = opendir(dirs[i]);
+		struct dirent *de;
+
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			if (!data_id(de->d_name, id))
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dirs[i], de->d_name);
+			fn(path, id, arg);
+		}
+		closedir(d);
+	}
+}
+
+struct named_walk {
+	const char *id;
+	uint64_t bytes;
+};
+
+static void named_one(const char *path, const char *id, void *arg)
+{
+	struct named_walk *w = arg;
+	struct stat st;
+
+	if (strcmp(id, w->id) == 0 && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+		w->bytes += (uint64_t)st.st_size;
+}
+
+/* The bytes of e's data files: the ones its header records (READY), else the
+ * ones named for it (a cache being created, or whose creator died before it
+ * recorded them; another build's): what a removal frees. */
+static uint64_t data_bytes(const struct entry *e)
+{
+	struct named_walk w = { e->info.unique_id, 0 };
+
+	if (e->rc)
+		return 0;
+	if (e->info.state == KVS_CACHE_INFO_READY)
+		return e->info.data_bytes;
+	data_files(named_one, &w);
+	return w.bytes;
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -253,62 +349,37 @@ static void live_why(const struct kvs_cache_info *in, char *buf, size_t len)
 
 static uint64_t entry_bytes(const struct entry *e)
 {
-	return e->rc ? (uint64_t)e->st.st_size : e->info.ctl_bytes + e->info.data_bytes;
+	return e->rc ? (uint64_t)e->st.st_size : e->info.ctl_bytes + data_bytes(e);
 }
 
 /* ---- orphan data files: kvshare.<id>.data.<n> with no kvshare.<id>.ctl ---- */
 
-/* hugetlbfs mounts from /proc/mounts, plus /dev/shm: up to max directories. */
-static int data_dirs(char dirs[][256], int max)
-{
-	FILE *f = fopen("/proc/mounts", "re");
-	char dev[256], dir[256], type[64];
-	int n = 0;
+struct orphan_walk {
+	void (*fn)(const char *path, void *arg);
+	void *arg;
+	int count;
+};
 
-	snprintf(dirs[n++], 256, SHM_DIR);
-	if (!f)
-		return n;
-	while (n < max && fscanf(f, "%255s %255s %63s %*[^\n]", dev, dir, type) == 3)
-		if (strcmp(type, "hugetlbfs") == 0)
-			snprintf(dirs[n++], 256, "%s", dir);
-	fclose(f);
-	return n;
+static void orphan_one(const char *path, const char *id, void *arg)
+{
+	struct orphan_walk *w = arg;
+	char ctl[512];
+
+	snprintf(ctl, sizeof(ctl), SHM_DIR "/" CTL_PREFIX "%s" CTL_SUFFIX, id);
+	if (access(ctl, F_OK) == 0 || errno != ENOENT)
+		return;
+	if (w->fn)
+		w->fn(path, w->arg);
+	w->count++;
 }
 
 /* Call fn(path) for each orphan data file.  Returns the count. */
 static int orphans(void (*fn)(const char *path, void *arg), void *arg)
 {
-	char dirs[16][256], id[KVS_UNIQUE_ID_MAX + 8], ctl[512], path[4608];
-	int nd = data_dirs(dirs, 16), count = 0;
+	struct orphan_walk w = { fn, arg, 0 };
 
-	for (int i = 0; i < nd; i++) {
-		DIR *d = opendir(dirs[i]);
-		struct dirent *de;
-
-		if (!d)
-			continue;
-		while ((de = readdir(d))) {
-			const char *dot = strstr(de->d_name, ".data.");
-			size_t n;
-
-			if (strncmp(de->d_name, CTL_PREFIX, strlen(CTL_PREFIX)) || !dot)
-				continue;
-			n = (size_t)(dot - de->d_name) - strlen(CTL_PREFIX);
-			if (n == 0 || n > KVS_UNIQUE_ID_MAX)
-				continue;
-			memcpy(id, de->d_name + strlen(CTL_PREFIX), n);
-			id[n] = '\0';
-			snprintf(ctl, sizeof(ctl), SHM_DIR "/" CTL_PREFIX "%s" CTL_SUFFIX, id);
-			if (access(ctl, F_OK) == 0 || errno != ENOENT)
-				continue;
-			snprintf(path, sizeof(path), "%s/%s", dirs[i], de->d_name);
-			if (fn)
-				fn(path, arg);
-			count++;
-		}
-		closedir(d);
-	}
-	return count;
+	data_files(orphan_one, &w);
+	return w.count;
 }
 
 static void orphan_print(const char *path, void *arg)
@@ -357,7 +428,7 @@ static json_t *entry_json(const struct entry *e)
 	json_object_set_new(o, "slot_bytes", json_integer((json_int_t)in->slot_bytes));
 	json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)(in->slot_count * in->slot_bytes)));
 	json_object_set_new(o, "ctl_bytes", json_integer((json_int_t)in->ctl_bytes));
-	json_object_set_new(o, "data_bytes", json_integer((json_int_t)in->data_bytes));
+	json_object_set_new(o, "data_bytes", json_integer((json_int_t)data_bytes(e)));
 	json_object_set_new(o, "size_bytes", json_integer((json_int_t)entry_bytes(e)));
 	json_object_set_new(o, "segments", json_integer(in->seg_count));
 	json_object_set_new(o, "backing", in->state != KVS_CACHE_INFO_READY ? json_null() :
@@ -492,6 +563,7 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 	const struct kvs_cache_info *in = &e->info;
 	struct kvs_cache_config cfg;
 	char why[1024], b1[32], note[256];
+	uint64_t bytes;
 	int rc;
 
 	if (e->rc == -KVS_ECORRUPT) {
@@ -516,11 +588,12 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 		return;
 	}
 	note_of(e, note, sizeof(note));
-	kvs_cli_human_bytes(b1, sizeof(b1), entry_bytes(e));
+	bytes = entry_bytes(e); /* before the removal: data files found by name go with it */
+	kvs_cli_human_bytes(b1, sizeof(b1), bytes);
 	if (dry) {
 		printf("would remove %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
 		sum->would++;
-		sum->bytes += entry_bytes(e);
+		sum->bytes += bytes;
 		return;
 	}
 	kvs_cache_config_init(&cfg);
@@ -532,7 +605,7 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 	if (rc == 0) {
 		printf("removed %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
 		sum->removed++;
-		sum->bytes += entry_bytes(e);
+		sum->bytes += bytes;
 	} else if (rc == -EBUSY) {
 		fprintf(stderr, "kvshare clean: %s: live: a process attached since it was inspected: "
 			"not removed\n", in->unique_id);
