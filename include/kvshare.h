@@ -788,8 +788,9 @@ struct kvs_backend_redis_config {
 					  required */
 	char user[KVS_REDIS_USER_LEN];   /* ACL user; "" = AUTH <password> alone */
 	char password[KVS_REDIS_PASSWORD_LEN]; /* "" = none; never logged */
-	char password_file[KVS_REDIS_PATH_LEN]; /* when password is "": its first line is
-					  read at open (never logged) */
+	char password_file[KVS_REDIS_PATH_LEN]; /* when password is "": its first line,
+					  up to 4096 bytes, is read at open (never
+					  logged); a regular file, else -EINVAL */
 	char key_prefix[KVS_REDIS_PREFIX_LEN]; /* prepended to every key (default "kvshare:") */
 	uint32_t db;                     /* SELECT db when > 0, 0..2^31 - 1 (default 0) */
 	uint32_t connections;            /* sockets per endpoint per handle, 1..64 (default 2) */

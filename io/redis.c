@@ -73,6 +73,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "io/redis_impl.h"
 
 /* ------------------------------------------------------------- commands */
@@ -483,38 +484,72 @@ bad:
 	return -EINVAL;
 }
 
-/* The first line of path (without its newline) into out[len].  0 or -errno;
- * the file's contents are never logged. */
-static int password_read(struct redis *r, const char *path, char *out, size_t len)
+/* The longest password redis_password_file may hold (its first line; docs/io.md,
+ * "redis"): Redis passwords are often long random strings. */
+#define PASSWORD_FILE_MAX 4096
+
+/*
+ * The first line of path (without its line end) into out[PASSWORD_FILE_MAX + 2]:
+ * the whole of it, or an error naming the key and the limit; never a password
+ * cut short (one cut to 255 bytes was WRONGPASS for a server whose password the
+ * file held whole).  A regular file only, opened O_NONBLOCK (common/fd.h: a
+ * FIFO there hung the open, and kvs_store_config_check and kvs_store_open with
+ * it, for ever), and read no further than the limit (a huge file costs
+ * nothing); a symbolic link is followed (a mounted secret is one).  0, -EINVAL
+ * (not a regular file, empty, too long, a NUL byte in it) or -errno; the
+ * contents are never logged.
+ */
+static int password_read(struct redis *r, const char *path, char *out)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	const size_t cap = PASSWORD_FILE_MAX + 1; /* a full line and its line end */
 	struct stat st;
-	ssize_t n;
+	size_t n = 0, line;
+	int fd = kvs_fd_open_regular(path, O_RDONLY, true, &st), rc = 0;
 
-	if (fd < 0) {
-		int err = -errno;
-
-		kvs_log_error(&r->log, "backend: redis password_file '%s': %s", path,
-			      kvs_strerror(err));
-		return err;
+	if (fd == -KVS_ECORRUPT) {
+		kvs_log_error(&r->log, "backend: redis_password_file '%s' is a %s, not a regular "
+				       "file: name a file whose first line is the password",
+			      path, kvs_fd_kind(st.st_mode));
+		return -EINVAL;
 	}
-	if (fstat(fd, &st) == 0 && (st.st_mode & 0077))
-		kvs_log_warn(&r->log, "backend: redis password_file '%s' is readable by group or "
+	if (fd < 0) {
+		kvs_log_error(&r->log, "backend: redis_password_file '%s': %s", path, kvs_strerror(fd));
+		return fd;
+	}
+	if (st.st_mode & 0077)
+		kvs_log_warn(&r->log, "backend: redis_password_file '%s' is readable by group or "
 				      "others (mode %03o): chmod 600 it", path,
 			     (unsigned)(st.st_mode & 0777));
-	n = read(fd, out, len - 1);
-	close(fd);
-	if (n < 0) {
-		int err = -errno;
+	while (n < cap && rc == 0) {
+		ssize_t k = read(fd, out + n, cap - n);
 
-		kvs_log_error(&r->log, "backend: redis password_file '%s': %s", path,
-			      kvs_strerror(err));
-		return err;
+		if (k > 0)
+			n += (size_t)k;
+		else if (k == 0)
+			break;
+		else if (errno != EINTR)
+			rc = -errno;
 	}
-	out[n] = '\0';
-	out[strcspn(out, "\r\n")] = '\0';
+	close(fd);
+	if (rc) {
+		kvs_log_error(&r->log, "backend: redis_password_file '%s': %s", path, kvs_strerror(rc));
+		return rc;
+	}
+	for (line = 0; line < n && out[line] != '\n' && out[line] != '\r'; line++)
+		if (out[line] == '\0') {
+			kvs_log_error(&r->log, "backend: redis_password_file '%s': a NUL byte in its "
+					       "first line (the password)", path);
+			return -EINVAL;
+		}
+	if (line > PASSWORD_FILE_MAX) {
+		kvs_log_error(&r->log, "backend: redis_password_file '%s': its first line (the "
+				       "password) is longer than %d bytes, the most it may hold",
+			      path, PASSWORD_FILE_MAX);
+		return -EINVAL;
+	}
+	out[line] = '\0';
 	if (!out[0]) {
-		kvs_log_error(&r->log, "backend: redis password_file '%s' is empty", path);
+		kvs_log_error(&r->log, "backend: redis_password_file '%s' is empty", path);
 		return -EINVAL;
 	}
 	return 0;
@@ -603,7 +638,7 @@ static void redis_close(void *state);
 static int redis_open(const struct kvs_backend_config *cfg, void **state)
 {
 	const struct kvs_backend_redis_config *rcfg = &cfg->redis;
-	char password[KVS_REDIS_PASSWORD_LEN];
+	char password[PASSWORD_FILE_MAX + 2];
 	struct redis *r = calloc(1, sizeof(*r));
 	int rc = 0;
 
@@ -626,9 +661,9 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	pthread_mutex_init(&r->lookup_mu, NULL);
 	*state = r;
 
-	memcpy(password, rcfg->password, sizeof(password));
+	memcpy(password, rcfg->password, sizeof(rcfg->password)); /* NUL-terminated: checked */
 	if (!password[0] && rcfg->password_file[0])
-		rc = password_read(r, rcfg->password_file, password, sizeof(password));
+		rc = password_read(r, rcfg->password_file, password);
 	if (!rc)
 		rc = handshake_format(r, rcfg, password);
 	explicit_bzero(password, sizeof(password));

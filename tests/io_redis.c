@@ -38,8 +38,9 @@ static void rb_cfg(struct kvs_backend_config *cfg, const struct rs *s)
 	cfg->queue_depth = 64;
 	cfg->log = rb_log;
 	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", s->sock);
-	if (s->password[0])
-		snprintf(cfg->redis.password, sizeof(cfg->redis.password), "%s", s->password);
+	if (s->password[0]) /* the cases' passwords are short; redis_password_file takes long ones */
+		snprintf(cfg->redis.password, sizeof(cfg->redis.password), "%.*s",
+			 (int)sizeof(cfg->redis.password) - 1, s->password);
 	rb_logs[0] = '\0';
 }
 

@@ -29,7 +29,7 @@ struct rs {
 	pid_t pid;
 	char dir[96];
 	char sock[160];
-	char password[32];
+	char password[512];
 };
 
 static inline bool rs_installed(void)

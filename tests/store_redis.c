@@ -25,6 +25,13 @@
  *                    report by their deadline (before: ~10 s, the copier held
  *                    in a synchronous lookup at the dump's deadline)
  *
+ *   password_file    a server whose password is 300 bytes: a redis_password_file
+ *                    holding it passes kvs_store_config_check and kvs_store_open
+ *                    and a dump goes through (before: cut to 255 bytes,
+ *                    WRONGPASS); one of 5000 bytes is refused naming the 4096-byte
+ *                    limit; a FIFO is refused at once, naming the key (before:
+ *                    both calls hung in open(2) for ever)
+ *
  * Skips (77) when redis-server is not installed, saying so.
  */
 #include "redis_util.h"
@@ -34,21 +41,34 @@
 
 #define SR_NB 16u
 
-/* A rank (or watcher, device -1) of the node whose cache is uid, on the server
- * s: the backend through the key=value parser, as an engine would set it. */
+/* The config of a rank (or watcher, device -1) of the node whose cache is uid,
+ * on the server s: the backend through the key=value parser, as an engine would
+ * set it, with the items extra (",key=value...", or NULL) after it. */
+static kvs_test_rc sr_cfg(struct kvs_store_config *cfg, const char *uid, int32_t device,
+			  const struct rs *s, const char *extra)
+{
+	char kv[800];
+
+	st_cfg(cfg, uid, device, RS_SHARD, SR_SLOTS, RS_SPB);
+	cfg->timeout_ns = 30 * ST_SEC; /* a hang would show as -ETIMEDOUT, not a pass */
+	snprintf(kv, sizeof(kv), "backend=redis,redis_endpoints=%s,redis_connections=2%s", s->sock,
+		 extra ? extra : "");
+	KVS_TRY(st_parse(cfg, kv));
+	if (device < 0) /* a watcher alone keeps no cache: the caller removes it */
+		cfg->cache.flags |= KVS_CACHE_PERSIST;
+	return KVS_TEST_PASS;
+}
+
+/* Open that rank (password: redis_password, or NULL). */
 static kvs_test_rc sr_open(const char *uid, int32_t device, const struct rs *s,
 			   const char *password, struct kvs_store **st)
 {
 	struct kvs_store_config cfg;
-	char kv[400];
+	char extra[300] = "";
 
-	st_cfg(&cfg, uid, device, RS_SHARD, SR_SLOTS, RS_SPB);
-	cfg.timeout_ns = 30 * ST_SEC; /* a hang would show as -ETIMEDOUT, not a pass */
-	snprintf(kv, sizeof(kv), "backend=redis,redis_endpoints=%s,redis_connections=2%s%s",
-		 s->sock, password ? ",redis_password=" : "", password ? password : "");
-	KVS_TRY(st_parse(&cfg, kv));
-	if (device < 0) /* a watcher alone keeps no cache: the caller removes it */
-		cfg.cache.flags |= KVS_CACHE_PERSIST;
+	if (password)
+		snprintf(extra, sizeof(extra), ",redis_password=%s", password);
+	KVS_TRY(sr_cfg(&cfg, uid, device, s, extra));
 	return st_open(&cfg, st);
 }
 
@@ -271,6 +291,96 @@ static kvs_test_rc store_errors_body(struct rs *s)
 	return KVS_TEST_PASS;
 }
 
+/* ---- redis_password_file ---- */
+
+static char long_pw[301]; /* 300 bytes: Redis passwords are often long */
+
+/* path holds n bytes of c (then a newline), mode 0600. */
+static kvs_test_rc pw_write(const char *path, const char *bytes, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	KVS_CHECK(fd >= 0);
+	KVS_CHECK_EQ(write(fd, bytes, n), (ssize_t)n);
+	KVS_CHECK_EQ(write(fd, "\n", 1), 1);
+	close(fd);
+	return KVS_TEST_PASS;
+}
+
+/* forked: the check and the open of cfg (its redis_password_file a FIFO nobody
+ * writes to) are -EINVAL at once, naming the key and what is there.  Before,
+ * both waited in open(2) for a writer for ever (killed by the deadline). */
+static kvs_test_rc pw_fifo_child(void *arg)
+{
+	const struct kvs_store_config *cfg = arg;
+	struct kvs_store *st = NULL;
+
+	st_log_quiet = 1;
+	KVS_CHECK_ERR(kvs_store_config_check(cfg), -EINVAL);
+	KVS_CHECK(strstr(kvs_store_last_error(), "redis_password_file") &&
+		  strstr(kvs_store_last_error(), "is a FIFO, not a regular file"));
+	KVS_CHECK_ERR(kvs_store_open(cfg, &st), -EINVAL);
+	KVS_CHECK(strstr(kvs_store_last_error(), "redis_password_file"));
+	return KVS_TEST_PASS;
+}
+
+/* A server whose requirepass is 300 bytes: a redis_password_file holding them
+ * passes the check and the open, and a dump goes through (before: the file was
+ * cut to 255 bytes, WRONGPASS: -EACCES).  A FIFO as the file fails at once, a
+ * file of 5000 bytes names the limit; neither is read past it. */
+static kvs_test_rc password_files(struct rs *s, const char *dir)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *st = NULL;
+	struct st_task t;
+	char path[256], extra[300], uid[96], big[5000];
+	pid_t pid;
+
+	kvs_test_unique_id(uid, sizeof(uid), "redisPF");
+	snprintf(path, sizeof(path), "%s/pw", dir);
+	snprintf(extra, sizeof(extra), ",redis_password_file=%s", path);
+	KVS_TRY(sr_cfg(&cfg, uid, 0, s, extra));
+
+	KVS_TRY(pw_write(path, long_pw, strlen(long_pw)));
+	KVS_CHECK_OK(kvs_store_config_check(&cfg));
+	KVS_TRY(st_open(&cfg, &st));
+	KVS_TRY(sr_task(&t, 31, 1));
+	KVS_TRY(st_dump(st, &t, 20000));
+	st_task_free(&t);
+	kvs_store_close(st);
+	KVS_CHECK_EQ(rs_calls(s, "set"), RS_SPB);
+
+	memset(big, 'a', sizeof(big));
+	KVS_TRY(pw_write(path, big, sizeof(big)));
+	KVS_CHECK_ERR(kvs_store_config_check(&cfg), -EINVAL);
+	KVS_CHECK(strstr(kvs_store_last_error(), "longer than 4096 bytes"));
+
+	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(mkfifo(path, 0600));
+	pid = kvs_test_fork(pw_fifo_child, &cfg);
+	KVS_CHECK(pid > 0);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0); /* a hang is killed: -ETIMEDOUT */
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc password_file_body(struct rs *s)
+{
+	char dir[128];
+	kvs_test_rc rc;
+
+	KVS_TRY(st_root_init(dir, sizeof(dir), "redispw"));
+	rc = password_files(s, dir);
+	st_root_fini(dir);
+	return rc;
+}
+
+static kvs_test_rc test_password_file(void)
+{
+	for (size_t i = 0; i < sizeof(long_pw) - 1; i++)
+		long_pw[i] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(i * 7 + 3) % 62];
+	return rs_case(long_pw, password_file_body);
+}
+
 /* Each case with its own server. */
 /* Shard 0 of block X is stored, shard 1 is not (its write failed after X:0
  * landed, or its key expired): written through the backend itself. */
@@ -384,6 +494,7 @@ static const struct kvs_test_case cases[] = {
 	{ "store_errors", test_store_errors },
 	{ "ready_shard", test_ready_shard },
 	{ "stopped_server", test_stopped_server },
+	{ "password_file", test_password_file },
 };
 
 KVS_TEST_MAIN(cases)
