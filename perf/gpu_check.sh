@@ -10,11 +10,16 @@
 #      "build" line says which.
 #   2. tests: io_copy (host engine, open contract) and the io_copy_cuda group
 #      (ctest, label gpu: every strategy bit-exact, head slices, streams,
-#      wait_event).  On a GPU machine a skip is a FAIL.
+#      vector calls of many shards, wait_event).  On a GPU machine a skip is a
+#      FAIL.
 #   3. perf/copy_bench: per strategy, H2D scatter of 128 tensors of 4 KiB, 32 KiB,
 #      256 KiB against the bulk pinned ceiling of the same run, each round trip
 #      verified bit-exact first.
-#   4. targets, as PASS/FAIL lines: the auto strategy (what the store uses) at
+#   4. perf/hit_bench with copy_engine=cuda: the store's READY hits into device
+#      memory (8, 32, 256 KiB shards; the connector's layout of a 70B and a 72B
+#      MHA model at TP 8), GB/s against the pinned h2d ceiling of the same run,
+#      every byte checked.  Needs the CMake build (skipped by the direct one).
+#   5. targets, as PASS/FAIL lines: the auto strategy (what the store uses) at
 #      >= 90% of the ceiling for tensors >= 32 KiB and >= 65% for 4 KiB; each
 #      line also names the best strategy of that size (if it is not what auto
 #      picked, the thresholds in io/copy_cuda.c want moving: docs/io.md).
@@ -28,7 +33,7 @@
 # KVS_GPU_CHECK_DIRECT=1 (skip CMake: the direct build only).
 #
 # Smoke mode (KVS_PERF_SMOKE=1; the perf.gpu_check CTest entry,
-# tests/perf_smoke.sh): steps 2-4 as above on builddir's own kernel/tests/io_copy
+# tests/perf_smoke.sh): steps 2-5 as above on builddir's own kernel/tests/io_copy
 # and kernel/perf/copy_bench (no build: builddir is the caller's, never
 # reconfigured here; io_copy --cuda run directly, as the direct build does: a
 # nested ctest would overwrite the caller's test log), 0.02 s per measurement.
@@ -95,6 +100,7 @@ elif [ "${KVS_GPU_CHECK_DIRECT:-0}" != 1 ] &&
 	-DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DCMAKE_BUILD_TYPE=Release \
 	>"$OUT/configure.log" 2>&1 &&
 	timeout 240 cmake --build "$B" -j"$JOBS" --target test_io_copy_kernel bench_copy_bench_kernel \
+	bench_hit_bench_kernel \
 	>"$OUT/build.log" 2>&1; then
 	TEST=$B/kernel/tests/io_copy
 	BENCH=$B/kernel/perf/copy_bench
@@ -177,7 +183,34 @@ else
 	fail "copy_bench verify: $nbad of $((nver + nbad)) round trips differ"
 fi
 
-# --- 4. targets -------------------------------------------------------------
+# --- 4. the store's hit path on the device -----------------------------------
+# READY hits through the whole store (dispatcher, copier, the vector copies of a
+# pass) into device memory, every byte read back and checked, against the
+# device's pinned host-to-device ceiling of the same bytes in the same run: raw
+# shards of 8, 32 and 256 KiB, and the vLLM connector's layout of a 70B and a
+# 72B MHA model at TP 8 (rank 0's share).  Needs the CMake build (the store).
+if [ "$mode" = direct ]; then
+	echo "gpu_check: hit_bench skipped: the direct build has no store (the CMake build failed)"
+else
+	HIT=$B/kernel/perf/hit_bench
+	: >"$OUT/hit_bench.log"
+	hrc=0
+	for args in "--shard-kib 8" "--shard-kib 32" "--shard-kib 256 --shards 1024" \
+		"--geometry llama3-70b --tp 8" "--geometry mha-72b --tp 8"; do
+		# shellcheck disable=SC2086 # the arguments are words
+		timeout 120 "$HIT" --copy-engine cuda $args --rounds 5 >>"$OUT/hit_bench.log" 2>&1 ||
+			hrc=$?
+	done
+	grep '^hit_bench ' "$OUT/hit_bench.log" | sed 's/^/gpu_check: /'
+	if [ "$hrc" -eq 0 ]; then
+		pass "hit_bench: $(grep -c '^hit_bench ' "$OUT/hit_bench.log") runs, every byte checked (ratio: of the pinned h2d ceiling)"
+	else
+		fail "hit_bench exit $hrc (77 = no device)"
+		grep -v '^hit_bench ' "$OUT/hit_bench.log" | head -n 20 | sed 's/^/gpu_check:   /'
+	fi
+fi
+
+# --- 5. targets -------------------------------------------------------------
 for tb in 4096 32768 262144; do
 	if [ "$tb" -ge 32768 ]; then want=0.90; else want=0.65; fi
 	line=$(awk -v tb="$tb" -v want="$want" '

@@ -9,7 +9,7 @@
 # did not print.
 #
 # Exit codes of the script: 0 pass (then the lines); 3 (a missed performance
-# target: wait_cost, store_sleep, tp_scaling) is no failure here, since a smoke
+# target: wait_cost, store_sleep, tp_scaling, hit_bench) is no failure here, since a smoke
 # run's numbers judge nothing, but the lines are checked and so are the
 # correctness invariants the targets include; 77 skip, its "SKIP:" reason
 # printed by the script (tests/skips.sh lists it); anything else fails.
@@ -144,6 +144,31 @@ gpu_check.sh)
 	want 3 '^gpu_check: PASS target tensor_bytes=[0-9]+ auto ratio='
 	want 0 '^gpu_check: FAIL'
 	want 1 '^gpu_check: summary: [0-9]+ PASS, 0 FAIL'
+	;;
+hit_bench.sh)
+	tail="wall_ns_per_shard=$num cpu_ns_per_shard=$num overhead_cpu_ns_per_shard=-?$num shards_per_s=$num gb_per_s=$num"
+	for v in kernel plain; do
+		for p in ready cold; do
+			[ $p = ready ] && base=memcpy || base='fill\+memcpy'
+			for k in 4 8 16 32 256; do
+				b=$((k * 1024))
+				for rs in "1 same" "2 same" "2 disjoint"; do
+					read -r n sh <<<"$rs"
+					want 1 "^hit_bench variant=$v path=$p ranks=$n sharing=$sh geometry=none tp=1 shard_bytes=$b shards=64 per_task=64 $tail base=$base base_ns_per_shard=$num base_gb_per_s=$num ratio=$num switches_per_kshard=$num$"
+				done
+			done
+		done
+		for k in 4 8 32; do
+			for n in 1 2; do
+				want 1 "^hit_bench variant=$v path=ready ranks=$n sharing=same geometry=none tp=1 shard_bytes=$((k * 1024)) shards=64 per_task=32 $tail base=memcpy "
+			done
+		done
+		for g in llama3-8b llama3-70b mha-72b; do
+			for tp in 1 2 8; do
+				want 1 "^hit_bench variant=$v path=ready ranks=1 sharing=same geometry=$g tp=$tp shard_bytes=8192 shards=[0-9]+ per_task=[0-9]+ $tail base=memcpy "
+			done
+		done
+	done
 	;;
 open_cost.sh)
 	pool_short='huge pages not free'
