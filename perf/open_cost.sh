@@ -45,7 +45,9 @@ for gib in ${gibs//,/ }; do
 	   [ "$pages0" -lt "$want" ]; then
 		echo "$want" >"$sysfs/nr_hugepages"
 	fi
-	if [ "$(cat "$sysfs/free_hugepages" 2>/dev/null || echo 0)" -ge "$(pages "$gib" 0)" ]; then
+	if ! awk '$3 == "hugetlbfs" { f = 1 } END { exit !f }' /proc/mounts; then
+		echo "open_cost.sh: no hugetlbfs mount, so $gib GiB of huge pages not free to a cache: no hugetlb line at $gib GiB" >&2
+	elif [ "$(cat "$sysfs/free_hugepages" 2>/dev/null || echo 0)" -ge "$(pages "$gib" 0)" ]; then
 		backings="shm hugetlb"
 	else
 		echo "open_cost.sh: $gib GiB of huge pages not free: no hugetlb line at $gib GiB" >&2

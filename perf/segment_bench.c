@@ -52,7 +52,13 @@ static int bench_one(uint32_t backing, double gib, uint32_t threads)
 	if (backing == KVS_NUMA_BACKING_HUGETLB) {
 		struct kvs_numa_pool pool;
 		uint64_t need = (bytes + o.page_bytes - 1) / o.page_bytes;
+		char dir[256];
 
+		if (kvs_numa_hugetlb_dir(o.page_bytes, dir, sizeof(dir)) != 0) {
+			fprintf(stderr, "segment_bench: backing=hugetlb gib=%g skipped: no writable "
+				"hugetlbfs mount for its pages\n", gib);
+			return 0;
+		}
 		if (kvs_numa_hugetlb_pool(o.page_bytes, -1, &pool) != 0 ||
 		    pool.free_pages - pool.reserved_pages + pool.overcommit_pages < need) {
 			fprintf(stderr, "segment_bench: backing=hugetlb gib=%g skipped: %" PRIu64

@@ -82,7 +82,15 @@ static int pool_fits(uint64_t bytes)
 {
 	struct kvs_numa_pool pool;
 	uint64_t need = (bytes + KVS_NUMA_DEFAULT_PAGE_BYTES - 1) / KVS_NUMA_DEFAULT_PAGE_BYTES;
+	char dir[256];
 
+	if (kvs_numa_hugetlb_dir(KVS_NUMA_DEFAULT_PAGE_BYTES, dir, sizeof(dir)) != 0) {
+		/* a pool with no mount to take it from (a machine that set
+		 * nr_hugepages and mounted nothing) */
+		fprintf(stderr, "startup_bench: backing=hugetlb %" PRIu64 " bytes skipped: no "
+			"writable 2 MiB hugetlbfs mount\n", bytes);
+		return 0;
+	}
 	if (kvs_numa_hugetlb_pool(0, -1, &pool) != 0 ||
 	    pool.free_pages - pool.reserved_pages + pool.overcommit_pages < need) {
 		fprintf(stderr, "startup_bench: backing=hugetlb %" PRIu64 " bytes skipped: %" PRIu64
