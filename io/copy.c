@@ -386,7 +386,9 @@ static int copy_segs(struct kvs_copy_engine *eng, const char *what, void *host,
 	for (uint32_t i = 0; i < n; i++) {
 		if (segs[i].host_off > (uint64_t)(UINTPTR_MAX - (uintptr_t)host))
 			return copy_bad_args(eng, what, n, KVS_MAX_TENSORS);
-		v[i] = (struct kvs_copy_vec){ (unsigned char *)host + segs[i].host_off, segs[i].dev,
+		/* integer arithmetic: an offset past the host buffer is the caller's
+		 * bad argument, refused below, not a pointer formed out of bounds */
+		v[i] = (struct kvs_copy_vec){ (void *)((uintptr_t)host + segs[i].host_off), segs[i].dev,
 					      segs[i].len };
 		if (!copy_ok(v[i].host, v[i].dev, v[i].len))
 			return copy_bad_args(eng, what, n, KVS_MAX_TENSORS);
