@@ -337,7 +337,9 @@ static bool load_resolve(struct copier *cp, struct kvs_store_sh *sh, uint64_t no
 		return true;
 	}
 	if (!sh->nseg) { /* prefetch: in the cache is all it needs */
-		cp->pass_loaded++;
+		/* counted now, not at the pass's end: its task may be reported
+		 * done before then, and its waiter reads the stats */
+		KVS_STORE_COUNT(s, shards_loaded, 1);
 		finish(s, sh, 0);
 		return true;
 	}
@@ -737,7 +739,7 @@ void *kvs_store_copier(void *arg)
 			batch_end(&cp);
 			progress = true;
 		} else if (!cp.nbatch) {
-			pass_count(&cp); /* prefetches, failed copies */
+			pass_count(&cp); /* copies that failed */
 		}
 		kvs_store_release_flush(s);
 		if (!progress)
