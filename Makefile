@@ -6,6 +6,8 @@
 #                target for FUZZ_SECONDS on a scratch copy of its committed corpus;
 #                fails on any crash, hang, leak or sanitizer report
 #   make fuzz-seeds  regenerate fuzz/corpus/ctl from real caches
+#   make model-check  Spin on model/dump.pml, the dump protocol (model/check.sh):
+#                every configuration exhaustively, every planted mutant refuted
 #   make chaos   a long chaos run (CHAOS_MINUTES, default 10) per variant and mixed
 #                (perf/chaos.sh; CTest runs a short one)
 #   make startup-bench  pre-fault and first-load timings (perf/startup_bench.sh)
@@ -37,6 +39,9 @@ PACKAGING_DEB_PACKAGES := dpkg-dev file
 TEST_DEB_PACKAGES := redis-server python3-pytest python3-numpy python3-torch abigail-tools \
 	python3-venv python3-setuptools python3-wheel lintian $(PACKAGING_DEB_PACKAGES)
 
+# What make model-check uses: Spin and a C compiler for its verifier.
+MODEL_DEB_PACKAGES := spin gcc
+
 # What the perf/ scripts use beside the build (fio, perf stat).
 PERF_DEB_PACKAGES := fio linux-perf
 
@@ -48,7 +53,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := ctl store_config trace block
 FUZZ_ARGS ?=
 
-.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds chaos startup-bench vllm-env wheel deb clean
+.PHONY: all deps build bench test test-asan test-tsan fuzz fuzz-build fuzz-seeds chaos startup-bench vllm-env wheel deb model-check clean
 
 all: build
 
@@ -111,6 +116,7 @@ test-tsan: deps
 test test-asan test-tsan: DEB_PACKAGES += $(TEST_DEB_PACKAGES)
 deb: DEB_PACKAGES += $(PACKAGING_DEB_PACKAGES)
 startup-bench: DEB_PACKAGES += $(PERF_DEB_PACKAGES)
+model-check: DEB_PACKAGES := $(MODEL_DEB_PACKAGES)
 fuzz-build fuzz-seeds: DEB_PACKAGES := $(FUZZ_DEB_PACKAGES)
 fuzz-build: deps
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=$(FUZZ_CC) -DKVS_FUZZ=ON -DKVS_VARIANT=plain \
@@ -124,6 +130,10 @@ fuzz: fuzz-build
 CHAOS_MINUTES ?= 10
 chaos: build
 	perf/chaos.sh --minutes $(CHAOS_MINUTES) --build build
+
+# The dump protocol's model (docs/store.md, "Dumps"): no build of the library.
+model-check: deps
+	model/check.sh
 
 startup-bench: build
 	perf/startup_bench.sh build

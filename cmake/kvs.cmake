@@ -118,9 +118,10 @@ macro(kvs_add_shared_library)
   # The file is libkvshare.so.<SONAME major>.<minor>.<patch> (Debian's and
   # libtool's scheme: the name says which SONAME it is); the minor counts
   # additions to the KVSHARE_1 ABI (libkvshare.map), the patch fixes.  Not the
-  # project's version, which names releases (0.1.0 ships ABI 1.0.0).
+  # project's version, which names releases (0.1.0 ships ABI 1.1.0: KVSHARE_1.1
+  # added kvs_store_flush).
   set_target_properties(kvshare_${KVS_V} PROPERTIES
-    OUTPUT_NAME kvshare VERSION 1.0.0 SOVERSION 1
+    OUTPUT_NAME kvshare VERSION 1.1.0 SOVERSION 1
     LIBRARY_OUTPUT_DIRECTORY ${KVS_LIBDIR})
 endmacro()
 

@@ -10,10 +10,10 @@
  * KVS_CLOCK_WEIGHT_MAX + 1 sweeps (enough to bring every weight to 0 and find
  * one), then -ENOSPC: never spin under a bucket lock.
  *
- * A DIRTY slot (a dump's bytes, not yet in the backend) tagged with a live claim
- * is never taken: its block's writer still needs it (core/claim.c); nor is a
- * READY one so tagged (counted in a claim of a backend whose blocks are not
- * atomic: the writer rewrites it).
+ * A DIRTY slot (a dump's bytes, not yet in the backend) is never taken, whatever
+ * its age: it is the record of what is to be written (core/layout.h, "Dumps");
+ * only its block's writer (cleaned) or the holder of its block's claim
+ * (dropped) makes it evictable.
  *
  * Pools: gets take the main pool, then (KVS_GET_ALLOW_RESERVED: prefetch) the
  * reserved one; prealloc takes only the reserved pool, so it never evicts READY
@@ -65,22 +65,15 @@ static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
 	}
 	if (atomic_load_explicit(&s->ref, memory_order_relaxed) != 0)
 		goto out;
+	/* relaxed: a DIRTY slot leaves DIRTY only under this bucket lock, held */
 	st = atomic_load_explicit(&c->states[v], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
-	/* Bytes its block's live claim still counts on (a dump's DIRTY ones, or
-	 * READY ones a block write of a backend without atomic blocks rewrites):
-	 * not ours to drop.  (relaxed: the tag changes only under this bucket
-	 * lock, held) */
-	if ((st == KVS_SHM_SLOT_DIRTY || st == KVS_SHM_SLOT_READY) &&
-	    kvs_core_claim_protects(c, atomic_load_explicit(&s->claim, memory_order_relaxed),
-				    kvs_now_ns()))
-		goto out;
+	if (st == KVS_SHM_SLOT_DIRTY)
+		goto out; /* a dump's bytes, not in the backend yet: never ours */
 	if (st != KVS_SHM_SLOT_EMPTY) {
 		KVS_COUNT(c, evictions, 1);
 		/* EMPTY first: from here the old key is gone even if we die.  No
-		 * waiter can be sleeping (ref is 0): a plain publish suffices.  Its
-		 * claim tag goes with the key (relaxed: under the lock). */
+		 * waiter can be sleeping (ref is 0): a plain publish suffices. */
 		kvs_wait_publish(&c->states[v], KVS_SHM_SLOT_EMPTY);
-		atomic_store_explicit(&s->claim, 0, memory_order_relaxed);
 	}
 	if (a != b)
 		kvs_core_chain_move(c, v, a, b);

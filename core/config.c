@@ -68,7 +68,7 @@ int kvs_core_config_validate(const struct kvs_cache_config *cfg, const struct kv
 	if (cfg->prefault_threads > KVS_CACHE_PREFAULT_THREADS_MAX)
 		BAD("prefault_threads", "%u (want 0..64; 0 = one per CPU of the node)",
 		    cfg->prefault_threads);
-	if (cfg->flags & ~(KVS_CACHE_PERSIST | KVS_CACHE_ATTACH))
+	if (cfg->flags & ~(KVS_CACHE_PERSIST | KVS_CACHE_ATTACH | KVS_CACHE_DISCARD_DIRTY))
 		BAD("flags", "0x%x", cfg->flags);
 	if (cfg->device_id < -1)
 		BAD("device_id", "%d", cfg->device_id);

@@ -103,6 +103,11 @@ int kvs_core_header_validate(const struct kvs_shm_header *h, uint64_t st_size,
 /* Compare the header's fingerprint with cfg's: 0 or -KVS_ECONFIG (logged). */
 int kvs_core_header_match(const struct kvs_shm_header *h, const struct kvs_cache_config *cfg,
 			  const struct kvs_log *log);
+/* Bind the cache to the backend a store writes its dumps to, named by id (at
+ * most KVS_SHM_BACKEND_ID_MAX - 1 bytes kept): the first store binds it, every
+ * other must bring the same.  0, or -KVS_ECONFIG with theirs (len bytes) naming
+ * the one bound.  An adoption with no DIRTY slot unbinds it. */
+int kvs_core_backend_bind(struct kvs_cache *c, const char *id, char *theirs, size_t len);
 
 /* ---- rank.c ---- */
 int kvs_core_ofd_lock(int fd, off_t byte, short type);
@@ -272,110 +277,122 @@ int kvs_core_slot_state(struct kvs_cache *c, struct kvs_slot *slot);
 /* A FAILED slot we pin becomes ours to fill (LOADING, our pin the owner's): 0;
  * -EAGAIN when it is not FAILED any more; the handle's and lock's errors. */
 int kvs_core_slot_refill(struct kvs_cache *c, struct kvs_slot *slot);
-/* The claim tag of a slot we pin (0: none, or a bad handle). */
-uint64_t kvs_core_slot_tag(struct kvs_cache *c, const struct kvs_slot *slot);
 /* Lock the bucket of a slot we pin (the handle is checked first): 0 and *b. */
 int kvs_core_slot_lock_pinned(struct kvs_cache *c, struct kvs_slot *slot, uint32_t *b);
-/* Owner: the bytes a dump gathered are in; publish DIRTY (untagged).  As
- * kvs_slot_publish_ready. */
-int kvs_core_slot_publish_dirty(struct kvs_cache *c, struct kvs_slot *slot);
-/* The block's writer, its write durable: DIRTY -> READY, waking nobody's fill.
- * 0, -EPERM (not DIRTY), -EINVAL / -ESTALE (handle). */
-int kvs_core_slot_clean(struct kvs_cache *c, struct kvs_slot *slot);
+/* Owner: the bytes a dump gathered are in; publish DIRTY, kept even if its
+ * block never completes until until_ns.  As kvs_slot_publish_ready. */
+int kvs_core_slot_publish_dirty(struct kvs_cache *c, struct kvs_slot *slot, uint64_t until_ns);
+/* A dump found the slot it pins DIRTY (a peer's dump): its protection extended to
+ * until_ns; or READY, and redirty (a backend whose blocks are not atomic): DIRTY
+ * again, part of the block's record.  Returns the state after (DIRTY, or the one
+ * found), or the handle's and lock's errors. */
+int kvs_core_dirty_hold(struct kvs_cache *c, struct kvs_slot *slot, uint64_t until_ns, bool redirty);
+/* The fence of a Dekker pair between a dump and a drop of its block
+ * (store/dump.c acknowledge: a slot made DIRTY, then the claim read;
+ * store/write.c kvs_store_block_drop: the claim taken, then the slots read): a
+ * seq_cst read-modify-write of one word both sides touch (the header's
+ * dirty_hint, plus 0), so the two are ordered and the later one sees what the
+ * earlier one wrote before it.  (An RMW, not atomic_thread_fence: the same
+ * guarantee, and one ThreadSanitizer can see.) */
+static inline void kvs_core_dirty_fence(struct kvs_cache *c)
+{
+	atomic_fetch_add_explicit(&c->hdr->dirty_hint, 0, memory_order_seq_cst);
+}
+/* One shard of a block, as kvs_core_dirty_scan found its slot. */
+struct kvs_dirty_shard {
+	uint32_t index, generation;
+};
+/* What the cache holds of a block. */
+struct kvs_dirty_scan {
+	uint32_t dirty, ready;  /* shards DIRTY, READY */
+	uint32_t missing;       /* shards neither (absent, LOADING, FAILED) */
+	bool fresh;             /* a DIRTY one is protected past now_ns */
+	uint64_t until_ns;      /* the latest protection of its DIRTY shards */
+};
+/* Look at every shard of block, each under its bucket lock in turn, from the
+ * last down; without full, stop at the first missing one.  shards (NULL, or
+ * shards_per_block entries): each slot found.  0, or a lock's error. */
+int kvs_core_dirty_scan(struct kvs_cache *c, const struct kvs_block_id *block, uint64_t now_ns,
+			bool full, struct kvs_dirty_scan *out, struct kvs_dirty_shard *shards);
+/* The block's writer, the block in the backend: slot i, if still residency gen
+ * and DIRTY, becomes READY.  1 (cleaned), 0 (not that DIRTY slot), -EINVAL,
+ * the lock's errors.  No pin needed: a DIRTY slot is never evicted. */
+int kvs_core_dirty_clean(struct kvs_cache *c, uint32_t i, uint32_t gen);
+/* The holder of the block's claim: slot i, if still residency gen and DIRTY (and
+ * with before_ns, protected only until before it), becomes FAILED(err).  1
+ * (dropped), 0 (not), -EINVAL, the lock's errors. */
+int kvs_core_dirty_drop(struct kvs_cache *c, uint32_t i, uint32_t gen, int err, uint64_t before_ns);
+/* Is slot i still residency gen and DIRTY?  A lock-free hint (a durable wait's
+ * look before it takes a lock). */
+bool kvs_core_dirty_peek(struct kvs_cache *c, uint32_t i, uint32_t gen);
+/* A sweep's look at slot i under its bucket lock: 1 and its key when DIRTY, 0
+ * when not, -EINVAL, the lock's errors. */
+int kvs_core_dirty_key(struct kvs_cache *c, uint32_t i, struct kvs_block_id *block, uint32_t *shard);
+/* The rank entry that filled slot i (a DIRTY slot: its gatherer), or -1.  A
+ * hint read without the lock. */
+int kvs_core_slot_filler_rank(struct kvs_cache *c, uint32_t i);
+/* A durable dump's look at its shard: the state of (block, shard) if its slot is
+ * still i in residency gen (and *err, its error when FAILED), -ESTALE when not
+ * (evicted, re-keyed: dump it again), or the lock's errors. */
+int kvs_core_dirty_look(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			uint32_t i, uint32_t gen, int32_t *err);
 
 /* ---- claim.c ---- */
-/* One generation of one claim: what a dump waiting on a block holds. */
+/* A claim we hold: one generation of one entry. */
 struct kvs_claim_ref {
-	uint32_t idx, gen;
+	uint32_t idx;
+	uint64_t gen;
 };
-/* A generation-checked snapshot of a claim (kvs_core_claim_read). */
+/* What the claim table says of a block (kvs_core_claim_look, _take). */
 struct kvs_claim_view {
-	uint32_t state;     /* enum kvs_shm_claim_state */
-	uint32_t counted;   /* distinct shards counted */
-	int32_t error;      /* FAILED */
-	uint64_t writer;    /* WRITING: rank << 32 | epoch */
-	uint64_t expires_ns;
-	uint32_t designate; /* rank entry + 1 of the preferred writer, 0 = none yet */
+	uint32_t state;     /* enum kvs_shm_claim_state; FREE: no claim (or a STORED one
+			       past its grace, for _look) */
+	int32_t error;      /* WRITING: the last failed attempt's error, 0 */
+	uint64_t holder;    /* WRITING, DROPPING: rank << 32 | epoch */
+	bool holder_alive;  /* WRITING, DROPPING: that rank lives */
 };
-/* How long an ended claim is kept for its waiters to read (and CLOCK's margin
- * over a claim's expiry: a join that extended it at the last moment wins). */
+/* A STORED record's proof lasts this long; a DIRTY slot is protected this much
+ * past the deadline of the dump that made or found it DIRTY. */
 #define KVS_CLAIM_GRACE_NS KVS_NSEC_PER_SEC
 /* Everything free (creator, adoption; nobody else attached). */
 int kvs_core_claims_init(struct kvs_cache *c);
 /* The hash chain (claim_heads index) of block's claim. */
 uint32_t kvs_core_claim_chain(const struct kvs_cache *c, const struct kvs_block_id *block);
-/* The claim of block for a dump with deadline: found (our rank joins its
- * waiters, the expiry extended to the deadline), or a new generation started
- * (none, an expired OPEN one, a FAILED one, a DURABLE one past its grace:
- * *started).  Returns the state (OPEN, WRITING, DURABLE: the block was written,
- * or found stored, within the grace) and *ref; -ENOSPC (the table is full of
- * live claims); -ETIMEDOUT / -KVS_ECORRUPT (its lock). */
-int kvs_core_claim_join(struct kvs_cache *c, const struct kvs_block_id *block, uint64_t deadline_ns,
-			struct kvs_claim_ref *ref, bool *started);
-/* Count the DIRTY slot we pin in ref's generation (tag it); with ready_counts a
- * READY one too (a backend whose blocks are not atomic: a shard read from it
- * proves only itself, so the block write rewrites it).  Returns the count after
- * it (>= 1), 0 when it was counted already, -ENODATA when the slot is not DIRTY
- * (a writer cleaned it: READY), -ESTALE when the claim is no longer that OPEN
- * generation; the slot handle's and bucket lock's errors. */
-int kvs_core_claim_count(struct kvs_cache *c, struct kvs_slot *slot, const struct kvs_claim_ref *ref,
-			 bool ready_counts);
-/* A claim generation we just started for block: count in it every shard of the
- * block the cache already holds as kvs_core_claim_count would (DIRTY ones a
- * claim that expired, failed or was freed had counted; READY ones with
- * ready_counts), so that the block can complete.  Without ready_counts a READY
- * shard stops the scan: *stored (the backend holds the block: it was read from
- * it, or written whole).  Returns the count reached (0: none counted), -ESTALE
- * (the generation moved on), or a bucket lock's error. */
-int kvs_core_claim_recount(struct kvs_cache *c, const struct kvs_claim_ref *ref,
-			   const struct kvs_block_id *block, bool ready_counts, bool *stored);
-/* Become the writer: when ref's generation is OPEN and complete, or WRITING by a
- * dead writer.  1: we are (WRITING); 0: not complete, or a live writer has it;
- * -ESTALE: the generation is gone; the lock's errors. */
-int kvs_core_claim_elect(struct kvs_cache *c, const struct kvs_claim_ref *ref);
-/* The writer's end: DURABLE (err 0) or FAILED(err); every waiter's bell rung.
- * 0 (also when ref is not ours to end any more), or the lock's error (-ETIMEDOUT:
- * try again, the claim stays ours). */
+/* Take block's claim in state st (WRITING or DROPPING): when it has none, a
+ * STORED one past its grace, or one whose holder died (taken over).  1: ours
+ * (*ref); 0: a live rank holds it, or it was STORED within its grace (*v says
+ * which); -ENOSPC: no entry free (wait for claims_bell: the DIRTY slots keep the
+ * block meanwhile); -EINVAL; -ETIMEDOUT / -KVS_ECORRUPT (the lock).  st STORED:
+ * only a STORED record within its grace is taken (held WRITING: the stored
+ * block's DIRTY slots are cleaned under it, and its end with 0 stores it
+ * again); 0 when there is none. */
+int kvs_core_claim_take(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t st,
+			struct kvs_claim_ref *ref, struct kvs_claim_view *v);
+/* block's claim now (*v; FREE when none): 0, or the lock's errors. */
+int kvs_core_claim_look(struct kvs_cache *c, const struct kvs_block_id *block,
+			struct kvs_claim_view *v);
+/* A lock-free hint: does block seem to have a claim in state st?  (Confirm with
+ * kvs_core_claim_look.) */
+bool kvs_core_claim_peek(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t st);
+/* A claim of ours moves to state st (a drop whose block completed meanwhile
+ * becomes its write).  0, -ESTALE (not ours any more), the lock's errors. */
+int kvs_core_claim_convert(struct kvs_cache *c, const struct kvs_claim_ref *ref, uint32_t st);
+/* Our claim ends: a write with err 0 leaves a STORED record for the grace, any
+ * other end frees it.  Every attached rank's bell is rung and the claims bell
+ * bumped.  0 (also when ref is not ours any more), or the lock's error
+ * (-ETIMEDOUT: try again, the claim stays ours). */
 int kvs_core_claim_end(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err);
-/* An attempt of our block write of ref failed with err and will be retried: the
- * claim stays WRITING, its error says err (a durable dump reports it at its
- * deadline), its waiters rung. */
+/* An attempt of our write failed with err and will be retried: its error, for
+ * the durable dumps that report at their deadline; bells rung. */
 void kvs_core_claim_retry(struct kvs_cache *c, const struct kvs_claim_ref *ref, int err);
-/* Was the slot tagged tag (a READY one) written by a claim of block that ended
- * DURABLE and is still known?  false when not, or not known (its lock). */
-bool kvs_core_claim_wrote(struct kvs_cache *c, uint64_t tag, const struct kvs_block_id *block);
-/* A dump found a shard of block READY: the block is in the backend; its OPEN
- * claim (if any) ends DURABLE, its waiters rung; with none, a DURABLE record of
- * it is kept for the grace (when the table has a free entry).  Returns 1 (and
- * *ref: that claim), 0 (none open), or the lock's errors. */
-int kvs_core_claim_found(struct kvs_cache *c, const struct kvs_block_id *block,
-			 struct kvs_claim_ref *ref);
-/* A stale cache's adopter, nobody else attached (claims just re-made): a claim
- * per block of the DIRTY slots the dead ranks left (bytes dumped, not
- * written), each slot counted in it, OPEN until expires_ns, so that the blocks
- * complete in the cache are found by kvs_core_claims_orphaned and written.
- * Returns how many are complete. */
-int kvs_core_claims_from_dirty(struct kvs_cache *c, uint64_t expires_ns);
-/* Claims of complete blocks that nobody may write: OPEN with every shard
- * counted (no writer elected yet: its rank may have died before), or WRITING
- * by a dead writer (the ranks that joined are gone or done).  Each found (at most max) is
- * extended to deadline_ns and our rank joins it; *refs and *blocks say which.
- * Returns how many, or the lock's errors.  Whoever watches them writes them. */
-int kvs_core_claims_orphaned(struct kvs_cache *c, uint64_t deadline_ns, struct kvs_claim_ref *refs,
-			     struct kvs_block_id *blocks, uint32_t max);
-/* A snapshot of ref's generation: 0, or -ESTALE (the entry moved on). */
-int kvs_core_claim_read(struct kvs_cache *c, const struct kvs_claim_ref *ref, struct kvs_claim_view *v);
-/* The shard of block whose dumper is the block's preferred writer. */
+/* A dump found a shard of block READY over a backend whose blocks are atomic:
+ * the block is stored; a STORED record for the grace, unless a live rank holds
+ * its claim.  0, or the lock's errors. */
+int kvs_core_claim_stored(struct kvs_cache *c, const struct kvs_block_id *block);
+/* The shard of block whose gatherer is the block's preferred writer. */
 uint32_t kvs_core_claim_designated(const struct kvs_cache *c, const struct kvs_block_id *block);
-/* Ring rank entry rank's bell (a claim it watches changed). */
+/* Ring rank entry rank's bell. */
 void kvs_core_claim_ring(struct kvs_cache *c, uint32_t rank);
-/* Is the writer v names alive? */
-bool kvs_core_claim_writer_alive(struct kvs_cache *c, const struct kvs_claim_view *v);
-/* A slot's tag for ref. */
-uint64_t kvs_core_claim_tag(const struct kvs_claim_ref *ref);
-/* Does a slot tagged tag (DIRTY, or READY counted) belong to a live claim
- * (CLOCK must keep it)? */
-bool kvs_core_claim_protects(struct kvs_cache *c, uint64_t tag, uint64_t now_ns);
 /* kvs_cache_check's part: chains, free list.  Returns the number of broken
  * invariants (logged, at most max_reports) or the lock's error. */
 int kvs_core_claims_check(struct kvs_cache *c, int max_reports);

@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/core.h"
@@ -205,4 +206,50 @@ int kvs_core_header_match(const struct kvs_shm_header *h, const struct kvs_cache
 		BAD(-KVS_ECONFIG, "%s: config mismatch: tensor table", uid);
 	}
 	return 0;
+}
+
+/* A hash of an identity text, never 0 (0: none bound). */
+static uint64_t text_hash(const char *s)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * UINT64_C(0x100000001b3);
+	return h ? h : 1;
+}
+
+int kvs_core_backend_bind(struct kvs_cache *c, const char *id, char *theirs, size_t len)
+{
+	struct kvs_shm_header *h = c->hdr;
+	const uint32_t words = KVS_SHM_BACKEND_ID_MAX / 8;
+	char text[KVS_SHM_BACKEND_ID_MAX] = { 0 };
+	uint64_t want, have = 0, w;
+
+	snprintf(text, sizeof(text), "%s", id);
+	want = text_hash(text);
+	/* acq_rel: the winner's text follows its CAS; a reader checks the text
+	 * against the hash, so one not written yet (or torn) is said so */
+	if (atomic_compare_exchange_strong_explicit(&h->backend_hash, &have, want,
+						    memory_order_acq_rel, memory_order_acquire)) {
+		for (uint32_t i = 0; i < words; i++) {
+			memcpy(&w, text + 8 * i, 8);
+			atomic_store_explicit(&h->backend_id[i], w, memory_order_relaxed);
+		}
+		return 0;
+	}
+	if (have == want)
+		return 0;
+	/* written by someone else: believed only if it hashes to what they
+	 * published */
+	for (uint32_t i = 0; i < words; i++) {
+		w = atomic_load_explicit(&h->backend_id[i], memory_order_relaxed);
+		memcpy(text + 8 * i, &w, 8);
+	}
+	text[sizeof(text) - 1] = '\0';
+	if (text_hash(text) == have)
+		snprintf(theirs, len, "%s", text);
+	else
+		snprintf(theirs, len, "another backend (identity hash 0x%016" PRIx64
+			 ", its description not written yet)", have);
+	return -KVS_ECONFIG;
 }

@@ -169,6 +169,29 @@ static void judge_header(const struct kvs_shm_header *h, uint64_t st_size, const
 		memcpy(info->hugetlb_dir, h->hugetlb_dir, sizeof(info->hugetlb_dir));
 }
 
+/* The DIRTY slots of a READY cache (validated header h): its state words read
+ * in chunks, when its hint says there may be any. */
+static int count_dirty(int fd, const struct kvs_shm_header *h, uint64_t *dirty)
+{
+	uint32_t words[4096];
+
+	*dirty = 0;
+	/* relaxed: a private copy */
+	if (atomic_load_explicit(&h->dirty_hint, memory_order_relaxed) == 0)
+		return 0;
+	for (uint64_t i = 0; i < h->fp.slot_count;) {
+		uint64_t n = h->fp.slot_count - i < 4096 ? h->fp.slot_count - i : 4096;
+		int rc = read_at(fd, words, n * sizeof(words[0]), h->states_off + i * sizeof(words[0]));
+
+		if (rc)
+			return rc;
+		for (uint64_t k = 0; k < n; k++)
+			*dirty += (words[k] & KVS_WAIT_VALUE_MASK) == KVS_SHM_SLOT_DIRTY;
+		i += n;
+	}
+	return 0;
+}
+
 KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 {
 	struct kvs_shm_header *h = NULL;
@@ -266,6 +289,9 @@ KVS_API int kvs_cache_inspect(const char *uid, struct kvs_cache_info *info)
 			else
 				memset(e, 0, sizeof(*e));
 		}
+		rc = count_dirty(fd, h, &info->slots_dirty);
+		if (rc)
+			goto out;
 	}
 	rc = 0;
 out:

@@ -34,11 +34,10 @@
  *                                                                                    correctness).  Any byte is harmless.
  *  cheads   claim_heads_off claim_count * 4           64     any rank, under the     hash chain heads of the claim table
  *                                                            header's claims_lock    (core/claim.c); claim index or NONE.
- *  claims   claims_off      claim_count * 64          64     any rank                key, next, waiters and expiry under
- *                                                                                    claims_lock; gencount by CAS (count
- *                                                                                    under the counted slot's bucket lock);
- *                                                                                    state/writer/error changed under the
- *                                                                                    lock, read lock-free (acquire on state).
+ *  claims   claims_off      claim_count * 64          64     any rank                key, next, generation, state, holder,
+ *                                                                                    error and expiry under claims_lock;
+ *                                                                                    state read lock-free as a hint
+ *                                                                                    (acquire), rechecked under the lock.
  *  end      ctl_bytes       rounded up to 4096
  *
  * Data segments (numa/): segment s holds slots [first_slot, first_slot +
@@ -66,16 +65,21 @@
  * set, acquire when read).  The only lock-free publication is the slot state
  * word: release by kvs_wait_publish, acquire by its readers.
  *
- * Dumps (core/claim.c, docs/store.md "Dumps").  A slot a dump gathered is DIRTY
- * (bytes valid, not yet in the backend) until the block's writer has written the
- * whole block; then READY.  The block's claim counts its distinct DIRTY shards
- * (each slot's `claim` tag names the claim generation it was counted in, so a
- * shard counts once); the rank that dumped the block's designated shard (a hash of
- * the block picks it, spreading the writes over the ranks) writes the block once
- * it is complete, or the one that completed it if that rank is gone.  A DIRTY
- * slot tagged with a live claim is never evicted; nor is a READY one so tagged
- * (counted in a claim over a backend whose blocks are not atomic, so that its
- * writer rewrites it).  A slot's tag is cleared when it is evicted.
+ * Dumps (core/claim.c, docs/store.md "Dumps").  The invariant: a slot a dump
+ * filled (or, over a backend whose blocks are not atomic, a READY one a dump
+ * counted) is DIRTY until its block is in the backend: never evicted, never reset
+ * by an adoption, never removed with its cache.  The DIRTY slots of a block are
+ * its record -- nothing else says what is to be written.  It leaves DIRTY only by
+ * its block's writer (cleaned: READY, once the block is in the backend) or
+ * dropped (FAILED) by the holder of the block's claim: a write given up, or a
+ * block that never completed whose every DIRTY slot is past dirty_until_ns (the
+ * latest deadline, plus a grace, of the dumps that made or found it DIRTY).  A
+ * block's claim (one entry per block being written or dropped, a STORED record
+ * for a grace after) is the right to write or drop it, held by a live rank;
+ * the table is bounded, and a full one only makes a writer wait: it records
+ * nothing that would be lost.  dirty_hint counts DIRTY slots from above (raised
+ * before a slot goes DIRTY, lowered after it left), so a rank killed between
+ * the two leaves it too high, never too low: 0 means no slot is DIRTY.
  *
  * Any change to a struct here, to the offsets or to the protocol bumps
  * KVS_LAYOUT_VERSION in the same commit.
@@ -91,7 +95,11 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 10u /* 10: a store dump's gets counted in dump_gets, not in
+#define KVS_LAYOUT_VERSION 11u /* 11: the DIRTY slots are the dump record (never evicted,
+				* dirty_until_ns per slot); claims only hold the right to
+				* write or drop a block (no counts, no waiters, a STORED
+				* record); dirty_hint, sweep_ns and the backend's identity in
+				* the header.  10: a store dump's gets counted in dump_gets, not in
 				* hits/joins/misses; the rank entry records its store's copy
 				* engine (copy_engine, was pad32); failure counters counted
 				* after their attempt (release).  9: counters per entry over
@@ -118,6 +126,7 @@
 #define KVS_MAX_DATA_BYTES (UINT64_C(1) << 50)  /* slot_bytes * slot_count */
 
 #define KVS_IDX_NONE UINT32_MAX /* empty chain link */
+#define KVS_SHM_BACKEND_ID_MAX 256u /* the header's backend identity text, NUL included */
 #define KVS_SHM_DIR_MAX 256u    /* hugetlbfs mount recorded by the creator, NUL included */
 
 /* Pin entry: slot index + 1 in the low 31 bits (0 = free entry); KVS_PIN_OWNER
@@ -153,15 +162,17 @@ enum kvs_shm_slot_state {
 
 /* Claim states (kvs_shm_claim.state). */
 enum kvs_shm_claim_state {
-	KVS_SHM_CLAIM_FREE = 0,    /* on the free list */
-	KVS_SHM_CLAIM_OPEN = 1,    /* shards being counted */
-	KVS_SHM_CLAIM_WRITING = 2, /* complete: writer is writing the block */
-	KVS_SHM_CLAIM_DURABLE = 3, /* written (kept until expires_ns: later dumps see it) */
-	KVS_SHM_CLAIM_FAILED = 4,  /* the write failed with error */
+	KVS_SHM_CLAIM_FREE = 0,     /* on the free list */
+	KVS_SHM_CLAIM_WRITING = 1,  /* holder writes the block (error: its last attempt's) */
+	KVS_SHM_CLAIM_DROPPING = 2, /* holder drops the DIRTY slots of a block that never
+				     * completed (their protection over) */
+	KVS_SHM_CLAIM_STORED = 3,   /* the block is in the backend: written, or a shard of it
+				     * read from it; proof until expires_ns, then freed */
 };
 
-/* Claims of one cache: enough for every block the cache can hold whole twice
- * over (a block is written only with all its shards resident), within bounds. */
+/* Claims of one cache: a claim is held while a block is written or dropped, and
+ * kept a grace after (STORED); twice as many as the cache holds blocks whole,
+ * within bounds.  A full table makes a writer wait: nothing is lost by it. */
 #define KVS_CLAIMS_MIN 64u
 #define KVS_CLAIMS_MAX (UINT32_C(1) << 16)
 
@@ -262,14 +273,30 @@ struct kvs_shm_header {
 	_Atomic uint64_t ranks_reaped;  /* dead entries reaped (relaxed: a statistic) */
 	_Atomic uint64_t lrs_mismatch;  /* attaches beyond local_rank_size */
 	/* The claim table (core/claim.c): regions, its lock (robust, process-shared:
-	 * guards chains, free list, keys, waiters, expiry and state changes), the
-	 * free list head and a bell bumped whenever a claim is freed (dumps waiting
-	 * for room sleep on it). */
+	 * guards chains, free list, keys and every field of the entries), the free
+	 * list head and a bell bumped whenever a claim ends or is freed (a writer
+	 * waiting for room or for a claim held by another sleeps on it). */
 	uint64_t claim_heads_off, claims_off;
 	uint32_t claim_count;           /* a power of two, from the fingerprint */
 	uint32_t claims_free;           /* free list head (claim index), under claims_lock */
 	alignas(KVS_CACHE_LINE) pthread_mutex_t claims_lock;
 	_Atomic uint32_t claims_bell;
+	/* DIRTY slots, counted from above (see "Dumps" above): raised (relaxed)
+	 * before a slot goes DIRTY, lowered (relaxed) after it left; an adoption
+	 * counts them anew.  0: no slot is DIRTY, nothing for a sweep to do. */
+	alignas(KVS_CACHE_LINE) _Atomic uint64_t dirty_hint;
+	/* When the node's next sweep of the DIRTY slots is due (CLOCK_MONOTONIC):
+	 * the rank whose CAS moves it on sweeps (store/dump.c), so a node sweeps
+	 * once per interval whatever its ranks.  Relaxed: a turn, not a lock. */
+	_Atomic uint64_t sweep_ns;
+	/* The backend every store of this cache writes to (store/store.c): a hash
+	 * of its identity (kind, roots or endpoints, key prefix, layout tag) and its
+	 * text for the error of a store that brings another.  The first store
+	 * writes the text, then publishes the hash by CAS from 0 (release); the
+	 * others read the hash (acquire) and then the text.  0: none bound yet. */
+	_Atomic uint64_t backend_hash;
+	_Atomic uint64_t backend_id[KVS_SHM_BACKEND_ID_MAX / 8]; /* the text, 8 bytes a word
+								 (relaxed: checked against the hash) */
 };
 
 struct kvs_shm_rank {
@@ -277,8 +304,10 @@ struct kvs_shm_rank {
 	_Atomic uint32_t epoch;   /* bumped at every attach of this entry */
 	int32_t pid;              /* informational only (never used for liveness) */
 	int32_t device_id;        /* -1 = watcher */
-	/* Bumped (kvs_wait_bump) when a claim this rank waits on ends or loses its
-	 * writer: the rank's copier sleeps on it (wait/ protocol). */
+	/* Bumped (kvs_wait_bump) when a block write or drop ends (every attached
+	 * rank's: its durable dumps may wait on that block), and by a rank that
+	 * completes a block whose designated writer this rank is: the rank's copier
+	 * sleeps on it (wait/ protocol). */
 	_Atomic uint32_t bell;
 	/* The copy engine of the rank's store (KVS_COPY_ENGINE_HOST: CPU-only, or
 	 * _CUDA; 0: none yet, or no store): zeroed by the attach before it
@@ -312,25 +341,26 @@ struct kvs_shm_slot {
 	_Atomic int32_t error;           /* FAILED code; stored before the publish */
 	_Atomic uint64_t filler;         /* rank index << 32 | rank epoch of the owner,
 					  * KVS_FILLER_NONE when nobody fills it */
-	_Atomic uint64_t claim;          /* DIRTY: (claim index + 1) << 32 | generation of
-					  * the claim it was counted in; 0 = none */
+	/* DIRTY: until when it is kept even if its block never completes
+	 * (CLOCK_MONOTONIC; the latest deadline, plus a grace, of the dumps that
+	 * made or found it DIRTY); 0 otherwise.  Under the bucket lock. */
+	_Atomic uint64_t dirty_until_ns;
 	uint64_t pad;
 };
 
-/* One block being dumped (core/claim.c).  Found by block id on a hash chain of
- * the claim table; indices only. */
+/* One block being written or dropped, or just stored (core/claim.c).  Found by
+ * block id on a hash chain of the claim table; indices only; every field
+ * under claims_lock (state also read lock-free: a hint). */
 struct kvs_shm_claim {
 	struct kvs_block_id block;       /* key (state != FREE) */
-	_Atomic uint64_t gencount;       /* generation << 32 | distinct shards counted */
+	_Atomic uint64_t gen;            /* bumped whenever a holder takes it */
 	_Atomic uint32_t state;          /* enum kvs_shm_claim_state */
-	_Atomic int32_t error;           /* FAILED: the write's error */
-	_Atomic uint64_t writer;         /* WRITING: rank index << 32 | epoch */
-	_Atomic uint64_t expires_ns;     /* CLOCK_MONOTONIC: the latest deadline of the
-					  * tasks counting on it; past it, reclaimable */
-	_Atomic uint64_t waiters;        /* rank entries to ring at the end (bit = entry) */
+	_Atomic int32_t error;           /* WRITING: the last failed attempt's error, 0 */
+	_Atomic uint64_t holder;         /* WRITING, DROPPING: rank index << 32 | epoch */
+	_Atomic uint64_t expires_ns;     /* STORED: the end of its proof (CLOCK_MONOTONIC) */
 	uint32_t next;                   /* chain link, or free list link */
-	_Atomic uint32_t designate;      /* rank entry + 1 that counted the block's designated
-					  * shard (its preferred writer), 0 = none yet */
+	uint32_t pad32;
+	uint64_t pad;
 };
 
 /* The layout table, checked. */
@@ -343,7 +373,6 @@ _Static_assert(offsetof(struct kvs_shm_rank, pins) % KVS_CACHE_LINE == 0, "pins 
 _Static_assert(sizeof(struct kvs_shm_bucket) == KVS_CACHE_LINE, "bucket is one line");
 _Static_assert(sizeof(struct kvs_shm_slot) == KVS_CACHE_LINE, "slot meta is one line");
 _Static_assert(sizeof(struct kvs_shm_claim) == KVS_CACHE_LINE, "a claim is one line");
-_Static_assert(KVS_MAX_RANKS <= 64, "claim waiters are a 64-bit mask of rank entries");
 _Static_assert((KVS_CLAIMS_MAX & (KVS_CLAIMS_MAX - 1)) == 0 &&
 	       (KVS_CLAIMS_MIN & (KVS_CLAIMS_MIN - 1)) == 0, "claim counts are powers of two");
 _Static_assert(sizeof(struct kvs_shm_seg) % KVS_CACHE_LINE == 0, "segment hands line-aligned");

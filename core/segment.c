@@ -573,7 +573,6 @@ static void adopt_geometry(struct kvs_cache *c)
 static void adopt(struct kvs_cache *c)
 {
 	uint32_t kept = 0, dirty = 0;
-	int complete;
 
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		struct kvs_shm_rank *e = &c->ranks[r];
@@ -594,9 +593,11 @@ static void adopt(struct kvs_cache *c)
 		uint32_t b = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
 
 		atomic_store_explicit(&s->ref, 0, memory_order_relaxed);
-		/* a dump's DIRTY bytes are kept too (not durable: counted below in
-		 * a claim of their own) */
-		atomic_store_explicit(&s->claim, 0, memory_order_relaxed);
+		/* a dump's DIRTY bytes are kept too, with their protection: the
+		 * record of what is to be written (the adopter's store writes
+		 * what is complete) */
+		if (st != KVS_SHM_SLOT_DIRTY)
+			atomic_store_explicit(&s->dirty_until_ns, 0, memory_order_relaxed);
 		if ((st == KVS_SHM_SLOT_READY || st == KVS_SHM_SLOT_DIRTY) &&
 		    s->shard < c->shards_per_block) {
 			b = kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard));
@@ -612,14 +613,17 @@ static void adopt(struct kvs_cache *c)
 	}
 	rebuild_all(c);
 	kvs_core_claims_init(c); /* every claim died with its ranks */
-	/* The dumped blocks they left unwritten get claims again: the ones complete
-	 * in the cache are written by the first rank's open (store), the others
-	 * expire as their dumps' claims would have. */
-	complete = kvs_core_claims_from_dirty(c, kvs_deadline_after(KVS_CLAIM_GRACE_NS));
+	atomic_store_explicit(&c->hdr->dirty_hint, dirty, memory_order_relaxed); /* exact, now */
+	atomic_store_explicit(&c->hdr->sweep_ns, 0, memory_order_relaxed);       /* due at once */
+	/* the DIRTY slots are to be written where they were dumped for: the
+	 * backend stays bound while there are any (an adopter with another one is
+	 * refused by its store); else the next store binds its own */
+	if (dirty == 0)
+		atomic_store_explicit(&c->hdr->backend_hash, 0, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->hdr->adopt_count, 1, memory_order_relaxed);
 	kvs_log_info(&c->log, "%s: adopted a stale cache; %u slots kept, %u of them dumped but not "
-			      "written (%d blocks complete, to be written)", c->cfg.unique_id, kept, dirty,
-		     complete);
+			      "written (a store's sweep writes the complete blocks)", c->cfg.unique_id,
+		     kept, dirty);
 }
 
 /*
@@ -815,6 +819,11 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 	rc = kvs_core_config_validate(cfg, &log);
 	if (rc)
 		return rc;
+	if (cfg->flags & KVS_CACHE_DISCARD_DIRTY) {
+		kvs_log_error(&log, "%s: flags: KVS_CACHE_DISCARD_DIRTY is kvs_cache_remove's, not "
+				    "an open's (an open never drops dumped slots)", cfg->unique_id);
+		return -EINVAL;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -845,26 +854,19 @@ KVS_API int kvs_cache_open(const struct kvs_cache_config *cfg, struct kvs_cache 
 	return 0;
 }
 
-/*
- * The cache is about to be removed: say what dumped bytes go with it.  The
- * store writes every complete block before its close reaches here
- * (docs/store.md, "Dumps"); what is still DIRTY now belongs to blocks that never
- * completed (some shard of them dumped by no rank) or whose writes were given
- * up: never in the backend, and gone now.
- */
-static void log_unwritten(struct kvs_cache *c)
+/* DIRTY slots of the cache: dumped, not in the backend yet. */
+static uint64_t dirty_slots(struct kvs_cache *c)
 {
 	uint64_t dirty = 0;
 
+	if (atomic_load_explicit(&c->hdr->dirty_hint, memory_order_relaxed) == 0)
+		return 0; /* counted from above: none */
 	for (uint32_t i = 0; i < c->slot_count; i++)
-		/* relaxed: a census for the log (no rank is left to change it) */
+		/* relaxed: a census under the lifecycle lock (a rank attached
+		 * meanwhile would keep the cache anyway) */
 		dirty += (atomic_load_explicit(&c->states[i], memory_order_relaxed) &
 			  KVS_WAIT_VALUE_MASK) == KVS_SHM_SLOT_DIRTY;
-	if (dirty)
-		kvs_log_warn(&c->log, "%s: removed with %llu slots dumped but never written to the "
-				      "backend (their blocks never completed: other shards of them "
-				      "were dumped by no rank; or their writes were given up)",
-			     c->cfg.unique_id, (unsigned long long)dirty);
+	return dirty;
 }
 
 KVS_API void kvs_cache_close(struct kvs_cache *c)
@@ -888,9 +890,19 @@ KVS_API void kvs_cache_close(struct kvs_cache *c)
 
 		/* A watcher whose cache was removed under it (kvs_cache_removed)
 		 * must not unlink the names: they may be a new cache's now. */
-		if (detached && (last_rank || last_clean) && name_is_ours(c) &&
-		    !((c->hdr->flags | c->cfg.flags) & KVS_CACHE_PERSIST)) {
-			log_unwritten(c);
+		bool gone = detached && (last_rank || last_clean) && name_is_ours(c) &&
+			    !((c->hdr->flags | c->cfg.flags) & KVS_CACHE_PERSIST);
+		uint64_t dirty = gone ? dirty_slots(c) : 0;
+
+		if (dirty) {
+			/* the record of dumps not in the backend yet: never removed
+			 * with the cache (core/layout.h, "Dumps") */
+			kvs_log_warn(&c->log, "%s: kept, not removed: %llu slots dumped but not in the "
+					       "backend yet; the next store to open it writes the complete "
+					       "blocks among them (kvshare clean --discard-dirty %s drops "
+					       "them)", c->cfg.unique_id, (unsigned long long)dirty,
+				      c->cfg.unique_id);
+		} else if (gone) {
 			unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
 			ctl_name(name, sizeof(name), c->cfg.unique_id);
 			shm_unlink(name);
@@ -925,6 +937,30 @@ KVS_API int kvs_cache_removed(struct kvs_cache *c)
 	if (fstat(c->ctl_fd, &st))
 		return -errno;
 	return st.st_nlink == 0;
+}
+
+/* A cache nobody keeps: removed, unless it holds the record of dumps not in
+ * the backend yet (core/layout.h, "Dumps") and the caller did not ask to
+ * discard them. */
+static int remove_judged(struct kvs_cache *c, const struct stat *st)
+{
+	const char *uid = c->cfg.unique_id;
+	struct kvs_cache_info in;
+
+	/* A header this build cannot read (another layout, corrupt) cannot be
+	 * adopted by it either: removed. */
+	if (kvs_cache_inspect(uid, &in) == 0 && in.state == KVS_CACHE_INFO_READY && in.slots_dirty) {
+		if (!(c->cfg.flags & KVS_CACHE_DISCARD_DIRTY)) {
+			kvs_log_warn(&c->log, "%s: not removed: %llu slots dumped, their blocks not in "
+					       "the backend yet; a store opening the cache writes the "
+					       "complete ones (or: kvshare clean --discard-dirty %s)",
+				      uid, (unsigned long long)in.slots_dirty, uid);
+			return -ENOTEMPTY;
+		}
+		kvs_log_warn(&c->log, "%s: removed with %llu slots dumped but not in the backend "
+				      "(discarded as asked)", uid, (unsigned long long)in.slots_dirty);
+	}
+	return remove_files(c, st);
 }
 
 /* One try of kvs_cache_remove: its result, or -EAGAIN when the name led to
@@ -964,7 +1000,7 @@ static int remove_once(struct kvs_cache *c, uint64_t deadline)
 		} else if (kvs_core_any_rank_locked(c->ctl_fd) && !only_watchers(uid)) {
 			rc = -EBUSY;
 		} else {
-			rc = remove_files(c, &st);
+			rc = remove_judged(c, &st);
 		}
 		kvs_core_lifecycle_unlock(c->ctl_fd);
 	}

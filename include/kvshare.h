@@ -189,6 +189,10 @@ enum kvs_wait_mode {
 #define KVS_CACHE_PERSIST (1u << 0) /* keep the segments after the last clean detach */
 #define KVS_CACHE_ATTACH  (1u << 1) /* never create: attach to an existing cache and take
 				     * its geometry from the segment (slot_bytes etc. ignored) */
+#define KVS_CACHE_DISCARD_DIRTY (1u << 2) /* kvs_cache_remove only (an open: -EINVAL):
+					   * remove a cache even though it holds dumped
+					   * slots not in the backend yet (they are lost;
+					   * logged) */
 
 struct kvs_cache_config {
 	char unique_id[72];        /* cache name, [A-Za-z0-9_.-]{1,64}; required */
@@ -235,7 +239,8 @@ struct kvs_cache;
  * against their build and cfg.  A segment left by dead processes only (stale) with
  * the same configuration is adopted: READY slots keep their bytes, everything else
  * is reset.  cfg is copied; the log callback must outlive the cache.
- * Returns 0 and *cache; -EINVAL (bad config field, logged by name), -EACCES
+ * Returns 0 and *cache; -EINVAL (bad config field, logged by name; flags with
+ * KVS_CACHE_DISCARD_DIRTY), -EACCES
  * (segment of another uid), -ENOENT (KVS_CACHE_ATTACH and no cache), -EBUSY (no
  * free rank entry), -ETIMEDOUT (creator or lifecycle lock not ready within
  * attach_timeout_ns), -KVS_ELAYOUT, -KVS_ECONFIG (field and both values logged),
@@ -266,9 +271,13 @@ KVS_API void kvs_cache_close(struct kvs_cache *cache);
  * watchers attached do not keep it (they see kvs_cache_removed).  Judged under
  * the lifecycle lock of the file the control file's name leads to then (a
  * cache removed and made again while this waited is judged anew).
- * Only cfg->unique_id, attach_timeout_ns and log are used.
+ * Only cfg->unique_id, attach_timeout_ns, flags (KVS_CACHE_DISCARD_DIRTY) and log
+ * are used.
  * Returns 0; -ENOENT (no such cache); -EBUSY (a live GPU rank, or a process the
- * file does not describe as a watcher, is attached: never removed); -EACCES;
+ * file does not describe as a watcher, is attached: never removed); -ENOTEMPTY
+ * (it holds slots dumped whose blocks are not in the backend yet, counted in the
+ * log: a store opening it writes the complete ones; KVS_CACHE_DISCARD_DIRTY
+ * removes it anyway); -EACCES;
  * -EINVAL (bad unique_id); -KVS_ECORRUPT (no regular file at the control
  * file's name: not a cache, left as it is); an unlink's -errno (a data file
  * named for the cache could not be removed, logged by path: the control file
@@ -359,7 +368,10 @@ struct kvs_cache_info {
 	uint32_t ranks_dead;      /* (READY) attached entries whose liveness lock is free */
 	uint32_t cpu_ranks_live;  /* (READY) of gpu_ranks_live, ranks whose store copies
 				     with the host engine (CPU-only) */
-	uint64_t reserved[7];
+	uint64_t slots_dirty;     /* (READY) slots dumped whose blocks are not in the
+				     backend yet: a cache holding any is never removed
+				     (kvs_cache_remove: KVS_CACHE_DISCARD_DIRTY) */
+	uint64_t reserved[6];
 };
 
 /*
@@ -1294,8 +1306,32 @@ KVS_API const char *kvs_store_last_error(void);
  * of the store and closes its copy of the cache only (the threads, the backend
  * and the copy engine are the parent's).  NULL is a no-op.
  * Blocks: until the tasks' latest deadline plus timeout_ms, at most.
+ *
+ * Dumps: close has the complete blocks the node's cache holds dumped written
+ * (by the rank a block designates, if alive, else by this one) within that
+ * same bound; what it could not write
+ * stays DIRTY in the cache, which is then kept (never removed while it holds
+ * such shards) for the next rank or adopter to write.  It returns nothing: a
+ * caller that must know its cached dumps reached the backend before it goes
+ * calls kvs_store_flush first.
  */
 KVS_API void kvs_store_close(struct kvs_store *store);
+
+/*
+ * Wait until every block this rank acknowledged a dump_wait=cached dump of is
+ * in the backend (whoever writes it), writing the complete ones meanwhile
+ * without the designated writers' grace.  Returns 0 once none is left;
+ * -ETIMEDOUT when timeout_ns passed first (they are still written: the cache
+ * keeps them DIRTY); an error of a block that left without reaching the
+ * backend since the last call (its write given up: the backend's error;
+ * -KVS_EINCOMPLETE: a shard of it was never dumped by any rank, and the
+ * dumped ones were dropped at their protection's end), reported once, the
+ * others still waited for first; -EINVAL (store NULL).  *pending (if not NULL):
+ * how many such blocks are left.  A watcher, or a rank with no cached dump,
+ * returns 0 at once.  Durable dumps need no flush: they complete when stored.
+ * Blocks: up to timeout_ns (a condition wait, no polling).
+ */
+KVS_API int kvs_store_flush(struct kvs_store *store, uint64_t timeout_ns, uint64_t *pending);
 
 /* One tensor of a shard on this rank's device. */
 struct kvs_store_tensor {
@@ -1334,16 +1370,19 @@ KVS_API int kvs_store_load(struct kvs_store *store, const struct kvs_store_shard
  * cfg->dump_wait: durable (default) once every block of the task is in the
  * backend, whoever wrote it (a writer that died is replaced); cached once its
  * shards are in the cache, and then written: a block complete in the cache is
- * written whatever closes or expiries follow, a failed write retried for
- * timeout_ms and then given up with an ERROR line (docs/store.md, "Dumps").
- * The tensors are read until the task completes (a shard whose claim restarts
- * is gathered again).  Returns as kvs_store_load.  Head slices are not dumped:
- * every tensor must be whole (offset 0, len 0 or the tensor's size), else
- * -EINVAL.  The task's outcome (kvs_store_check) may also be -KVS_EINCOMPLETE
- * (durable: a block of it was not completed on this node, by any rank, before
- * the deadline; its dumped shards stay in the cache; kvs_store_lookup says
- * whether another node stored it), the last failed write attempt's error or
- * -ETIMEDOUT (the block's write did not finish by the deadline; it goes on).
+ * written whatever closes or kills follow, a failed write retried for
+ * timeout_ms and then given up with an ERROR line (docs/store.md, "Dumps");
+ * kvs_store_flush waits for those.  Every shard of a block must be dumped
+ * within timeout_ms of the others: a block incomplete a second past its dumps'
+ * deadlines is dropped (a WARN line).  The tensors are read until the task
+ * completes (a shard of a block being dropped meanwhile is gathered again).
+ * Returns as kvs_store_load.  Head slices are not dumped: every tensor must be
+ * whole (offset 0, len 0 or the tensor's size), else -EINVAL.  The task's
+ * outcome (kvs_store_check) may also be -KVS_EINCOMPLETE (durable: a block of
+ * it was not completed on this node, by any rank, before the deadline, or was
+ * dropped; kvs_store_lookup says whether another node stored it), the last
+ * failed write attempt's error or -ETIMEDOUT (the block's write did not finish
+ * by the deadline; it goes on).
  */
 KVS_API int kvs_store_dump(struct kvs_store *store, const struct kvs_store_shard *shards,
 			   uint32_t n, void *cuda_event, uint64_t *task);
@@ -1361,8 +1400,8 @@ KVS_API int kvs_store_prefetch(struct kvs_store *store, const struct kvs_block_i
  * still in flight (that transfer drains into the cache, its slot pinned until
  * then); -KVS_EINCOMPLETE for a durable dump, see kvs_store_dump; -ENOSPC when
  * no slot could be taken for a shard (every slot of its pool pinned by the
- * node's tasks or held by dumps whose blocks are not durable yet) or the claim
- * table stayed full until the deadline).  A finished task is reaped by the call
+ * node's tasks or held DIRTY by dumps whose blocks are not in the backend
+ * yet)).  A finished task is reaped by the call
  * that reports it (its id is then unknown).  -ENOENT: no such task.
  * Blocks: never.
  *

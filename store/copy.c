@@ -20,10 +20,12 @@
  *   dump           an owned shard (a miss, a FAILED slot it refills, a dead
  *                  filler's it took over) is D2H-gathered, after the task's CUDA
  *                  event; the gathers of a pass are synced once and each is then
- *                  settled by store/dump.c (published DIRTY, counted in its
- *                  block's claim, durable waits).  A shard found READY is in the
- *                  backend already (deduplicated); one found DIRTY is settled
- *                  like a gathered one; one a peer is filling is waited for.
+ *                  settled by store/dump.c (published DIRTY, acknowledged,
+ *                  its block looked at; durable waits).  A shard found READY is
+ *                  in the backend already (deduplicated; over a backend whose
+ *                  blocks are not atomic, made DIRTY again); one found DIRTY is
+ *                  settled like a gathered one; one a peer is filling is waited
+ *                  for.
  *
  * Staging: a slot the registration thread (store/register.c) has not registered
  * with the copy engine yet is not copied from directly (with CUDA that would be
@@ -44,8 +46,8 @@
  * and the words store/dump.c waits on (the rank's bell, the claim table's),
  * plus the copier's own bell (every hand-off bumps it): kvs_wait_any, futex_waitv
  * in the kernel build.  Once per slice the check hook looks at the fillers of
- * those slots (a dead filler's slot is taken over) and at the writers of the
- * claims being waited on.  With nothing shared to wait on (only this rank's own
+ * those slots (a dead filler's slot is taken over) and has store/dump.c look at
+ * what it waits on.  With nothing shared to wait on (only this rank's own
  * reads and writes: the dispatcher hands their completions over), it sleeps on
  * its condition variable instead, in both builds, so the plain build spins only
  * for other processes.  Its idle sleep is bounded (COPIER_IDLE_NS); once a
@@ -539,8 +541,8 @@ static bool waits_on_peer(const struct kvs_store_sh *sh)
 	       !(sh->flags & KVS_SH_SLOWGET) && sh->slot.state == KVS_SLOT_LOADING;
 }
 
-/* Once per slice: take over the slots of dead fillers, look at the writers of
- * the claims waited on.  Fillers already seen alive in this pass are not asked
+/* Once per slice: take over the slots of dead fillers; store/dump.c looks at
+ * what it waits on.  Fillers already seen alive in this pass are not asked
  * again. */
 static int recover_dead(void *arg)
 {

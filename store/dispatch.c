@@ -27,15 +27,15 @@
  * submitted whatever their task's deadline (a read is useful to every rank
  * waiting on its slot: a task past its deadline reports at the deadline, the
  * read drains into the cache).  Writes (the blocks this rank writes as their
- * claim's writer, store/dump.c) may take at most write_cap of the backend's
+ * claim's holder, store/dump.c) may take at most write_cap of the backend's
  * queue, so reads always find room.  A block write has no deadline (its dumps
  * may be acknowledged already): it waits in the queue as long as the backend
  * takes, and an attempt ends exactly once, when it is off the queue with
  * nothing in flight.  Completions are reaped as they arrive and each owned slot
  * is published READY or FAILED right then, so peers never wait for this rank's
- * copier; a block write's attempt that is over cleans its slots (DIRTY ->
- * READY) when it succeeded and goes back to the copier, which ends its claim or
- * hands it back for another attempt after a backoff (the retry list).
+ * copier; a block write's attempt that is over goes back to the copier, which
+ * cleans its slots (DIRTY -> READY) and ends its claim, or hands it back for
+ * another attempt after a backoff (the retry list).
  *
  * Sleeping.  In epoll on the wake eventfd (submits, hand-offs, released pins,
  * room in the ring, close) and the backend's wait descriptor
@@ -485,24 +485,11 @@ static void wq_pop(struct disp *d)
 
 /* A block write's attempt is over -- every write back, or a failure and nothing
  * left in flight -- and it is off the write queue: exactly once per attempt.
- * Durable: clean its DIRTY slots (READY ones were clean already: a backend
- * whose blocks are not atomic rewrites them).  Then the copier ends its claim,
- * or retries it. */
+ * The copier cleans its slots and ends its claim, or retries it. */
 static void job_end(struct disp *d, struct kvs_store_job *job)
 {
-	struct kvs_store *s = d->s;
-
-	for (uint32_t i = 0; job->err == 0 && i < job->n; i++) {
-		int rc = job->slots[i].state == KVS_SHM_SLOT_DIRTY
-				 ? kvs_core_slot_clean(s->cache, &job->slots[i])
-				 : 0;
-
-		if (rc) /* our own pin: never; the block is stored all the same */
-			kvs_log_error(&s->log, "store: cleaning slot %u of a written block: %s",
-				      job->slots[i].index, kvs_strerror(rc));
-	}
 	d->jobs--;
-	kvs_store_handoff_job_done(s, job);
+	kvs_store_handoff_job_done(d->s, job);
 }
 
 static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)

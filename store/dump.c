@@ -1,144 +1,161 @@
 /*
  * store/dump.c — the dump protocol on the copier's side (docs/store.md,
- * "Dumps"): what a dumped shard does once its slot holds valid bytes, how a
- * durable dump learns that its block is in the backend, and the block writes
- * this rank makes as a claim's writer.  The contract it keeps: a dump that
- * returned 0 (durable; or cached, and then written) is in the backend.
+ * "Dumps"; model/dump.pml is its model, checked by Spin).  The contract: a dump
+ * that returned 0 is stored -- durable, in the backend when it returns; cached,
+ * in the cache and then written, or an ERROR line says it could not be.
  *
- * Settling a shard (settle).  Its slot is DIRTY (gathered by this rank and
- * published DIRTY here, or a peer's dump) or, over a backend whose blocks are
- * not atomic, READY (a shard read from it proves only itself).  It joins its
- * block's claim (core/claim.c) and counts the slot in it.  A claim it starts
- * first counts every shard of the block the cache already holds
- * (kvs_core_claim_recount: dumped under a claim that expired, failed or was
- * freed), so that a block complete in the cache always completes its claim;
- * over an atomic backend a READY shard there means the block is stored.  The
- * count that completes the block makes its designated writer write it (below).
- * Then the shard's pin goes (the claim keeps the slot from eviction), and the
- * shard is finished (dump_wait=cached) or waits (durable) for the claim to end:
- * DURABLE is 0, FAILED is the write's error.  A full claim table parks the
- * shard (its pin kept) until a claim is freed.  A shard found READY over an
- * atomic backend (kvs_store_dump_found) is in the backend: its block's OPEN
- * claim ends DURABLE there, so the dumps of its other shards need not wait for
- * a count that never completes.
+ * One invariant carries it (core/layout.h, "Dumps"): a shard a dump put in the
+ * cache is DIRTY until its block is in the backend -- never evicted, never reset
+ * by an adoption, never removed with its cache.  The DIRTY slots of a block are
+ * its record; nothing else (no count, no table of blocks) says what is to be
+ * written, so nothing can overflow or expire into a loss.  Everything below only
+ * decides who acts on that record, and when:
  *
- * Who writes.  Every rank that joined a claim watches it (a watch entry, in
- * either dump_wait mode) until it ends.  Once the block is complete, the rank
- * that counted its designated shard (core/claim.c: a hash of the block picks
- * it, so writes spread over the ranks whatever their timing; the completer
- * rings that rank's bell) elects itself and writes; if it has not within
- * WRITER_GRACE_NS, or it died, or nobody counted that shard in this
- * generation, any watcher does.  A writer that died is replaced the same way
- * (found once per slice with `check`): the new writer writes the block from the
- * cache.  A closing rank (kvs_store_dumps_close) watches every complete block
- * nobody may write any more besides those it watched, and writes each as soon as
- * it may -- at once when the designated writer is itself, nobody or dead; after
- * the grace when that writer is alive (it is writing, or about to: a closer that
- * took the block from under it raced it, and failed the durable dumps of the
- * block when its own backend was the failing one) -- before its copier leaves: a
- * clean close never drops a block it can still write, and costs at most the
- * grace more.
+ *   settle   a dumped shard's slot becomes DIRTY (published by this rank's
+ *            gather, or found DIRTY: its protection extended to this dump's
+ *            deadline; or, over a backend whose blocks are not atomic, found
+ *            READY and made DIRTY again: the block's write rewrites it).  Unless a
+ *            drop of its block is in progress (then it is dumped again once the
+ *            drop is over: a dump acknowledged now could see the block's other
+ *            shards dropped), it is acknowledged: finished (cached) or waiting
+ *            for its slot to leave DIRTY (durable).  Its pin goes: a DIRTY slot
+ *            needs none.
+ *   look     the shard's block is then looked at (a scan of its slots from the
+ *            last shard down: an incomplete block stops it early).  Complete:
+ *            its designated writer -- the rank that gathered the shard a hash of
+ *            the block picks, so the writes spread over the ranks -- writes it;
+ *            the completer rings that rank and writes the block itself if it is
+ *            not written within WRITER_GRACE_NS (or at once, when that rank is
+ *            itself, nobody or dead).
+ *   write    (store/write.c) the block's claim taken, the block scanned again
+ *            under it and written from its slots, cleaned, the claim ended
+ *            STORED; retried, or given up (its shards dropped, an ERROR line).
+ *   sweep    once per SWEEP_NS for the node (the rank whose CAS of the header's
+ *            sweep_ns moves it on), while the header's dirty_hint says a slot
+ *            may be DIRTY, and at every store's open and close: every DIRTY
+ *            slot's block is looked at.  A complete one nobody writes (its writer
+ *            died, nobody completed it while watching, its cache was adopted) is
+ *            written, as by a look (its designated writer, if alive, first); an
+ *            incomplete one whose every DIRTY shard's protection is
+ *            over (dirty_until_ns: the latest deadline of its dumps, plus a
+ *            grace) is dropped (store/write.c: under the claim, DROPPING, after a
+ *            rescan there).  This is what makes the contract hold
+ *            whatever dies, closes or is forgotten: the record is in shared
+ *            memory, and every rank looks at it.
+ *   close    a closing rank sweeps at once; a complete block whose designated
+ *            writer lives is left to it (rung: its look, sweep or close writes
+ *            it), any other written by the closer; the last one out leaves a
+ *            cache that still holds DIRTY slots, for the next open's sweep
+ *            (core/segment.c, the removal guard).
+ *   flush    kvs_store_flush waits until every block this rank acknowledged has
+ *            left DIRTY (the acked list below), writing without graces meanwhile.
  *
- * Waiting (kvs_store_dumps_poll).  Durable waits hold no pin: each names its
- * claim generation.  Waits and watches are looked at when the rank's bell rings
- * (every writer that ends a claim rings its waiters' bells), when a block write
- * of ours finishes or an entry was added, at a deadline, and once per slice.
- * A claim that moved on to another generation (expired, or failed and retried
- * by another dump) sends the shard back to the dispatcher to be visited again:
- * its device bytes are still the caller's until the task ends.  At the deadline
- * a wait ends -KVS_EINCOMPLETE (the block never completed on this node) or the
- * write's last error, or -ETIMEDOUT (its write did not finish).  No backend is
- * asked anything here: a question to a store that stopped answering would hold
- * every other task of this thread.
+ * The drop check of settle and the scan of a drop are the two sides of a
+ * Dekker pair (the dump writes its slot then reads the claim; the drop writes
+ * the claim then reads the slots): each side has a seq_cst read-modify-write of
+ * one shared word between its write and its read (kvs_core_dirty_fence), so at
+ * least one of them sees the other.
  *
- * Block writes (kvs_store_job).  Built here once the pins leave room (every
- * shard pinned), written by the dispatcher (one write per shard, from the
- * slots; the posix backend renames the block after the last one), cleaned
- * there (DIRTY -> READY), finished here: pins released, claim ended, which
- * rings every waiter.  A write has no deadline; an attempt that fails with an
- * error another attempt may not have is retried with a doubling backoff for
- * timeout_ms (job_retry_wait), its claim still WRITING with the attempt's error
- * (a durable dump reports it at its deadline); then it is given up, loudly.  A
- * shard that vanished before the write (an expired claim's slot, evicted) ends
- * the claim FAILED with -KVS_EINCOMPLETE; a shard found READY over an atomic
- * backend means the block is stored already (read from it by a load): the
- * claim ends DURABLE without a write.
- *
- * The claim table's lock.  This thread waits for it (and for bucket locks) at
- * most KVS_STORE_LOCK_WAIT_NS at a time (kvs_core_lock_wait_set): a peer
- * stopped while holding it must not stop every load and dump of this rank.
- * What could not take it is parked -- shards on `locked`, claim ends on
- * `ending`, the adoption of a dead rank's blocks -- and tried again after a
- * backoff doubling from LOCK_RETRY_MIN_NS to LOCK_RETRY_MAX_NS; a parked shard
- * past its task's deadline finishes -ETIMEDOUT, said once.
+ * No backend is asked anything here (a question to a store that stopped
+ * answering would hold every task of this thread); locks are waited for at most
+ * KVS_STORE_LOCK_WAIT_NS (kvs_core_lock_wait_set): what could not take one is
+ * kept and tried again after a backoff doubling from KVS_STORE_LOCK_RETRY_MIN_NS
+ * to _MAX_NS, and a shard parked so past its task's deadline finishes
+ * -ETIMEDOUT, said once.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
-#include "store/store.h"
+#include "store/dump.h"
 
-/* How long a complete block waits for its designated writer before any watcher
- * writes it. */
+/* How long a complete block waits for its designated writer before the rank
+ * that completed it writes it. */
 #define WRITER_GRACE_NS (100ull * KVS_NSEC_PER_MSEC)
-/* A failed block write's next attempt: after a backoff doubling from the first
- * to the last, for timeout_ms after the first failure. */
-#define WRITE_RETRY_MIN_NS (50ull * KVS_NSEC_PER_MSEC)
-#define WRITE_RETRY_MAX_NS (2ull * KVS_NSEC_PER_SEC)
-/* How many blocks found stored a rank remembers, and for how long: a dump of a
- * block's other shards a moment later (the next layer's task, whose slot was
- * evicted meanwhile) is durable by that finding, not by shards that may be gone
- * by then; past the claims' grace it proves nothing (the copy may be gone). */
-#define FOUND_RECENT 64u
-#define FOUND_FOR_NS KVS_CLAIM_GRACE_NS
+/* The node's sweep of its DIRTY slots: at most once per this (while any may be
+ * DIRTY), this many state words a step (a copier turn). */
+#define SWEEP_NS KVS_NSEC_PER_SEC
+#define SWEEP_STEP 65536u
+/* Dedup window of a block list: a list gets a block's shards together. */
+#define BLOCKS_RECENT 64u
 
-/* A claim this rank joined: its election duty, until the claim ends. */
-struct watch {
-	struct kvs_claim_ref ref;
-	struct kvs_block_id block;
-	uint64_t deadline_ns;          /* the latest deadline of our dumps of the block */
-	uint64_t complete_ns;          /* first seen complete with no writer (0: not yet) */
-};
+/* ---- lists ---- */
 
-struct kvs_store_dumps {
-	struct kvs_store_sh *waiting;  /* durable waits, by sh->next (no pin) */
-	struct kvs_store_sh *room;     /* shards (pinned) waiting for a free claim */
-	struct kvs_store_sh *locked;   /* shards (pinned) to settle once the table's lock is had */
-	struct kvs_store_job *ending;  /* block writes over whose claim is still to end */
-	bool adopt_due;                /* the dead ranks' blocks still to be looked for */
-	uint64_t lock_retry_ns;        /* when what waits for the lock tries again (0: nothing) */
-	struct kvs_store_backoff lock_backoff;
-	uint32_t room_bell;            /* the claim table's bell before their last try */
-	uint32_t rank_bell;            /* our rank's bell before the last look at waits */
-	bool stale;                    /* something to look at without a bell (entries
-					  added, a write of ours finished) */
-	bool closing;                  /* the store closes: complete blocks written now */
-	uint64_t next_ns;              /* the earliest deadline or grace among them */
-	struct watch *watch;
-	uint32_t nwatch, wcap;
-	struct kvs_claim_ref *mine;    /* claims whose block write is ours, in progress */
-	uint32_t nmine, cap;
-	struct watch *pend;            /* claims we were elected to write, waiting for pin
-					  * room (only .ref and .block used), oldest first */
-	uint32_t npend, pcap;
-	uint32_t job_pins;             /* slots our block writes pin */
-	/* Blocks a dump of this rank found stored (a READY shard over an atomic
-	 * backend) lately: a ring, each entry proof for FOUND_FOR_NS. */
-	struct found {
-		struct kvs_block_id block;
-		uint64_t at_ns;        /* 0: unused */
-	} found[FOUND_RECENT];
-	uint32_t found_next;
-	/* Block writes retried and given up: a backend down fails every one. */
-	struct kvs_log_limit retry_log, given_up_log;
-};
+static bool same_block(const struct kvs_block_id *a, const struct kvs_block_id *b)
+{
+	return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+bool kvs_store_blocks_add(struct blocks *l, const struct kvs_block_id *block, uint64_t at)
+{
+	for (uint32_t i = l->n, k = 0; i-- > 0 && k < BLOCKS_RECENT; k++)
+		if (same_block(&l->v[i], block)) {
+			if (at < l->at[i])
+				l->at[i] = at;
+			return true;
+		}
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 64;
+		struct kvs_block_id *v = realloc(l->v, cap * sizeof(*v));
+		uint64_t *t = v ? realloc(l->at, cap * sizeof(*t)) : NULL;
+
+		if (v)
+			l->v = v;
+		if (!t)
+			return false;
+		l->at = t;
+		l->cap = cap;
+	}
+	l->v[l->n] = *block;
+	l->at[l->n++] = at;
+	return true;
+}
+
+static void blocks_del(struct blocks *l, uint32_t i)
+{
+	l->v[i] = l->v[--l->n];
+	l->at[i] = l->at[l->n];
+}
+
+static void blocks_fini(struct blocks *l)
+{
+	free(l->v);
+	free(l->at);
+}
+
+/* The earliest time in l (UINT64_MAX: none). */
+static uint64_t blocks_next(const struct blocks *l)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (uint32_t i = 0; i < l->n; i++)
+		if (l->at[i] < next)
+			next = l->at[i];
+	return next;
+}
+
+static void due(struct kvs_store_dumps *d, uint64_t at)
+{
+	if (at < d->next_ns)
+		d->next_ns = at;
+}
 
 int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out)
 {
-	(void)s;
-	*out = calloc(1, sizeof(**out));
-	return *out ? 0 : -ENOMEM;
+	struct kvs_store_dumps *d = calloc(1, sizeof(*d));
+
+	*out = NULL;
+	if (!d)
+		return -ENOMEM;
+	d->scan = calloc(s->spb ? s->spb : 1, sizeof(*d->scan));
+	if (!d->scan) {
+		free(d);
+		return -ENOMEM;
+	}
+	d->next_ns = 0; /* a first look: a sweep, if the node holds DIRTY slots */
+	*out = d;
+	return 0;
 }
 
 void kvs_store_dumps_fini(struct kvs_store *s, struct kvs_store_dumps *d)
@@ -148,420 +165,49 @@ void kvs_store_dumps_fini(struct kvs_store *s, struct kvs_store_dumps *d)
 	kvs_log_limit_flush(&s->log, &d->retry_log, KVS_LOG_WARN, "block write retries");
 	kvs_log_limit_flush(&s->log, &d->given_up_log, KVS_LOG_ERROR,
 			    "block writes given up (those blocks are not in the backend)");
-	free(d->watch);
-	free(d->mine);
-	free(d->pend);
+	kvs_log_limit_flush(&s->log, &d->dropped_log, KVS_LOG_WARN,
+			    "incomplete blocks dropped (never in the backend)");
+	blocks_fini(&d->look);
+	blocks_fini(&d->grace);
+	blocks_fini(&d->mine);
+	blocks_fini(&d->room);
+	blocks_fini(&d->swept);
+	free(d->acked);
+	free(d->aset);
+	free(d->scan);
 	free(d);
 }
 
 bool kvs_store_dumps_busy(const struct kvs_store_dumps *d)
 {
-	return d && (d->waiting || d->room || d->locked || d->ending || d->adopt_due || d->nmine ||
-		     d->npend || (d->closing && d->nwatch));
+	return d && (d->waiting || d->dropwait || d->locked || d->ending || d->jobs || d->look.n ||
+		     d->room.n || (d->closing && (!d->close_swept || d->sweeping || d->grace.n)));
 }
 
-static bool same_ref(const struct kvs_claim_ref *a, const struct kvs_claim_ref *b)
-{
-	return a->idx == b->idx && a->gen == b->gen;
-}
-
-static bool is_mine(const struct kvs_store_dumps *d, const struct kvs_claim_ref *ref)
-{
-	for (uint32_t i = 0; i < d->nmine; i++)
-		if (same_ref(&d->mine[i], ref))
-			return true;
-	return false;
-}
-
-static int mine_add(struct kvs_store_dumps *d, const struct kvs_claim_ref *ref)
-{
-	if (d->nmine == d->cap) {
-		uint32_t cap = d->cap ? 2 * d->cap : 16;
-		struct kvs_claim_ref *v = realloc(d->mine, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->mine = v;
-		d->cap = cap;
-	}
-	d->mine[d->nmine++] = *ref;
-	return 0;
-}
-
-static void mine_del(struct kvs_store_dumps *d, const struct kvs_claim_ref *ref)
-{
-	for (uint32_t i = 0; i < d->nmine; i++)
-		if (same_ref(&d->mine[i], ref)) {
-			d->mine[i] = d->mine[--d->nmine];
-			return;
-		}
-}
-
-/* Watch claim ref of block until deadline (one entry per claim generation). */
-static void watch_add(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
-		      const struct kvs_block_id *block, uint64_t deadline_ns)
-{
-	for (uint32_t i = 0; i < d->nwatch; i++)
-		if (same_ref(&d->watch[i].ref, ref)) {
-			if (d->watch[i].deadline_ns < deadline_ns)
-				d->watch[i].deadline_ns = deadline_ns;
-			return;
-		}
-	if (d->nwatch == d->wcap) {
-		uint32_t cap = d->wcap ? 2 * d->wcap : 64;
-		struct watch *v = realloc(d->watch, cap * sizeof(*v));
-
-		if (!v) {
-			/* no duty of ours, then: the other watchers elect after the grace */
-			kvs_log_warn(&s->log, "store: out of memory for a claim watch");
-			return;
-		}
-		d->watch = v;
-		d->wcap = cap;
-	}
-	d->watch[d->nwatch++] = (struct watch){ *ref, *block, deadline_ns, 0 };
-	if (deadline_ns < d->next_ns)
-		d->next_ns = deadline_ns;
-}
-
-static void finish(struct kvs_store *s, struct kvs_store_sh *sh, int err)
-{
-	kvs_store_sh_finish(s, sh, err);
-}
-
-/* Drop sh's pin, keeping the shard (its wait needs none). */
+/* Drop sh's pin, keeping the shard (what follows needs none). */
 static void unpin(struct kvs_store *s, struct kvs_store_sh *sh)
 {
 	if (sh->flags & KVS_SH_GOT) {
 		sh->flags &= ~KVS_SH_GOT;
-		kvs_store_release(s, &sh->slot, true);
+		kvs_store_release(s, &sh->slot);
 	}
 }
 
-/* ---- the claim table's lock, not had ---- */
-
-/* A claim operation did not get the table's lock within this thread's short
- * wait (a peer holds it: busy, or stopped inside).  What waits for it tries
- * again after the backoff. */
-static void lock_busy(struct kvs_store_dumps *d, uint64_t now)
+void kvs_store_dumps_lock_busy(struct kvs_store_dumps *d, uint64_t now)
 {
 	d->lock_retry_ns = now + kvs_store_backoff_next(&d->lock_backoff, KVS_STORE_LOCK_RETRY_MIN_NS,
 							KVS_STORE_LOCK_RETRY_MAX_NS);
-	if (d->lock_retry_ns < d->next_ns)
-		d->next_ns = d->lock_retry_ns;
-}
-
-/* Park shard sh (pinned) until the lock may be had. */
-static void park(struct kvs_store_dumps *d, struct kvs_store_sh *sh)
-{
-	sh->next = d->locked;
-	d->locked = sh;
-	lock_busy(d, kvs_now_ns());
-}
-
-/* ---- block writes ---- */
-
-static bool wait_step(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now);
-
-/* A claim of ours ended (our write, or a write we never started): our waits on
- * it end now, without a rescan of every wait (our own bell does not ring). */
-static void claim_ended(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref)
-{
-	uint64_t now = kvs_now_ns();
-	struct kvs_store_sh **link, *sh;
-
-	for (link = &d->waiting; (sh = *link);) {
-		struct kvs_store_sh *next = sh->next; /* a step may free sh, or hand it on */
-
-		if (same_ref(&sh->claim, ref) && wait_step(s, sh, now))
-			*link = next;
-		else
-			link = &sh->next;
-	}
-}
-
-/* Our write of ref's block is over with err: end the claim (which rings its
- * waiters) and our part in it.  The table's lock not had: on `ending`, again
- * later.  Frees job (NULL: nothing to free). */
-static void job_end_claim(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_job *job,
-			  const struct kvs_claim_ref *ref, int err)
-{
-	if (kvs_core_claim_end(s->cache, ref, err) == -ETIMEDOUT && job) {
-		job->err = err;
-		job->next = d->ending;
-		d->ending = job;
-		lock_busy(d, kvs_now_ns());
-		return;
-	}
-	mine_del(d, ref);
-	claim_ended(s, d, ref);
-	free(job);
-}
-
-static void job_unpin(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_job *job,
-		      uint32_t pinned)
-{
-	for (uint32_t i = 0; i < pinned; i++)
-		kvs_store_release(s, &job->slots[i], false);
-	d->job_pins -= pinned;
-}
-
-/*
- * May a block write of n shards pin them now?  The pin table is the process's
- * (KVS_RANK_PINS); the tasks' visits hold at most s->pin_budget of it, and the
- * block writes the rest less an eighth: so the writes never starve the loads
- * (a load of a cached block beside 2048 pinned write shards used to time out),
- * and a step that completes many blocks at once, electing us for all of them,
- * has its writes wait here for room (pend_run) instead of failing on a full
- * table -- which lost every block past the table's room, with dump_wait=cached
- * dumps already reported done.  A write alone may always start.
- */
-static bool job_room(const struct kvs_store *s, const struct kvs_store_dumps *d, uint32_t n)
-{
-	return d->job_pins == 0 ||
-	       d->job_pins + n <= KVS_RANK_PINS - KVS_RANK_PINS / 8 - s->pin_budget;
-}
-
-static void job_run(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
-		    const struct kvs_block_id *block);
-
-static int pend_add(struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
-		    const struct kvs_block_id *block)
-{
-	if (d->npend == d->pcap) {
-		uint32_t cap = d->pcap ? 2 * d->pcap : 64;
-		struct watch *v = realloc(d->pend, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->pend = v;
-		d->pcap = cap;
-	}
-	d->pend[d->npend++] = (struct watch){ .ref = *ref, .block = *block };
-	return 0;
-}
-
-/* We are the writer of claim ref (block): write it now, or once there is pin
- * room (in election order).  It is ours from here until its claim ends. */
-static void job_start(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
-		      const struct kvs_block_id *block)
-{
-	if (mine_add(d, ref)) {
-		job_end_claim(s, d, NULL, ref, -ENOMEM);
-		return;
-	}
-	if (d->npend == 0 && d->lock_retry_ns == 0 && job_room(s, d, s->spb)) {
-		job_run(s, d, ref, block);
-		return;
-	}
-	if (pend_add(d, ref, block))
-		job_end_claim(s, d, NULL, ref, -ENOMEM);
-}
-
-/* Start the pending writes there is pin room for, oldest first.  True if one
- * started.  (One that meets a busy bucket is pended again, and the lock's
- * backoff stops the loop.) */
-static bool pend_run(struct kvs_store *s, struct kvs_store_dumps *d)
-{
-	bool started = false;
-
-	while (d->npend && d->lock_retry_ns == 0 && job_room(s, d, s->spb)) {
-		struct watch w = d->pend[0];
-
-		memmove(d->pend, d->pend + 1, --d->npend * sizeof(*d->pend));
-		job_run(s, d, &w.ref, &w.block);
-		started = true;
-	}
-	return started;
-}
-
-/* Pin every shard of block and hand its write to the dispatcher, or end the
- * claim at once (a shard missing, or one READY over an atomic backend: the
- * block is in the backend). */
-static void job_run(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
-		    const struct kvs_block_id *block)
-{
-	struct kvs_cache *c = s->cache;
-	struct kvs_store_job *job;
-	uint32_t n = s->spb, pinned = 0;
-	bool missing = false, clean = false;
-	int rc = 0;
-
-	job = calloc(1, sizeof(*job) + n * sizeof(job->xf[0]) + n * sizeof(struct kvs_slot));
-	if (!job) {
-		job_end_claim(s, d, NULL, ref, -ENOMEM);
-		return;
-	}
-	job->slots = (struct kvs_slot *)&job->xf[n];
-	job->claim = *ref;
-	job->block = *block;
-	job->n = n;
-	for (; pinned < n && !missing; pinned++) {
-		void *buf = NULL;
-		uint32_t st;
-
-		rc = kvs_core_get(c, block, pinned, KVS_CORE_GET_RESIDENT, &job->slots[pinned]);
-		if (rc) {
-			if (rc != -ENOENT && rc != -ETIMEDOUT)
-				kvs_log_warn(&s->log, "store: block write of claim %u: shard %u: %s",
-					     ref->idx, pinned, kvs_strerror(rc));
-			missing = true;
-			break;
-		}
-		d->job_pins++;
-		/* DIRTY, counted in this generation or not: the shard's bytes (a copy
-		 * dumped after the counted one was evicted is the same block) */
-		st = job->slots[pinned].state;
-		if (st == KVS_SHM_SLOT_READY && s->block_atomic)
-			clean = true;
-		else if (st != KVS_SHM_SLOT_DIRTY && st != KVS_SHM_SLOT_READY)
-			missing = true;
-		if (kvs_slot_data(c, &job->slots[pinned], &buf))
-			missing = true;
-		job->xf[pinned] = (struct kvs_store_xfer){
-			.op = KVS_XFER_WRITE, .shard = pinned, .block = *block, .buf = buf,
-			.owner = job,
-		};
-	}
-	if (rc == -ETIMEDOUT) {
-		/* a bucket held by a peer: not missing, just not had; later */
-		job_unpin(s, d, job, pinned);
-		free(job);
-		if (pend_add(d, ref, block))
-			job_end_claim(s, d, NULL, ref, -ENOMEM);
-		lock_busy(d, kvs_now_ns());
-		return;
-	}
-	if (missing || clean) {
-		/* A READY shard: the backend has the block, the DIRTY ones are its bytes. */
-		for (uint32_t i = 0; clean && !missing && i < pinned; i++)
-			if (job->slots[i].state == KVS_SHM_SLOT_DIRTY)
-				kvs_core_slot_clean(c, &job->slots[i]);
-		if (missing)
-			kvs_log_warn(&s->log, "store: block write of claim %u: shard %u of the block "
-					      "is no longer in the cache; the block is not written",
-				     ref->idx, pinned);
-		job_unpin(s, d, job, pinned);
-		job_end_claim(s, d, job, ref, missing ? -KVS_EINCOMPLETE : 0);
-		return;
-	}
-	kvs_store_handoff_job(s, job);
-}
-
-/*
- * How long before another attempt of job, whose attempt failed with job->err,
- * or 0: none.  An error another attempt cannot cure is final -- the store
- * refuses this write (read-only, no permission, another geometry, a bad
- * argument, too large) or a shard is missing.  Any other (a timeout, a
- * connection refused or reset, EIO, a full disk) is retried: the block's dumps
- * may have been acknowledged (dump_wait=cached), so it is given up only after
- * timeout_ms of failures, WRITE_RETRY_MIN_NS doubling to WRITE_RETRY_MAX_NS
- * apart.
- */
-static uint64_t job_retry_wait(const struct kvs_store *s, struct kvs_store_job *job, uint64_t now)
-{
-	int e = job->err;
-	uint64_t wait;
-
-	if (e == -EROFS || e == -EACCES || e == -EPERM || e == -EINVAL || e == -EFBIG ||
-	    e == -EOPNOTSUPP || e == -ENAMETOOLONG || e == -KVS_ECONFIG || e == -KVS_EINCOMPLETE)
-		return 0;
-	if (job->attempts++ == 0)
-		job->first_fail_ns = now;
-	wait = kvs_store_backoff_next(&job->backoff, WRITE_RETRY_MIN_NS, WRITE_RETRY_MAX_NS);
-	return now + wait < job->first_fail_ns + s->cfg.timeout_ns ? wait : 0;
-}
-
-void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_job *job)
-{
-	uint64_t now = kvs_now_ns(), wait = job->err ? job_retry_wait(s, job, now) : 0;
-
-	if (wait) {
-		kvs_log_limited(&s->log, &d->retry_log, KVS_STORE_LOG_INTERVAL_NS, KVS_LOG_WARN,
-				"store: block write of claim %u failed: %s; attempt %u in %llu ms",
-				job->claim.idx, kvs_strerror(job->err), job->attempts + 1,
-				(unsigned long long)(wait / KVS_NSEC_PER_MSEC));
-		kvs_core_claim_retry(s->cache, &job->claim, job->err);
-		job->err = 0;
-		job->next_submit = 0;
-		job->retry_ns = now + wait;
-		kvs_store_handoff_job(s, job);
-		return;
-	}
-	if (job->err)
-		kvs_log_limited(&s->log, &d->given_up_log, KVS_STORE_LOG_INTERVAL_NS, KVS_LOG_ERROR,
-				"store: block write of claim %u failed: %s; given up after %u "
-				"attempt%s: the block is not in the backend (it stays in the "
-				"cache until evicted; a dump_wait=cached dump of it may have "
-				"returned 0)",
-				job->claim.idx, kvs_strerror(job->err), job->attempts + 1,
-				job->attempts ? "s" : "");
-	job_unpin(s, d, job, job->n);
-	job_end_claim(s, d, job, &job->claim, job->err);
-	pend_run(s, d); /* its pins are free */
-}
-
-/* Look for the claims of complete blocks a dead rank left unwritten and watch
- * them (the table's lock not had: later). */
-void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d)
-{
-	struct kvs_cache *c = s->cache;
-	uint32_t max = c->claim_mask + 1;
-	struct kvs_claim_ref *refs = calloc(max, sizeof(*refs));
-	struct kvs_block_id *blocks = calloc(max, sizeof(*blocks));
-	uint64_t deadline = kvs_deadline_after(s->cfg.timeout_ns);
-	int n = refs && blocks ? kvs_core_claims_orphaned(c, deadline, refs, blocks, max) : -ENOMEM;
-
-	d->adopt_due = n == -ETIMEDOUT;
-	if (d->adopt_due)
-		lock_busy(d, kvs_now_ns());
-	else if (n < 0)
-		kvs_log_warn(&s->log, "store: looking for blocks a dead rank left unwritten: %s",
-			     kvs_strerror(n));
-	else if (n > 0)
-		kvs_log_info(&s->log, "store: %d block%s complete in the cache but not written "
-				      "(their writer died): this rank writes them", n, n == 1 ? "" : "s");
-	for (int i = 0; i < n; i++)
-		watch_add(s, d, &refs[i], &blocks[i], deadline);
-	if (n > 0)
-		d->stale = true;
-	free(refs);
-	free(blocks);
-}
-
-void kvs_store_dumps_close(struct kvs_store *s, struct kvs_store_dumps *d)
-{
-	if (!d || d->closing)
-		return;
-	d->closing = true;
-	kvs_store_dumps_adopt(s, d);
-	d->stale = true; /* every watch looked at: complete ones are written now */
-}
-
-/* Become ref's writer if we may (complete, or its writer died), and write. */
-static void try_elect(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_claim_ref *ref,
-		      const struct kvs_block_id *block)
-{
-	int rc;
-
-	if (is_mine(d, ref))
-		return;
-	rc = kvs_core_claim_elect(s->cache, ref);
-	if (rc == 1)
-		job_start(s, d, ref, block);
-	else if (rc == -ETIMEDOUT)
-		lock_busy(d, kvs_now_ns());
+	due(d, d->lock_retry_ns);
 }
 
 /* ---- blocks found stored ---- */
 
-/* Was block found stored by this rank within FOUND_FOR_NS? */
 static bool found_lately(const struct kvs_store_dumps *d, const struct kvs_block_id *block,
 			 uint64_t now)
 {
 	for (uint32_t i = 0; i < FOUND_RECENT; i++)
 		if (d->found[i].at_ns && now < d->found[i].at_ns + FOUND_FOR_NS &&
-		    memcmp(&d->found[i].block, block, sizeof(*block)) == 0)
+		    same_block(&d->found[i].block, block))
 			return true;
 	return false;
 }
@@ -572,285 +218,448 @@ static void found_now(struct kvs_store_dumps *d, const struct kvs_block_id *bloc
 	d->found_next = (d->found_next + 1) % FOUND_RECENT;
 }
 
-/* ---- settling ---- */
+/* ---- looking at a block ---- */
 
-/*
- * Is ref's generation being written without our slot?  It completed with an
- * earlier copy of our shard (evicted since: the claim outlived the tasks that
- * protected it, say its writer died); ours is the same bytes.  We watch it, so a
- * dead writer is taken over, and its write uses whatever DIRTY copy is there;
- * if that write fails (another shard's copy is gone too), we start the next
- * attempt rather than report its error.
- */
-static bool writing_without(struct kvs_cache *c, const struct kvs_claim_ref *ref)
+/* Look at block now (a shard of it just settled, a bell, a sweep): written if
+ * complete and ours to write, dropped if it never completed and may be, a
+ * designated writer rung.  From sweep: every shard looked at (else the look
+ * stops at the first, from the last, not DIRTY).  Returns whether the block
+ * still waits for shards (incomplete, or looked at again later). */
+static bool look_at(struct kvs_store *s, struct kvs_store_dumps *d,
+		    const struct kvs_block_id *block, uint64_t now, bool from_sweep)
 {
-	struct kvs_claim_view v;
+	struct kvs_cache *c = s->cache;
+	struct kvs_dirty_scan sc;
+	uint32_t ds = kvs_core_claim_designated(c, block);
+	int rank, rc;
 
-	return kvs_core_claim_read(c, ref, &v) == 0 && v.state == KVS_SHM_CLAIM_WRITING;
+	memset(d->scan, 0, s->spb * sizeof(*d->scan));
+	rc = kvs_core_dirty_scan(c, block, now, from_sweep, &sc, d->scan);
+	if (rc) {
+		kvs_store_blocks_add(&d->look, block, 0);
+		kvs_store_dumps_lock_busy(d, now);
+		return true;
+	}
+	if (sc.dirty == 0)
+		return false; /* written, dropped, or never dumped here */
+	if (s->block_atomic && sc.ready) {
+		kvs_store_block_write(s, d, block); /* stored: its claim cleans the DIRTY ones */
+		return false;
+	}
+	if (sc.missing || sc.dirty != s->spb) {
+		/* incomplete: dropped once every DIRTY shard's protection is over
+		 * (a sweep has every shard's: a look stops at the first missing) */
+		if (from_sweep && !sc.fresh)
+			kvs_store_block_drop(s, d, block);
+		return true;
+	}
+	rank = kvs_core_slot_filler_rank(c, d->scan[ds].index);
+	if (d->urgent || rank < 0 || rank == c->rank_idx ||
+	    !kvs_core_rank_alive(c, (uint32_t)rank,
+				 atomic_load_explicit(&c->ranks[rank].epoch, memory_order_relaxed))) {
+		kvs_store_block_write(s, d, block);
+		return false;
+	}
+	/* its designated writer: rung, and ours after the grace -- unless we close:
+	 * that rank lives, and its look, sweep or close writes it */
+	kvs_core_claim_ring(c, (uint32_t)rank);
+	if (d->closing)
+		return false;
+	if (kvs_store_blocks_add(&d->grace, block, now + WRITER_GRACE_NS))
+		due(d, now + WRITER_GRACE_NS);
+	else
+		kvs_store_block_write(s, d, block);
+	return false;
 }
 
-/* After a count of n of sh's shard: the block complete, its designated writer
- * writes it (rung), or we do; then sh waits, or is finished. */
-static void settled(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh, int n)
+/* ---- settling a dumped shard ---- */
+
+/* The set's slot of block: where it is, or the empty slot it would take. */
+static uint32_t aset_find(const struct kvs_store_dumps *d, const struct kvs_block_id *block)
+{
+	uint32_t i = (uint32_t)kvs_core_hash(block, 0) & d->aset_mask;
+
+	/* an index below acked_head is an entry gone from the head: no match,
+	 * probed past (the set is remade before it fills up) */
+	while (d->aset[i] && !(d->aset[i] - 1 >= d->acked_head &&
+			      same_block(&d->acked[d->aset[i] - 1].block, block)))
+		i = (i + 1) & d->aset_mask;
+	return i;
+}
+
+/* Remake the set from acked[acked_head, nacked), grown to more than twice
+ * want entries (never shrunk: a remake that needs no more room cannot fail).
+ * false: no memory (the set is left as it was). */
+static bool aset_remake(struct kvs_store_dumps *d, uint32_t want)
+{
+	uint32_t size = d->aset ? d->aset_mask + 1 : 64, *v;
+
+	while (size <= 2 * want)
+		size *= 2;
+	if (!d->aset || size != d->aset_mask + 1) {
+		v = realloc(d->aset, size * sizeof(*v));
+		if (!v)
+			return false;
+		d->aset = v;
+		d->aset_mask = size - 1;
+	}
+	memset(d->aset, 0, size * sizeof(*d->aset));
+	for (uint32_t k = d->acked_head; k < d->nacked; k++)
+		d->aset[aset_find(d, &d->acked[k].block)] = k + 1;
+	return true;
+}
+
+/* Remember a cached dump's block until it is known stored (kvs_store_flush):
+ * one entry a block, whichever of its shards came first (they leave DIRTY
+ * together: written, or dropped). */
+static void acked_add(struct kvs_store *s, struct kvs_store_dumps *d, const struct kvs_store_sh *sh)
+{
+	if (d->aset && d->aset[aset_find(d, &sh->block)])
+		return;
+	if (d->acked_head > 0 && d->acked_head >= d->nacked / 2) {
+		/* the resolved head goes: compact (the set remade below) */
+		memmove(d->acked, d->acked + d->acked_head, (d->nacked - d->acked_head) * sizeof(*d->acked));
+		d->nacked -= d->acked_head;
+		d->acked_head = 0;
+		if (!aset_remake(d, d->nacked + 1))
+			return; /* a flush then waits only for what it remembers */
+	}
+	if (d->nacked == d->acap) {
+		uint32_t cap = d->acap ? 2 * d->acap : 64;
+		struct acked *v = realloc(d->acked, cap * sizeof(*v));
+
+		if (!v)
+			return;
+		d->acked = v;
+		d->acap = cap;
+	}
+	if ((!d->aset || 2 * (d->nacked + 1) >= d->aset_mask + 1) && !aset_remake(d, d->nacked + 1))
+		return;
+	d->acked[d->nacked] = (struct acked){ sh->block, sh->shard, sh->dirty };
+	d->aset[aset_find(d, &sh->block)] = ++d->nacked;
+	pthread_mutex_lock(&s->mu);
+	s->unflushed = d->nacked - d->acked_head;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* sh's slot is DIRTY for this dump: acknowledge it, unless a drop of its block
+ * is in progress.  Its pin goes; its block is looked at. */
+static void acknowledge(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh)
 {
 	struct kvs_cache *c = s->cache;
 
-	watch_add(s, d, &sh->claim, &sh->block, sh->task->deadline_ns);
-	if (n >= (int)s->spb) {
-		/* we completed the block: its designated writer writes it */
+	/* the Dekker pair with kvs_store_block_drop (its claim written, then the
+	 * slots read; here the slot written, then the claim read) */
+	kvs_core_dirty_fence(c);
+	if (kvs_core_claim_peek(c, &sh->block, KVS_SHM_CLAIM_DROPPING)) {
 		struct kvs_claim_view v;
+		int rc = kvs_core_claim_look(c, &sh->block, &v);
 
-		if (kvs_core_claim_read(c, &sh->claim, &v) == 0 && v.designate &&
-		    v.designate != (uint32_t)c->rank_idx + 1)
-			kvs_core_claim_ring(c, v.designate - 1);
-		else
-			try_elect(s, d, &sh->claim, &sh->block);
+		if (rc == -ETIMEDOUT) {
+			sh->next = d->locked;
+			d->locked = sh;
+			kvs_store_dumps_lock_busy(d, kvs_now_ns());
+			return;
+		}
+		if (rc == 0 && v.state == KVS_SHM_CLAIM_DROPPING && v.holder_alive) {
+			/* not acknowledged while the block's other shards may still
+			 * go: dumped again once the drop is over */
+			unpin(s, sh);
+			sh->next = d->dropwait;
+			d->dropwait = sh;
+			return;
+		}
 	}
+	sh->dirty = (struct kvs_dirty_shard){ sh->slot.index, sh->slot.generation };
 	unpin(s, sh);
+	kvs_store_blocks_add(&d->look, &sh->block, 0);
+	if (sh->shard == kvs_core_claim_designated(c, &sh->block))
+		kvs_store_blocks_add(&d->mine, &sh->block, sh->task->deadline_ns + KVS_CLAIM_GRACE_NS);
 	if (s->cfg.dump_wait == KVS_DUMP_WAIT_CACHED) {
-		finish(s, sh, 0);
+		acked_add(s, d, sh);
+		kvs_store_sh_finish(s, sh, 0);
 		return;
 	}
-	if (wait_step(s, sh, kvs_now_ns()))
-		return; /* ended already (a block write that could not start, or nothing to write) */
-	sh->flags |= KVS_SH_JOINED;
+	sh->flags |= KVS_SH_WAITING;
 	sh->next = d->waiting;
 	d->waiting = sh;
-	if (sh->task->deadline_ns < d->next_ns)
-		d->next_ns = sh->task->deadline_ns;
+	due(d, sh->task->deadline_ns);
 }
 
-/* sh's block is known stored: its bytes are the block's (a DIRTY slot of ours
- * is clean now), the shard durable. */
-static void settle_stored(struct kvs_store *s, struct kvs_store_sh *sh)
-{
-	if (sh->slot.state == KVS_SHM_SLOT_DIRTY)
-		kvs_core_slot_clean(s->cache, &sh->slot);
-	finish(s, sh, 0);
-}
 
-/*
- * sh's slot is pinned and holds valid bytes (DIRTY; READY over a backend whose
- * blocks are not atomic): join, count, maybe write; then wait or finish.  Any
- * step may be done again after a park (the table's or a bucket's lock not had):
- * the join finds the same claim, and a count is idempotent (the slot's tag).
- */
+/* Settle sh (pinned, valid bytes): make or keep its slot DIRTY, then
+ * acknowledge.  Again after a park: every step is idempotent. */
 static void settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh)
 {
-	struct kvs_cache *c = s->cache;
-	bool ready = !s->block_atomic; /* READY shards count (and are rewritten) */
-	struct kvs_claim_ref ref;
-	bool started;
-	int st, n = -ESTALE, reached = 0;
+	uint64_t until = sh->task->deadline_ns + KVS_CLAIM_GRACE_NS;
+	int st;
 
-	if (s->block_atomic && found_lately(d, &sh->block, kvs_now_ns())) {
-		settle_stored(s, sh); /* a dump of ours found it there a moment ago */
-		return;
-	}
-	for (int tries = 0; tries < 4 && n == -ESTALE; tries++) {
-		/* acquire: read before the join, so a claim freed after it rings a
-		 * bell value we sleep on */
-		d->room_bell = atomic_load_explicit(&c->hdr->claims_bell, memory_order_acquire) &
-			       KVS_WAIT_VALUE_MASK;
-		st = kvs_core_claim_join(c, &sh->block, sh->task->deadline_ns, &sh->claim, &started);
-		if (st == -ENOSPC) {
-			sh->next = d->room;
-			d->room = sh;
+	if (!(sh->flags & KVS_SH_HELD)) {
+		if (s->block_atomic && found_lately(d, &sh->block, kvs_now_ns())) {
+			kvs_store_sh_finish(s, sh, 0); /* a dump of ours found it stored a moment ago */
 			return;
 		}
+		st = kvs_core_dirty_hold(s->cache, &sh->slot, until, !s->block_atomic);
 		if (st == -ETIMEDOUT) {
-			park(d, sh);
+			sh->next = d->locked;
+			d->locked = sh;
+			kvs_store_dumps_lock_busy(d, kvs_now_ns());
 			return;
 		}
-		if (st < 0) {
-			finish(s, sh, st);
+		if (st == KVS_SHM_SLOT_READY) {
+			kvs_store_sh_finish(s, sh, 0); /* written and cleaned while we gathered */
 			return;
 		}
-		if (st == KVS_SHM_CLAIM_DURABLE) {
-			settle_stored(s, sh); /* written, or found stored, within the grace */
+		if (st != KVS_SHM_SLOT_DIRTY) {
+			/* dropped under us (a block given up, or one that never
+			 * completed): this dump's bytes go in again */
+			unpin(s, sh);
+			sh->flags = 0;
+			sh->err = 0;
+			kvs_store_handoff_revisit(s, sh);
 			return;
 		}
-		if (started)
-			sh->flags |= KVS_SH_RECOUNT;
-		if (sh->flags & KVS_SH_RECOUNT) {
-			/* a new generation: what the cache holds of the block counts in it */
-			bool stored;
-
-			reached = kvs_core_claim_recount(c, &sh->claim, &sh->block, ready, &stored);
-			if (reached == -ETIMEDOUT) {
-				park(d, sh);
-				return;
-			}
-			if (reached == -ESTALE)
-				continue;
-			if (stored) {
-				/* a READY shard: in the backend already; our new claim
-				 * ends DURABLE (its lock not had: all of this again,
-				 * later) */
-				int rc = kvs_core_claim_found(c, &sh->block, &ref);
-
-				if (rc == -ETIMEDOUT) {
-					park(d, sh);
-					return;
-				}
-				sh->flags &= ~KVS_SH_RECOUNT;
-				if (rc == 1)
-					claim_ended(s, d, &ref);
-				found_now(d, &sh->block, kvs_now_ns());
-				settle_stored(s, sh);
-				return;
-			}
-			sh->flags &= ~KVS_SH_RECOUNT;
-		}
-		n = kvs_core_claim_count(c, &sh->slot, &sh->claim, ready);
-		if (n == -ETIMEDOUT) {
-			park(d, sh);
-			return;
-		}
-		if (n == -ESTALE && writing_without(c, &sh->claim)) {
-			n = 0; /* wait for that write as a counted shard does */
-			sh->flags |= KVS_SH_ASIDE;
-			break;
-		}
+		sh->flags |= KVS_SH_HELD;
 	}
-	if (n == -ENODATA && kvs_core_slot_state(c, &sh->slot) == KVS_SHM_SLOT_READY) {
-		finish(s, sh, 0); /* written and cleaned while we joined: durable */
-		return;
-	}
-	if (n < 0) {
-		finish(s, sh, n);
-		return;
-	}
-	settled(s, d, sh, n == 0 && reached > 0 ? reached : n);
-}
-
-void kvs_store_dump_found(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh)
-{
-	struct kvs_claim_ref ref;
-
-	if (!s->block_atomic && d) {
-		/* The shard proves only itself: unless the write that cleaned it is
-		 * still known, it counts in its block's claim like a dumped one, and
-		 * the block is written whole again. */
-		if (kvs_core_claim_wrote(s->cache, kvs_core_slot_tag(s->cache, &sh->slot), &sh->block))
-			finish(s, sh, 0);
-		else
-			settle(s, d, sh);
-		return;
-	}
-	/* once per block lately (a task's shards of one block come together, and
-	 * the other layers' tasks soon after) */
-	if (d && !found_lately(d, &sh->block, kvs_now_ns())) {
-		found_now(d, &sh->block, kvs_now_ns());
-		if (kvs_core_claim_found(s->cache, &sh->block, &ref) == 1)
-			claim_ended(s, d, &ref);
-	}
-	finish(s, sh, 0);
+	acknowledge(s, d, sh);
 }
 
 void kvs_store_dump_settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh,
 			   bool owned)
 {
+	if (!d) {
+		kvs_store_sh_finish(s, sh, -ENOMEM);
+		return;
+	}
 	if (owned) {
-		int rc = kvs_core_slot_publish_dirty(s->cache, &sh->slot);
+		int rc = kvs_core_slot_publish_dirty(s->cache, &sh->slot,
+						     sh->task->deadline_ns + KVS_CLAIM_GRACE_NS);
 
 		if (rc) {
 			kvs_log_error(&s->log, "store: publishing dumped slot %u: %s", sh->slot.index,
 				      kvs_strerror(rc));
-			finish(s, sh, rc);
+			kvs_store_sh_finish(s, sh, rc);
 			return;
 		}
-	}
-	if (!d) {
-		finish(s, sh, -ENOMEM);
-		return;
+		sh->slot.state = KVS_SHM_SLOT_DIRTY;
+		sh->flags |= KVS_SH_HELD;
 	}
 	settle(s, d, sh);
 }
 
+void kvs_store_dump_found(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh)
+{
+	uint64_t now = kvs_now_ns();
+
+	if (!s->block_atomic && d) {
+		/* the shard proves only itself: DIRTY again, part of the block's
+		 * record, and the block written whole */
+		settle(s, d, sh);
+		return;
+	}
+	/* once per block lately (a task's shards of one block come together, and
+	 * the other layers' tasks soon after): a STORED record for the others */
+	if (d && !found_lately(d, &sh->block, now)) {
+		found_now(d, &sh->block, now);
+		kvs_core_claim_stored(s->cache, &sh->block);
+	}
+	kvs_store_sh_finish(s, sh, 0);
+}
+
 /* ---- waiting ---- */
+
+/* Does a STORED record say block is in the backend (its DIRTY slots not cleaned
+ * yet)?  A lock-free peek first: the claim table's lock only when it says so. */
+static bool stored_lately(struct kvs_cache *c, const struct kvs_block_id *block)
+{
+	struct kvs_claim_view v;
+
+	return kvs_core_claim_peek(c, block, KVS_SHM_CLAIM_STORED) &&
+	       kvs_core_claim_look(c, block, &v) == 0 && v.state == KVS_SHM_CLAIM_STORED;
+}
 
 /* One durable wait: true when it is over (finished, or handed back to visit). */
 static bool wait_step(struct kvs_store *s, struct kvs_store_sh *sh, uint64_t now)
 {
-	struct kvs_claim_view v;
-	int rc = kvs_core_claim_read(s->cache, &sh->claim, &v);
+	struct kvs_cache *c = s->cache;
+	int32_t err = 0;
+	int st;
 
-	if (rc == -ESTALE || (rc == 0 && v.state == KVS_SHM_CLAIM_FAILED &&
-			      (sh->flags & KVS_SH_ASIDE) && now < sh->task->deadline_ns)) {
-		/* the claim moved on, or failed without our bytes (a shard of it
-		 * missing): see the shard afresh, to count it in the next attempt */
-		sh->flags = 0;
-		sh->err = 0;
-		kvs_store_handoff_revisit(s, sh);
+	if (kvs_core_dirty_peek(c, sh->dirty.index, sh->dirty.generation) && now < sh->task->deadline_ns) {
+		if (!stored_lately(c, &sh->block))
+			return false; /* still DIRTY: not stored yet */
+		kvs_store_sh_finish(s, sh, 0);
 		return true;
 	}
-	if (rc) {
-		finish(s, sh, rc);
+	st = kvs_core_dirty_look(c, &sh->block, sh->shard, sh->dirty.index, sh->dirty.generation, &err);
+	if (st == -ETIMEDOUT)
+		return false; /* its bucket's lock not had: the next look */
+	if (st == KVS_SHM_SLOT_READY) {
+		kvs_store_sh_finish(s, sh, 0);
 		return true;
 	}
-	if (v.state == KVS_SHM_CLAIM_DURABLE || v.state == KVS_SHM_CLAIM_FAILED) {
-		finish(s, sh, v.state == KVS_SHM_CLAIM_DURABLE ? 0 : v.error ? v.error : -EIO);
+	if (st == KVS_SHM_SLOT_FAILED) {
+		kvs_store_sh_finish(s, sh, err ? err : -EIO); /* dropped: its write given up, or incomplete */
 		return true;
+	}
+	if (st == KVS_SHM_SLOT_DIRTY && now < sh->task->deadline_ns)
+		return false;
+	if (st == KVS_SHM_SLOT_DIRTY) {
+		/* the deadline: the block never completed here (another node may
+		 * hold it: kvs_store_lookup asks), or its write did not finish */
+		struct kvs_claim_view v;
+		struct kvs_dirty_scan sc;
+
+		if (kvs_core_dirty_scan(c, &sh->block, now, false, &sc, NULL) == 0 && sc.missing)
+			err = -KVS_EINCOMPLETE;
+		else if (kvs_core_claim_look(c, &sh->block, &v) == 0 &&
+			 v.state == KVS_SHM_CLAIM_WRITING && v.error)
+			err = v.error; /* the last failed attempt's */
+		else
+			err = -ETIMEDOUT;
+		kvs_store_sh_finish(s, sh, err);
+		return true;
+	}
+	/* its slot recycled: it left DIRTY and was evicted since -- stored, if
+	 * a record says so; else this dump's bytes go in again */
+	{
+		struct kvs_claim_view v;
+
+		if (kvs_core_claim_look(c, &sh->block, &v) == 0 && v.state == KVS_SHM_CLAIM_STORED) {
+			kvs_store_sh_finish(s, sh, 0);
+			return true;
+		}
 	}
 	if (now >= sh->task->deadline_ns) {
-		/* Never complete here (the backend may hold it from another node:
-		 * kvs_store_lookup says, on the caller's thread), or its write did
-		 * not finish: the last attempt's error, if one failed */
-		finish(s, sh, v.state == KVS_SHM_CLAIM_OPEN ? -KVS_EINCOMPLETE
-			      : v.error			     ? v.error
-							     : -ETIMEDOUT);
+		kvs_store_sh_finish(s, sh, -ETIMEDOUT);
 		return true;
 	}
-	return false;
+	sh->flags = 0;
+	sh->err = 0;
+	kvs_store_handoff_revisit(s, sh);
+	return true;
 }
 
-/* One watch: elect ourselves when it is our turn.  True when the watch is over
- * (the claim ended or moved on, or our interest in it did).  *next_ns: the
- * earliest time it must be looked at again without a bell.  Closing, a
- * complete block is written as soon as it is our turn -- a live designated
- * writer still has its grace, since its write would otherwise race ours (and
- * ours may be the one that fails: this rank's backend, not the block's) -- and
- * one we cannot write is left. */
-static bool watch_step(struct kvs_store *s, struct kvs_store_dumps *d, struct watch *w, uint64_t now,
-		       bool check, uint64_t *next_ns)
+/* Has the block this rank acknowledged a cached dump of left DIRTY?  0: not
+ * yet; 1: stored (READY, or a STORED record of it; or its slot recycled: it
+ * left DIRTY, and a drop -- which rings every rank, whose copier then looks at
+ * all it acknowledged while the slot lingers FAILED -- would have been seen);
+ * < 0: dropped, that error. */
+static int acked_left(struct kvs_cache *c, const struct acked *a)
+{
+	int32_t err = 0;
+	int st;
+
+	if (kvs_core_dirty_peek(c, a->slot.index, a->slot.generation))
+		return stored_lately(c, &a->block);
+	st = kvs_core_dirty_look(c, &a->block, a->shard, a->slot.index, a->slot.generation, &err);
+	if (st == -ETIMEDOUT || st == KVS_SHM_SLOT_DIRTY)
+		return 0;
+	return st == KVS_SHM_SLOT_FAILED ? (err ? err : -EIO) : 1;
+}
+
+/* The blocks this rank acknowledged that left DIRTY go; their count (and a
+ * drop's error) for kvs_store_flush.  Without all, from the oldest up to the
+ * first still DIRTY (a peek or two a pass); with all (a flush waits), every
+ * one, so the count is exact; with look, those still DIRTY are looked at
+ * (written now: once per flush call).  Returns whether any went. */
+static bool acked_step(struct kvs_store *s, struct kvs_store_dumps *d, bool all, bool look)
 {
 	struct kvs_cache *c = s->cache;
-	uint32_t me = (uint32_t)c->rank_idx + 1;
-	struct kvs_claim_view v;
+	uint32_t before = d->nacked - d->acked_head, kept = d->acked_head;
+	int err = 0, left;
 
-	if (kvs_core_claim_read(c, &w->ref, &v) || v.state == KVS_SHM_CLAIM_DURABLE ||
-	    v.state == KVS_SHM_CLAIM_FAILED || (now >= w->deadline_ns && !d->closing))
-		return true;
-	if (v.state == KVS_SHM_CLAIM_OPEN && v.counted < s->spb) {
-		if (now < w->deadline_ns && w->deadline_ns < *next_ns)
-			*next_ns = w->deadline_ns;
-		return d->closing; /* incomplete: nothing a closing rank can write */
+	if (!all) {
+		for (; d->acked_head < d->nacked; d->acked_head++) {
+			left = acked_left(c, &d->acked[d->acked_head]);
+			if (left == 0)
+				break; /* the oldest still DIRTY: the rest later */
+			if (left < 0 && !err)
+				err = left;
+		}
+	} else {
+		for (uint32_t i = d->acked_head; i < d->nacked; i++) {
+			left = acked_left(c, &d->acked[i]);
+			if (left < 0 && !err)
+				err = left;
+			if (left != 0)
+				continue;
+			if (look)
+				kvs_store_blocks_add(&d->look, &d->acked[i].block, 0);
+			d->acked[kept++] = d->acked[i];
+		}
+		d->nacked = kept;
+		if (kept - d->acked_head != before)
+			aset_remake(d, kept); /* entries moved: no more room needed, cannot fail */
 	}
-	if (v.state == KVS_SHM_CLAIM_OPEN) {
-		if (!w->complete_ns)
-			w->complete_ns = now;
-		/* designated: us, nobody, or a rank that is late or gone */
-		if (v.designate == 0 || v.designate == me || now >= w->complete_ns + WRITER_GRACE_NS ||
-		    ((check || d->closing) && !kvs_core_rank_alive(c, v.designate - 1,
-						   atomic_load_explicit(&c->ranks[v.designate - 1].epoch,
-									memory_order_relaxed))))
-			try_elect(s, d, &w->ref, &w->block);
-		else if (w->complete_ns + WRITER_GRACE_NS < *next_ns)
-			*next_ns = w->complete_ns + WRITER_GRACE_NS;
+	if (d->nacked - d->acked_head == before)
+		return false;
+	pthread_mutex_lock(&s->mu);
+	s->unflushed = d->nacked - d->acked_head;
+	if (err && !s->flush_err)
+		s->flush_err = err;
+	pthread_cond_broadcast(&s->flush_cv);
+	pthread_mutex_unlock(&s->mu);
+	return true;
+}
+
+/* ---- the sweep ---- */
+
+/* Is a sweep of the node's DIRTY slots due, and is it ours? */
+static bool sweep_turn(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t now)
+{
+	struct kvs_shm_header *h = s->cache->hdr;
+	/* relaxed: a count from above, and a turn (see core/layout.h) */
+	uint64_t at = atomic_load_explicit(&h->sweep_ns, memory_order_relaxed);
+
+	if (atomic_load_explicit(&h->dirty_hint, memory_order_relaxed) == 0) {
+		d->close_swept = d->closing; /* nothing DIRTY: nothing for a close to sweep */
 		return false;
 	}
-	/* WRITING: ours, a live writer's (closing: its duty), or a dead one's */
-	if (is_mine(d, &w->ref))
-		return false;
-	if ((check || d->closing) && !kvs_core_claim_writer_alive(c, &v))
-		try_elect(s, d, &w->ref, &w->block);
-	else if (d->closing)
+	if (d->closing && !d->close_swept)
 		return true;
+	if (now >= at && atomic_compare_exchange_strong_explicit(&h->sweep_ns, &at, now + SWEEP_NS,
+								 memory_order_relaxed,
+								 memory_order_relaxed)) {
+		due(d, now + SWEEP_NS); /* the next turn, ours or a peer's */
+		return true;
+	}
+	due(d, at > now ? at : now + SWEEP_NS); /* a peer's turn (a failed CAS: it moved on) */
 	return false;
 }
 
-/* Retry what waited for the claim table's lock (its backoff is over). */
+/* One step of the sweep: SWEEP_STEP state words; at the end, every block found
+ * looked at.  true while it goes on. */
+static bool sweep_step(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t now)
+{
+	struct kvs_cache *c = s->cache;
+	uint32_t end = d->sweep_next + SWEEP_STEP < c->slot_count ? d->sweep_next + SWEEP_STEP
+								   : c->slot_count;
+
+	for (uint32_t i = d->sweep_next; i < end; i++) {
+		struct kvs_block_id block;
+		uint32_t shard;
+
+		/* relaxed: a look; each is checked again under its bucket lock */
+		if ((atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK) !=
+		    KVS_SHM_SLOT_DIRTY)
+			continue;
+		if (kvs_core_dirty_key(c, i, &block, &shard) == 1)
+			kvs_store_blocks_add(&d->swept, &block, 0);
+	}
+	d->sweep_next = end;
+	if (end < c->slot_count)
+		return true;
+	for (uint32_t i = 0; i < d->swept.n; i++)
+		look_at(s, d, &d->swept.v[i], now, true);
+	d->swept.n = 0;
+	d->sweep_next = 0;
+	return false;
+}
+
+/* ---- the copier's turn ---- */
+
+/* Retry what waited for a lock (its backoff is over). */
 static void lock_retry(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t now)
 {
 	struct kvs_store_sh *sh, *locked = d->locked;
@@ -862,35 +671,31 @@ static void lock_retry(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t 
 	d->ending = NULL;
 	while ((job = ending)) {
 		ending = job->next;
-		job_end_claim(s, d, job, &job->claim, job->err);
+		kvs_store_job_settle(s, d, job);
 	}
-	if (d->adopt_due)
-		kvs_store_dumps_adopt(s, d);
 	while ((sh = locked)) {
 		locked = sh->next;
 		if (now >= sh->task->deadline_ns) {
 			if (!said)
-				kvs_log_warn(&s->log, "store: a dump's shards not counted by their "
-						      "deadline: the claim table's lock (or a bucket's) "
-						      "is held by a peer (stopped?)");
+				kvs_log_warn(&s->log, "store: a dump's shards not settled by their "
+						      "deadline: a bucket's lock (or the claim table's) is "
+						      "held by a peer (stopped?)");
 			said = true;
-			finish(s, sh, -ETIMEDOUT);
+			kvs_store_sh_finish(s, sh, -ETIMEDOUT);
 			continue;
 		}
 		settle(s, d, sh);
 	}
 	if (!d->lock_retry_ns)
-		d->lock_backoff.step_ns = 0; /* everything had the lock */
-	pend_run(s, d);
+		d->lock_backoff.step_ns = 0; /* everything had its lock */
 }
 
 bool kvs_store_dumps_poll(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t now, bool check)
 {
 	struct kvs_cache *c = s->cache;
-	struct kvs_store_sh **link, *sh, *room;
-	uint64_t next_ns = UINT64_MAX;
-	bool changed = false;
-	uint32_t bell, kept = 0;
+	struct kvs_store_sh **link, *sh, *dropwait;
+	uint32_t bell, cbell, kept;
+	bool changed = false, rung, flush_new, swept;
 
 	if (!d)
 		return false;
@@ -898,28 +703,37 @@ bool kvs_store_dumps_poll(struct kvs_store *s, struct kvs_store_dumps *d, uint64
 		lock_retry(s, d, now);
 		changed = true;
 	}
-	changed |= d->npend && pend_run(s, d); /* pins released since */
+	pthread_mutex_lock(&s->mu);
+	d->urgent = s->flushing;
+	flush_new = s->flush_gen != d->flush_gen;
+	d->flush_gen = s->flush_gen;
+	pthread_mutex_unlock(&s->mu);
 	/* acquire: read before the looks below (a ring after them changes it) */
 	bell = atomic_load_explicit(&c->me->bell, memory_order_acquire) & KVS_WAIT_VALUE_MASK;
-	if (!d->stale && !check && bell == d->rank_bell && now < d->next_ns &&
-	    (!d->room || (atomic_load_explicit(&c->hdr->claims_bell, memory_order_acquire) &
-			  KVS_WAIT_VALUE_MASK) == d->room_bell))
-		return changed; /* nothing rang, nothing due */
+	cbell = atomic_load_explicit(&c->hdr->claims_bell, memory_order_acquire) & KVS_WAIT_VALUE_MASK;
+	rung = bell != d->rank_bell || check;
 	d->rank_bell = bell;
-	d->stale = false;
-	if (d->room) {
-		room = d->room;
-		d->room = NULL;
-		while ((sh = room)) {
-			room = sh->next;
-			if (now >= sh->task->deadline_ns) {
-				finish(s, sh, -ENOSPC); /* no claim freed in time */
-				continue;
-			}
-			settle(s, d, sh);
+	if (!d->look.n && !d->sweeping && !rung && now < d->next_ns && cbell == d->claims_bell &&
+	    !d->urgent && !d->closing)
+		return changed; /* nothing rang, nothing due */
+	d->next_ns = UINT64_MAX;
+	/* the blocks a drop held back, and those whose claim met a full table */
+	if (cbell != d->claims_bell || rung) {
+		d->claims_bell = cbell;
+		dropwait = d->dropwait;
+		d->dropwait = NULL;
+		while ((sh = dropwait)) {
+			dropwait = sh->next;
+			sh->flags = 0;
+			sh->err = 0;
+			kvs_store_handoff_revisit(s, sh); /* dumped again: a peek first */
+			changed = true;
 		}
-		changed = true;
+		for (uint32_t i = 0; i < d->room.n; i++)
+			kvs_store_blocks_add(&d->look, &d->room.v[i], 0);
+		d->room.n = 0;
 	}
+	/* durable waits */
 	for (link = &d->waiting; (sh = *link);) {
 		struct kvs_store_sh *next = sh->next; /* a step may free sh, or hand it on */
 
@@ -928,24 +742,85 @@ bool kvs_store_dumps_poll(struct kvs_store *s, struct kvs_store_dumps *d, uint64
 			changed = true;
 			continue;
 		}
-		if (sh->task->deadline_ns < next_ns)
-			next_ns = sh->task->deadline_ns;
+		due(d, sh->task->deadline_ns);
 		link = &sh->next;
 	}
-	for (uint32_t i = 0; i < d->nwatch; i++) {
-		if (watch_step(s, d, &d->watch[i], now, check, &next_ns))
-			changed = true;
-		else
-			d->watch[kept++] = d->watch[i];
+	/* what this rank acknowledged: the head's that left DIRTY go; all of them
+	 * when a write or drop ended (the bell), at close and while a flush waits,
+	 * looked at (written now) once per flush call */
+	if (d->nacked > d->acked_head)
+		changed |= acked_step(s, d, d->urgent || d->closing || rung, flush_new);
+	/* our designated blocks, when a completer rang us (until their
+	 * protection is over; a block done with goes) */
+	if (rung) {
+		kept = 0;
+		for (uint32_t i = 0; i < d->mine.n; i++)
+			if (now < d->mine.at[i] && look_at(s, d, &d->mine.v[i], now, false)) {
+				d->mine.v[kept] = d->mine.v[i];
+				d->mine.at[kept++] = d->mine.at[i];
+			}
+		d->mine.n = kept;
 	}
-	d->nwatch = kept;
-	for (sh = d->room; sh; sh = sh->next)
-		if (sh->task->deadline_ns < next_ns)
-			next_ns = sh->task->deadline_ns;
-	if (d->lock_retry_ns && d->lock_retry_ns < next_ns)
-		next_ns = d->lock_retry_ns;
-	d->next_ns = next_ns;
+	for (uint32_t i = 0; i < d->grace.n;) {
+		if (d->urgent || now >= d->grace.at[i] || d->closing) {
+			struct kvs_block_id block = d->grace.v[i];
+			bool early = now < d->grace.at[i];
+
+			blocks_del(&d->grace, i);
+			if (d->closing && !d->urgent && early)
+				look_at(s, d, &block, now, false); /* its writer's, if it lives */
+			else
+				kvs_store_block_write(s, d, &block);
+			changed = true;
+			continue;
+		}
+		i++;
+	}
+	due(d, blocks_next(&d->grace));
+	/* the blocks to look at (a look may add to the list: taken whole) */
+	if (d->look.n && !d->lock_retry_ns) {
+		struct blocks look = d->look;
+
+		d->look = (struct blocks){ 0 };
+		for (uint32_t i = 0; i < look.n; i++)
+			look_at(s, d, &look.v[i], now, false);
+		look.n = 0;
+		if (!d->look.cap) {
+			d->look = look; /* keep the allocation */
+		} else {
+			for (uint32_t i = 0; i < d->look.n; i++)
+				kvs_store_blocks_add(&look, &d->look.v[i], d->look.at[i]);
+			blocks_fini(&d->look);
+			d->look = look;
+		}
+		changed = true;
+	}
+	/* the node's sweep, when it is our turn (or we close: a close with
+	 * nothing DIRTY on the node is swept at once, which is a change too) */
+	swept = d->close_swept;
+	if (!d->sweeping && !d->lock_retry_ns && sweep_turn(s, d, now))
+		d->sweeping = true;
+	changed |= d->close_swept != swept;
+	if (d->sweeping) {
+		d->sweeping = sweep_step(s, d, now);
+		if (d->closing && !d->sweeping)
+			d->close_swept = true; /* one sweep at close; the writes it began follow */
+		changed = true;
+		if (d->sweeping)
+			due(d, now); /* the next step at once */
+	}
+	if (d->lock_retry_ns)
+		due(d, d->lock_retry_ns);
 	return changed;
+}
+
+void kvs_store_dumps_close(struct kvs_store *s, struct kvs_store_dumps *d)
+{
+	(void)s;
+	if (!d || d->closing)
+		return;
+	d->closing = true;
+	d->next_ns = 0;
 }
 
 unsigned kvs_store_dumps_words(struct kvs_store *s, struct kvs_store_dumps *d,
@@ -953,22 +828,21 @@ unsigned kvs_store_dumps_words(struct kvs_store *s, struct kvs_store_dumps *d,
 			       uint64_t *deadline)
 {
 	struct kvs_cache *c = s->cache;
-	bool peers = d && d->nwatch > 0; /* a completer may ring us: designated */
 	unsigned n = 0;
 
 	if (!d)
 		return 0;
-	for (struct kvs_store_sh *sh = d->waiting; sh && !peers; sh = sh->next)
-		peers = !is_mine(d, &sh->claim);
 	if (d->next_ns < *deadline)
 		*deadline = d->next_ns;
-	if (peers && n < max) {
+	/* our bell: a peer ended a write or drop, or completed a block of ours */
+	if ((d->waiting || d->dropwait || d->mine.n || d->nacked > d->acked_head) && n < max) {
 		words[n] = &c->me->bell;
 		busy[n++] = d->rank_bell;
 	}
-	if (d->room && n < max) {
+	/* the claims bell: a claim ended or was freed */
+	if ((d->room.n || d->dropwait) && n < max) {
 		words[n] = &c->hdr->claims_bell;
-		busy[n++] = d->room_bell;
+		busy[n++] = d->claims_bell;
 	}
 	return n;
 }

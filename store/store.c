@@ -19,7 +19,9 @@
  * of the memory only (the threads and the backend are the parent's).
  */
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -124,6 +126,69 @@ static int backend_open(struct kvs_store *s)
 	return 0;
 }
 
+/*
+ * What a backend is, in the keys that choose it: where a block dumped through
+ * it lands (a fault backend's is its inner one's; the layout tag is part of it:
+ * blocks stored with another are refused).  false for a user backend: its ops
+ * cannot be compared across processes, so its caller keeps the ranks agreed.
+ */
+static bool backend_identity(const struct kvs_backend_config *b, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	if (b->kind == KVS_BACKEND_FAULT && b->fault_inner)
+		b = b->fault_inner;
+	switch (b->kind) {
+	case KVS_BACKEND_POSIX:
+		n = (size_t)snprintf(buf, len, "backend=posix backend_roots=");
+		for (uint32_t i = 0; i < b->nroots && n < len; i++) {
+			char real[PATH_MAX];
+			const char *r = realpath(b->roots[i], real) ? real : b->roots[i];
+
+			n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ":" : "", r);
+		}
+		break;
+	case KVS_BACKEND_REDIS:
+		n = (size_t)snprintf(buf, len, "backend=redis redis_endpoints=%s redis_db=%u "
+					       "redis_key_prefix=%s",
+				     b->redis.endpoints, b->redis.db, b->redis.key_prefix);
+		break;
+	case KVS_BACKEND_NONE:
+		n = (size_t)snprintf(buf, len, "backend=none");
+		break;
+	case KVS_BACKEND_LATENCY:
+		n = (size_t)snprintf(buf, len, "backend=latency");
+		break;
+	default:
+		return false;
+	}
+	if (n < len)
+		snprintf(buf + n, len - n, " layout_tag=%llu", (unsigned long long)b->layout_tag);
+	return true;
+}
+
+/*
+ * A rank's dumps go where the cache's other ranks' go: a block one rank
+ * completes is written by another (store/dump.c), and an adopter writes what
+ * the dead left.  So the first rank binds the cache to its backend and every
+ * other must bring the same (both named when not).
+ */
+static int backend_bind(struct kvs_store *s)
+{
+	char mine[KVS_SHM_BACKEND_ID_MAX], theirs[KVS_SHM_BACKEND_ID_MAX + 96];
+	int rc;
+
+	if (!backend_identity(&s->cfg.backend, mine, sizeof(mine)))
+		return 0;
+	rc = kvs_core_backend_bind(s->cache, mine, theirs, sizeof(theirs));
+	if (rc)
+		kvs_log_error(&s->log, "store: the cache '%s' is bound to another backend: its ranks "
+				       "dump to %s; this rank to %s (give every rank of the node the "
+				       "same backend, or another unique_id)",
+			      s->cfg.cache.unique_id, theirs, mine);
+	return rc;
+}
+
 /* The cache is open: its geometry is the truth.  Reopen the backend if that is
  * not what it was opened with, then register the data plane with it. */
 static int backend_adopt(struct kvs_store *s)
@@ -144,7 +209,10 @@ static int backend_adopt(struct kvs_store *s)
 			return rc;
 	}
 	if (c->cfg.device_id < 0)
-		return 0;
+		return 0; /* a watcher dumps nothing */
+	rc = backend_bind(s);
+	if (rc)
+		return rc;
 	for (uint32_t i = 0; i < c->seg_count; i++)
 		bufs[i] = (struct kvs_backend_buffer){ .base = c->segs[i].base, .len = c->segs[i].bytes };
 	rc = kvs_backend_register_buffers(s->backend, bufs, c->seg_count);
@@ -264,6 +332,7 @@ static int sync_init(struct kvs_store *s)
 	pthread_cond_init(&s->copier_cv, &ca);
 	pthread_cond_init(&s->done_cv, &ca);
 	pthread_cond_init(&s->reg_cv, &ca);
+	pthread_cond_init(&s->flush_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	return 0;
 }
@@ -271,8 +340,8 @@ static int sync_init(struct kvs_store *s)
 /*
  * The pins the dispatcher keeps at most: a share of the cache that every rank
  * of the node (local_rank_size of them) may hold at once with half the cache
- * left evictable, so tasks of any size complete on any cache; within the pin
- * table, with room for the block writes the copier pins beside it.
+ * left evictable, so tasks of any size complete on any cache; within half the
+ * pin table.
  */
 static uint32_t pin_budget(const struct kvs_store *s)
 {
@@ -299,18 +368,11 @@ static int threads_start(struct kvs_store *s)
 	if (s->wake_fd < 0)
 		return -errno;
 	s->pin_budget = pin_budget(s);
-	/* Made here, not by the copier, so that the blocks a dead rank left
-	 * unwritten are this rank's to write before the open returns. */
+	/* Made here, so that a failure is said by the open (the copier's first
+	 * turn sweeps the node's DIRTY slots, if an adoption left any). */
 	rc = kvs_store_dumps_init(s, &s->dumps0);
 	if (rc)
 		kvs_log_error(&s->log, "store: %s (dumps fail)", kvs_strerror(rc));
-	else if (s->cache->cfg.device_id >= 0) { /* a watcher writes nothing */
-		/* a peer stopped holding the claim table's lock must not hold the
-		 * open: the copier looks again, later */
-		kvs_core_lock_wait_set(KVS_STORE_LOCK_WAIT_NS);
-		kvs_store_dumps_adopt(s, s->dumps0);
-		kvs_core_lock_wait_set(0);
-	}
 	s->threads_alive = 2;
 	rc = thread_start(s, &s->disp_thr, kvs_store_dispatcher, "kvs-dispatch");
 	if (rc) {
@@ -522,6 +584,7 @@ static void teardown(struct kvs_store *s)
 	free(s->visits);
 	free(s->copy_vec);
 	free(s->rel_later);
+	pthread_cond_destroy(&s->flush_cv);
 	pthread_cond_destroy(&s->reg_cv);
 	pthread_cond_destroy(&s->done_cv);
 	pthread_cond_destroy(&s->copier_cv);
@@ -601,6 +664,39 @@ void kvs_store_thread_exit(struct kvs_store *s)
 	}
 }
 
+KVS_API int kvs_store_flush(struct kvs_store *s, uint64_t timeout_ns, uint64_t *pending)
+{
+	struct timespec ts = kvs_ns_to_timespec(kvs_deadline_after(timeout_ns));
+	int rc = 0;
+
+	if (pending)
+		*pending = 0;
+	if (!s)
+		return -EINVAL;
+	if (!s->threads || getpid() != s->opener)
+		return 0; /* a watcher, a fork()ed child's copy: no dump of its own */
+	pthread_mutex_lock(&s->mu);
+	s->flushing++;
+	s->flush_gen++;
+	pthread_mutex_unlock(&s->mu);
+	kvs_store_wake_copier(s); /* writes without graces, looks at every block */
+	pthread_mutex_lock(&s->mu);
+	while (s->unflushed)
+		if (pthread_cond_timedwait(&s->flush_cv, &s->mu, &ts) == ETIMEDOUT)
+			break;
+	if (s->flush_err) {
+		rc = s->flush_err; /* reported once */
+		s->flush_err = 0;
+	} else if (s->unflushed) {
+		rc = -ETIMEDOUT;
+	}
+	if (pending)
+		*pending = s->unflushed;
+	s->flushing--;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
 /* Latest deadline of the tasks still running (under mu), or now. */
 static uint64_t latest_deadline(struct kvs_store *s)
 {
@@ -653,6 +749,12 @@ KVS_API void kvs_store_close(struct kvs_store *s)
 		}
 		disp = s->disp_thr;
 		copier = s->copier_thr;
+		if (s->unflushed)
+			kvs_log_warn(&s->log, "store: close: %llu blocks this rank's cached dumps "
+					      "acknowledged are not in the backend yet: they stay in the "
+					      "cache, which is kept for the node's other ranks or the next "
+					      "open to write them (kvs_store_flush before close waits for "
+					      "them)", (unsigned long long)s->unflushed);
 		if (s->threads_alive) {
 			kvs_log_error(&s->log, "store: close: a backend transfer is still in flight "
 					       "after every task's deadline and timeout_ms more (a hung "

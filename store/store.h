@@ -18,8 +18,10 @@
  *   copy.c      the copier thread: waits for slots (futex wait-for-any),
  *               H2D scatter, D2H gather, syncs in batches; staged copies of
  *               slots not registered yet
- *   dump.c      the dump protocol on the copier's side: claims, durable
- *               waits, takeovers, the block writes this rank makes
+ *   dump.c      the dump protocol on the copier's side: the DIRTY record,
+ *               looks, durable waits, the sweep, the flush's bookkeeping
+ *               (dump.h: what it shares with write.c)
+ *   write.c     a block's write or drop under its claim
  *   register.c  the registration thread: the data plane registered with the
  *               copy engine in chunks, in the background; readiness
  */
@@ -123,11 +125,10 @@ enum kvs_store_op {
 #define KVS_SH_OWNED (1u << 1)  /* this rank fills it: backend read (load) or gather (dump) */
 #define KVS_SH_SLOWGET (1u << 2) /* the dispatcher's trylock found the bucket busy: the
 				   copier gets it (it may block) */
-#define KVS_SH_JOINED (1u << 3) /* dump: counted in sh->claim (a durable wait follows) */
-#define KVS_SH_ASIDE (1u << 4)  /* dump: waits on a claim being written without its slot
-				   (a failed write is retried, not its error) */
-#define KVS_SH_RECOUNT (1u << 5) /* dump: started sh->claim; the cache's shards of the
-				    block are still to be counted in it */
+#define KVS_SH_HELD (1u << 3)  /* dump: its slot is DIRTY for this dump (published, or
+				   found DIRTY and its protection extended) */
+#define KVS_SH_WAITING (1u << 4) /* dump: acknowledged to the block's record, waits for it
+				    to be in the backend (durable; sh->dirty names its slot) */
 
 /* kvs_store_xfer.result while the transfer is queued or in flight. */
 #define KVS_XFER_PENDING 1
@@ -165,7 +166,7 @@ struct kvs_store_sh {
 	struct kvs_slot slot;
 	void *data;                    /* the slot's bytes in this process */
 	struct kvs_store_xfer rd;      /* its owned read (loads, prefetches) */
-	struct kvs_claim_ref claim;    /* dump: the claim it counts on */
+	struct kvs_dirty_shard dirty;  /* dump: its DIRTY slot (a durable wait holds no pin) */
 	/* Holders of the pin: the copier, plus the dispatcher while the read is
 	 * queued or in flight.  The last to drop it releases the slot (acq_rel: the
 	 * other holder's use of the slot happens before the release). */
@@ -194,11 +195,12 @@ struct kvs_store_task {
 	struct kvs_store_sh sh[];
 };
 
-/* A block this rank writes as its claim's writer: every shard pinned, one write
- * each (store/dump.c builds it, the dispatcher writes it).  A write has no
- * deadline: the dumps of the block may have been acknowledged (dump_wait=
- * cached), so an attempt that fails is retried (store/dump.c decides, with a
- * backoff) and the pins stay until the block is stored or given up. */
+/* A block this rank writes as its claim's holder (store/dump.c builds it, the
+ * dispatcher writes it): one write per shard, from the block's DIRTY slots --
+ * no pin, since nothing evicts or drops a DIRTY slot while the claim is ours.
+ * A write has no deadline: the dumps of the block may have been acknowledged
+ * (dump_wait=cached), so an attempt that fails is retried (store/dump.c
+ * decides, with a backoff) until the block is stored or given up. */
 struct kvs_store_job {
 	struct kvs_claim_ref claim;
 	struct kvs_block_id block;
@@ -208,18 +210,13 @@ struct kvs_store_job {
 	bool queued;                   /* dispatcher: on its write queue (shards to submit) */
 	int32_t err;                   /* this attempt's first failed write */
 	uint32_t attempts;             /* copier: attempts that failed so far */
+	uint32_t cleaned;              /* copier: shards cleaned (DIRTY -> READY) after it */
 	uint64_t first_fail_ns;        /* copier: when the first attempt failed */
 	struct kvs_store_backoff backoff; /* copier: the wait before the next attempt */
 	uint64_t retry_ns;             /* dispatcher: not submitted before (a retry's backoff) */
 	struct kvs_store_job *next;    /* the dispatcher's queues, then the copier's */
-	struct kvs_slot *slots;        /* n pins (inside the job's allocation) */
+	struct kvs_dirty_shard *shards; /* n slots (inside the job's allocation) */
 	struct kvs_store_xfer xf[];    /* n writes */
-};
-
-/* A release kept for later (kvs_store_release). */
-struct kvs_store_release {
-	struct kvs_slot slot;
-	bool task;
 };
 
 /* The dispatcher's memory of preallocated keys. */
@@ -251,9 +248,8 @@ struct kvs_store {
 	struct kvs_backend *backend;
 	struct kvs_copy_engine *copy;
 	struct kvs_shm_store_stats *st; /* this rank's counters in shared memory */
-	struct kvs_store_dumps *dumps0; /* the copier's dump state, made by the open (the
-					 * claims a dead rank left unwritten adopted)
-					 * and the copier's from its start (NULL: none) */
+	struct kvs_store_dumps *dumps0; /* the copier's dump state, made by the open and the
+					 * copier's from its start (NULL: none) */
 	pid_t opener;                  /* the process that opened the store (fork) */
 	uint32_t spb;                  /* shards per block */
 	uint32_t copy_kind;            /* the engine copy_open chose: KVS_COPY_ENGINE_HOST/_CUDA */
@@ -270,8 +266,8 @@ struct kvs_store {
 	/* Pins this store's tasks hold (every visit's get +1, every release -1;
 	 * relaxed: a budget, not a synchronisation), and the most the dispatcher
 	 * keeps (a share of the cache no set of ranks can exhaust, within the pin
-	 * table).  Block writes count their pins apart (store/dump.c), within the
-	 * rest of the table: they never hold up a visit. */
+	 * table).  Block writes hold no pin (store/dump.c): they never hold up a
+	 * visit. */
 	_Atomic uint32_t pins;
 	uint32_t pin_budget;
 
@@ -296,7 +292,7 @@ struct kvs_store {
 
 	/* Releases the copier could not make yet (a bucket held by a peer): copier
 	 * only. */
-	struct kvs_store_release *rel_later;
+	struct kvs_slot *rel_later;
 	uint32_t nrel_later, rel_later_cap;
 	uint32_t released;             /* task pins released, not yet out of pins */
 
@@ -331,6 +327,17 @@ struct kvs_store {
 	struct kvs_copy_vec *copy_vec; /* not under mu: the copier's pass of copies
 					  (2 x KVS_COPY_VEC_MAX: d2h, then h2d) */
 	bool disp_blocked;             /* the dispatcher waits for ring room or pins */
+	/* kvs_store_flush: callers waiting (the copier writes without graces
+	 * meanwhile) and a count of the calls (each has the copier look at every
+	 * block still to write once), the blocks this rank acknowledged (cached
+	 * dumps) not yet in the backend, the first of them dropped since the last
+	 * report (its error), and the condition the copier broadcasts when those
+	 * change. */
+	uint32_t flushing;
+	uint64_t flush_gen;
+	uint64_t unflushed;
+	int flush_err;
+	pthread_cond_t flush_cv;
 	int wake_fd;                   /* eventfd: the dispatcher's wake (submit, hand-offs,
 					  room, stop) */
 	/* Bumped (kvs_wait_bump) at every hand-off to the copier, so a copier asleep
@@ -374,12 +381,12 @@ bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh);
 /* Finish sh with err and drop the caller's reference: released before done
  * when it was the last, done now (the pin left to the other holder) when not. */
 void kvs_store_sh_finish(struct kvs_store *s, struct kvs_store_sh *sh, int err);
-/* Release a pin of this store (task: a task's, out of the budget at the next
- * kvs_store_release_flush; else a block write's); errors logged.  A bucket
+/* Release a task's pin (out of the budget at the next
+ * kvs_store_release_flush); errors logged.  A bucket
  * lock not had within the copier's short wait keeps the release for
  * kvs_store_release_retry.  The copier's only: no other thread drops a pin
  * (the dispatcher hands its last holds over, kvs_store_handoff_release). */
-void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot, bool task);
+void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot);
 /* Copier: take the task pins released since the last flush out of the budget,
  * and wake the dispatcher if it waits for room: once per pass, not per pin. */
 void kvs_store_release_flush(struct kvs_store *s);
@@ -430,35 +437,37 @@ struct kvs_store_dumps;
 int kvs_store_dumps_init(struct kvs_store *s, struct kvs_store_dumps **out);
 void kvs_store_dumps_fini(struct kvs_store *s, struct kvs_store_dumps *d);
 /* A dump shard whose slot holds valid bytes now: gathered and synced by us
- * (owned: publish it), or found READY / DIRTY.  Counts it in its block's claim,
- * may make this rank the block's writer, finishes the shard (cached, or the
- * block durable) or keeps it waiting for durability; releases the pin. */
+ * (owned: publish it DIRTY), or found DIRTY (its protection extended), or
+ * READY over a backend whose blocks are not atomic (DIRTY again).  It joins its
+ * block's record: finished (cached) or waiting for the block to be in the
+ * backend (durable); its pin released; the block looked at (complete: written,
+ * by its designated writer or by this rank). */
 void kvs_store_dump_settle(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh,
 			   bool owned);
-/* A dump shard found READY: its block is in the backend (its OPEN claim ends
- * DURABLE); the shard is finished. */
+/* A dump shard found READY over a backend whose blocks are atomic: its block is
+ * in the backend (a STORED record of it kept a grace); the shard is finished. */
 void kvs_store_dump_found(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_sh *sh);
-/* Look at every waiting dump (after a bell, a finished job, or with check set
- * once per slice: writers' liveness).  Returns whether anything changed. */
+/* Everything the protocol has to look at: durable waits, blocks to look at,
+ * designated writers' graces, the node's sweep when it is this rank's turn
+ * (after a bell, a finished job, or with check set once per slice).  Returns
+ * whether anything changed. */
 bool kvs_store_dumps_poll(struct kvs_store *s, struct kvs_store_dumps *d, uint64_t now, bool check);
-/* A block write the dispatcher finished: release its pins, end its claim. */
+/* (store/write.c) A block write's attempt the dispatcher finished: clean its
+ * slots and end its claim, or try again, or give up. */
 void kvs_store_job_finish(struct kvs_store *s, struct kvs_store_dumps *d, struct kvs_store_job *job);
-/* Anything waiting on other processes (claims of peers, room in the table)?
- * The words to sleep on, up to max: returns how many were added. */
+/* Anything waiting on other processes (a drop or write of a peer, room in the
+ * claim table, a peer completing a block this rank writes)?  The words to sleep
+ * on, up to max: returns how many were added; *deadline lowered to the next
+ * time something is due. */
 unsigned kvs_store_dumps_words(struct kvs_store *s, struct kvs_store_dumps *d,
 			       _Atomic uint32_t **words, uint32_t *busy, unsigned max,
 			       uint64_t *deadline);
-/* At a rank's open: watch every claim of a complete block whose writer died
- * with nobody left to take it over (a rank killed -9 after its dumps reached
- * the cache: dump_wait=cached returned, the write had not landed), so that
- * this rank writes it (core/claim.c, "elect"). */
-void kvs_store_dumps_adopt(struct kvs_store *s, struct kvs_store_dumps *d);
-/* The store closes and its tasks are done: write every complete block this rank
- * watches, and every one nobody may write any more, now (no writer's grace);
- * let the watches of incomplete blocks go. */
+/* The store closes and its tasks are done: the node's DIRTY slots are swept now
+ * (not at the node's turn) and every complete block among them is written (by
+ * its designated writer if that one lives, else by this rank). */
 void kvs_store_dumps_close(struct kvs_store *s, struct kvs_store_dumps *d);
-/* Dumps waiting, writes of ours not finished, claim work waiting for the table's
- * lock, or (closing) complete blocks still to write: the copier may not exit. */
+/* Durable waits, writes of ours not finished, blocks to look at, work waiting
+ * for a lock, or (closing) a sweep not done: the copier may not exit. */
 bool kvs_store_dumps_busy(const struct kvs_store_dumps *d);
 
 /* ---- store/register.c ---- */

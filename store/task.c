@@ -118,18 +118,18 @@ void kvs_store_sh_done(struct kvs_store *s, struct kvs_store_sh *sh, int err)
 /* A release whose bucket lock was not had within the copier's short wait (a
  * peer holds it, stopped?): kept, and tried again by kvs_store_release_retry.
  * false: no memory (the release is lost: the pin stays until close). */
-static bool release_later(struct kvs_store *s, const struct kvs_slot *slot, bool task)
+static bool release_later(struct kvs_store *s, const struct kvs_slot *slot)
 {
 	if (s->nrel_later == s->rel_later_cap) {
 		uint32_t cap = s->rel_later_cap ? 2 * s->rel_later_cap : 16;
-		struct kvs_store_release *v = realloc(s->rel_later, cap * sizeof(*v));
+		struct kvs_slot *v = realloc(s->rel_later, cap * sizeof(*v));
 
 		if (!v)
 			return false;
 		s->rel_later = v;
 		s->rel_later_cap = cap;
 	}
-	s->rel_later[s->nrel_later++] = (struct kvs_store_release){ *slot, task };
+	s->rel_later[s->nrel_later++] = *slot;
 	return true;
 }
 
@@ -139,23 +139,22 @@ bool kvs_store_release_retry(struct kvs_store *s)
 
 	s->nrel_later = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		struct kvs_store_release r = s->rel_later[i];
+		struct kvs_slot slot = s->rel_later[i];
 
-		kvs_store_release(s, &r.slot, r.task); /* kept again (below i) while not had */
+		kvs_store_release(s, &slot); /* kept again (below i) while not had */
 	}
 	return s->nrel_later < n;
 }
 
-void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot, bool task)
+void kvs_store_release(struct kvs_store *s, struct kvs_slot *slot)
 {
 	int rc = kvs_slot_release(s->cache, slot);
 
-	if (rc == -ETIMEDOUT && release_later(s, slot, task))
-		return; /* still pinned (a task's: in the budget too) until had */
+	if (rc == -ETIMEDOUT && release_later(s, slot))
+		return; /* still pinned, and in the budget, until had */
 	if (rc)
 		kvs_log_error(&s->log, "store: releasing a slot: %s", kvs_strerror(rc));
-	if (task)
-		s->released++; /* out of the budget at the next kvs_store_release_flush */
+	s->released++; /* out of the budget at the next kvs_store_release_flush */
 }
 
 void kvs_store_release_flush(struct kvs_store *s)
@@ -183,7 +182,7 @@ bool kvs_store_sh_put(struct kvs_store *s, struct kvs_store_sh *sh)
 		return false;
 	if (sh->flags & KVS_SH_GOT) {
 		sh->flags &= ~KVS_SH_GOT;
-		kvs_store_release(s, &sh->slot, true);
+		kvs_store_release(s, &sh->slot);
 	}
 	kvs_store_sh_done(s, sh, 0);
 	kvs_store_task_unref(t);

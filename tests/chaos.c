@@ -12,7 +12,8 @@
  * --fault-delay-us so that owned reads stay in flight long enough for peers to
  * wait on them when the owner is killed) and runs a seeded random mix of
  * tasks over a universe of blocks, a few in flight at a time: loads (whole blocks
- * or a run of one block's shards), durable dumps (whole blocks in one task, or
+ * or a run of one block's shards), dumps -- durable on even ranks, cached
+ * (dump_wait=cached: acknowledged once in the cache) on odd ones -- (whole blocks in one task, or
  * layer-wise: one task per shard index, all in flight at once, as an engine's
  * per-layer saves), prefetches, lookups.  Ranks dump the same hot blocks at the
  * same time, so blocks complete from several ranks' shards, and kills land in
@@ -45,10 +46,19 @@
  *   leftover  once the watcher (the last process) closed: no file of the cache
  *             in /dev/shm or in any hugetlbfs mount, no dump temp file in the
  *             backend root (a killed rank's are removed by the next open).
- *   durable   every block of every durable dump that returned 0 (reported by the
- *             rank right after) is in the backend: at the end a fresh store of
- *             another unique_id, over the same root without faults, loads each
- *             one byte-exact.
+ *   durable   every block of every dump that returned 0, durable or cached
+ *             (reported by the rank right after), is in the backend: at the end a
+ *             fresh store of another unique_id, over the same root without
+ *             faults, loads each one byte-exact -- a cached dump's block whatever
+ *             kills followed it (the killed rank's cache record is written by the
+ *             others or by the adopter of the cache).  A cached rank flushes
+ *             (kvs_store_flush) before its clean close: anything but 0 is a
+ *             violation (-KVS_EINCOMPLETE excepted after a layer-wise dump of
+ *             which some layers failed: its acknowledged layers' blocks never
+ *             complete, and are dropped).  A cache kept at the end holds only DIRTY slots of
+ *             blocks nobody completed (a layer-wise dump killed half-way, still
+ *             protected): said on stderr and removed with
+ *             KVS_CACHE_DISCARD_DIRTY, not a leftover.
  *
  * Ranks report every finished task on a pipe shared with the controller, one
  * fixed-size record per write() (< PIPE_BUF, so whole or not at all, whatever
@@ -205,6 +215,9 @@ struct rank {
 	struct kvs_store *s;
 	uint64_t rng;
 	unsigned planted; /* plants done */
+	/* a layer-wise cached dump failed after others of its layers were
+	 * acknowledged: those blocks never complete, a flush says -KVS_EINCOMPLETE */
+	bool partial;
 	/* buffers of tasks reported still running: the store's close drains them */
 	struct st_task draining[DRAINING_MAX];
 	uint32_t ndraining;
@@ -402,8 +415,8 @@ static int job_wait(struct rank *r, const struct job *j, uint64_t id)
 	return kvs_store_wait(r->s, id, left + ST_MS);
 }
 
-/* A durable dump of j's blocks returned 0: tell the controller, which checks at
- * the end that each of them is in the backend. */
+/* A dump of j's blocks returned 0 (durable, or cached: acknowledged): tell the
+ * controller, which checks at the end that each of them is in the backend. */
 static void report_durable(struct rank *r, const struct job *j)
 {
 	struct rec m = { .type = REC_DURABLE, .n = j->nb };
@@ -421,12 +434,16 @@ static void job_finish(struct rank *r, struct job *j)
 		/* The first error is the job's, but a layer that failed leaves the
 		 * blocks of the others incomplete: their -KVS_EINCOMPLETE is that
 		 * layer's consequence, and its error is the job's. */
+		bool acked = false;
+
 		for (uint32_t l = 0; l < SPB; l++) {
 			int one = job_wait(r, j, j->layer_ids[l]);
 
+			acked |= one == 0;
 			if (rc == 0 || rc == 1 || (rc == -KVS_EINCOMPLETE && one < 0))
 				rc = one == 0 ? rc : one;
 		}
+		r->partial |= acked && rc != 0;
 	} else {
 		rc = job_wait(r, j, j->id);
 	}
@@ -473,11 +490,11 @@ static kvs_test_rc rank_open(struct rank *r)
 		 "unique_id=%s,device_id=%d,local_rank_size=%d,shard_size=%u,block_size=%u,"
 		 "tensor_size=%u,cache_buffer_capacity_gb=%.9f,reserved_slots=%u,"
 		 "backend=posix,backend_roots=%s,fsync=0,fault_error_ppm=%u,fault_short_ppm=%u,"
-		 "fault_delay_us=%u,fault_seed=%llu,copy_engine=host,timeout_ms=%u",
+		 "fault_delay_us=%u,fault_seed=%llu,copy_engine=host,timeout_ms=%u,dump_wait=%s",
 		 o->uid, o->rank, o->ranks, SHARD, SHARD * SPB, SHARD / TENSORS,
 		 (double)SLOTS * SHARD / (1u << 30), RESERVED, o->root, o->error_ppm,
 		 o->short_ppm, rnd_below(&r->rng, 2 * o->delay_us + 1), (unsigned long long)rnd(&r->rng),
-		 o->timeout_ms);
+		 o->timeout_ms, o->rank % 2 ? "cached" : "durable");
 	KVS_TRY(st_parse(&cfg, kv));
 	rc = kvs_store_open(&cfg, &r->s);
 	if (rc) {
@@ -537,6 +554,15 @@ static kvs_test_rc rank_main(const struct opts *o)
 		for (uint32_t i = 0; i < n; i++)
 			if (jobs[i].live)
 				job_finish(&r, &jobs[i]);
+	}
+	if (o->rank % 2) { /* cached: every acknowledged block in the backend first */
+		uint64_t pending = 0;
+		int rc = kvs_store_flush(r.s, budget_ns(o) + 30 * ST_SEC, &pending);
+
+		if (rc && !(rc == -KVS_EINCOMPLETE && r.partial))
+			rank_violation(&r, V_DURABLE, "kvs_store_flush before close: %d (%s), %llu "
+				       "blocks pending", rc, kvs_strerror(rc),
+				       (unsigned long long)pending);
 	}
 	kvs_store_close(r.s);
 	for (uint32_t i = 0; i < r.ndraining; i++)
@@ -943,6 +969,25 @@ static void check_leftovers(struct ctl *c)
 		violation(c, V_LEFTOVER, "%d dump temp file(s) left in %s", temp_files, c->root);
 }
 
+/* A cache the last close kept for its DIRTY slots (dumped shards of blocks
+ * nobody completed, still protected: core/segment.c, the removal guard): said,
+ * and removed with them (the acknowledged blocks are checked in the backend). */
+static void kept_dirty(struct ctl *c)
+{
+	struct kvs_cache_config cc;
+	struct kvs_cache_info in;
+	int rc;
+
+	if (kvs_cache_inspect(c->uid, &in) != 0 || in.slots_dirty == 0)
+		return;
+	kvs_cache_config_init(&cc);
+	snprintf(cc.unique_id, sizeof(cc.unique_id), "%s", c->uid);
+	cc.flags = KVS_CACHE_DISCARD_DIRTY;
+	rc = kvs_cache_remove(&cc);
+	fprintf(stderr, "chaos cache: kept for %llu dirty slots of incomplete blocks; removed "
+		"with them: %d (%s)\n", (unsigned long long)in.slots_dirty, rc, kvs_strerror(rc));
+}
+
 static void ctl_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
@@ -1090,6 +1135,7 @@ static kvs_test_rc finish(struct ctl *c)
 		report_cache(w, &cs);
 		kvs_cache_close(w);
 	}
+	kept_dirty(c);
 	check_leftovers(c);
 	KVS_TRY(check_durable(c));
 	if (o->mixed && !(c->opened_variant[0] && c->opened_variant[1]))

@@ -38,7 +38,7 @@ fi
 
 # The suites mutants are judged by: only their binaries are built (and relinked
 # after each mutant), not the whole tree.
-SUITES="core_attach core_slot core_race store_dump"
+SUITES="core_attach core_slot core_race core_claim store_dump"
 SUITE="^kernel\.($(echo $SUITES | tr ' ' '|'))\$"
 TARGETS=$(for t in $SUITES; do printf 'test_%s_kernel ' "$t"; done)
 
@@ -168,8 +168,10 @@ mutant publish-no-wake wait/publish.c '^kernel\.core_race$' \
 
 # d. a FAILED publish loses its error code
 mutant lost-error-code core/slot.c '^kernel\.core_slot$' \
-	'atomic_store_explicit(&c->slots[i].error, err, memory_order_relaxed);' \
-	'atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);'
+	'		/* relaxed: the publish below (release) orders it for the waiters */
+		atomic_store_explicit(&c->slots[i].error, err, memory_order_relaxed);' \
+	'		/* relaxed: the publish below (release) orders it for the waiters */
+		atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);'
 
 # e. the last detacher does not unlink the segments
 mutant no-unlink-at-close core/segment.c '^kernel\.core_attach$' \
@@ -187,17 +189,20 @@ mutant no-slot-check core/slot.c '^kernel\.core_slot$' \
 		(void)0;
 	*pinv = v;'
 
-# g. a dump's shard counts in its claim every time it is seen (duplicates too)
-mutant count-duplicates core/claim.c 'store_dump:claims_duplicate split_shards' \
-	'	if (atomic_load_explicit(&c->slots[i].claim, memory_order_relaxed) == tag)' \
-	'	if (0)'
+# g. CLOCK evicts a DIRTY slot (a dump's bytes not in the backend yet: the
+#    record of what is to be written)
+mutant clock-evicts-dirty core/clock.c '^kernel\.core_claim$' \
+	'	if (st == KVS_SHM_SLOT_DIRTY)
+		goto out;' \
+	'	if (0)
+		goto out;'
 
 # h. a durable dump that did not write its block completes when its shard is cached
 mutant durable-at-cached store/dump.c 'store_dump:partial_block split_shards' \
 	'	if (s->cfg.dump_wait == KVS_DUMP_WAIT_CACHED) {
-		finish(s, sh, 0);' \
+		acked_add(s, d, sh);' \
 	'	if (1) {
-		finish(s, sh, 0);'
+		acked_add(s, d, sh);'
 
 if [ $survived -ne 0 ]; then
 	echo "mutation: some mutants SURVIVED"

@@ -12,7 +12,10 @@
 #   store_open    an open that fails fast and safe: a capacity the node cannot
 #                 hold refused before anything is allocated, naming the key
 #   store_ack     what an acknowledged dump promises, against failing and slow
-#                 writes, closes, expired claims, vanished stored copies
+#                 writes, closes, expired protections, vanished stored copies
+#   store_record  the dump record: acknowledged dumps kept DIRTY through kills,
+#                 adoptions, watchers' closes and slow last closes; blocks larger
+#                 than the pin table; the backend binding; kvs_store_flush
 #   store_tasks   tasks of any size on small caches, no head-of-line blocking, one
 #                 rank's deadline, lookups, the reserved pool, fork, a failing
 #                 poll, a stopped lock holder, copy engine timeouts, no polling
@@ -23,4 +26,5 @@ kvs_test(store_geometry SOURCES store_geometry.c LIBS kvs_store LABELS "unit;fau
 kvs_test(store_dump SOURCES store_dump.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
 kvs_test(store_open SOURCES store_open.c LIBS kvs_store LABELS unit TIMEOUT 60)
 kvs_test(store_ack SOURCES store_ack.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
+kvs_test(store_record SOURCES store_record.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
 kvs_test(store_tasks SOURCES store_tasks.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)

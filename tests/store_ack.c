@@ -15,13 +15,17 @@
  *   two_closes          cached mode: rank A dumps each block's designated shard
  *                       and closes; rank B dumps the rest and closes at once:
  *                       every block is written (before: 0 of 8); the last close
- *                       says what it drops (a block nobody completed)
+ *                       keeps the cache for a block nobody completed yet (its
+ *                       dumped shard still protected), and says so
  *   durable_vanished    a durably dumped block's file is removed and its shards
  *                       evicted; a second durable dump writes it again (before:
  *                       0, nothing written)
- *   expired_between     shard 0 dumped, shard 1 dumped after shard 0's claim
- *                       expired: the block is written, cached or durable (before:
- *                       never written; durable -KVS_EINCOMPLETE)
+ *   expired_between     shard 0 dumped, shard 1 dumped after shard 0's deadline
+ *                       but within its protection (deadline + 1 s): the block is
+ *                       written, cached or durable (before: never written);
+ *                       shard 1 dumped once shard 0 was dropped (its protection
+ *                       over, a sweep): never written, the flush and the durable
+ *                       dump say -KVS_EINCOMPLETE
  *   slow_backend        cached dumps of 10 blocks over a backend that takes
  *                       200 ms a write, one at a time, with a 300 ms deadline:
  *                       all 10 written (before: the writes not started by the
@@ -41,8 +45,8 @@
 /* The store's log, counting the block writes its lines say were given up (a
  * line stands for itself and the "(and N more like it ...)" it was limited to;
  * the flush at close says "N more block writes given up") and the lines that
- * say a cache went with dumped bytes never written. */
-static _Atomic int given_up, never_written;
+ * say a cache was kept for dumped bytes not in the backend yet. */
+static _Atomic int given_up, kept_dirty;
 
 static void ack_log(void *arg, int level, const char *msg)
 {
@@ -54,8 +58,8 @@ static void ack_log(void *arg, int level, const char *msg)
 						     ? (int)n : 0));
 	else if (strstr(msg, " more block writes given up") && sscanf(msg, "%u", &n) == 1)
 		atomic_fetch_add(&given_up, (int)n);
-	if (strstr(msg, "dumped but never written"))
-		atomic_fetch_add(&never_written, 1);
+	if (strstr(msg, "kept, not removed"))
+		atomic_fetch_add(&kept_dirty, 1);
 	st_log(arg, level, msg);
 }
 
@@ -171,10 +175,10 @@ static kvs_test_rc test_two_closes(void)
 	KVS_TRY(st_dump(b, &tb, DUMP_WAIT_MS)); /* completes every block, rings A */
 	KVS_TRY(shards_task(&half, CLOSE_TAG, CLOSE_BLOCKS, 1, 0, 1));
 	KVS_TRY(st_dump(b, &half, DUMP_WAIT_MS)); /* one shard of a block nobody completes */
-	atomic_store(&never_written, 0);
-	kvs_store_close(b);                     /* the last rank: the cache goes, and says */
-	KVS_CHECK_EQ(atomic_load(&never_written), 1);
-	KVS_TRY(st_no_segments(uid));
+	atomic_store(&kept_dirty, 0);
+	kvs_store_close(b); /* the last rank: the cache is kept for that shard, and says */
+	KVS_CHECK_EQ(atomic_load(&kept_dirty), 1);
+	KVS_TRY(st_remove_dirty(uid, 1));
 	have = backend_count(root, CLOSE_SPB, CLOSE_TAG, 0, CLOSE_BLOCKS);
 	printf("  %d of %u blocks in the backend after both closes\n", have, CLOSE_BLOCKS);
 	KVS_CHECK_EQ(have, (int)CLOSE_BLOCKS);
@@ -236,12 +240,17 @@ static kvs_test_rc test_durable_vanished(void)
 
 #define EXPIRE_TAG 63u
 
-static kvs_test_rc expire_round(const char *root, uint32_t blk, bool cached)
+/* Shard 0 of block blk dumped (timeout_ms=300), then shard 1: late, once shard
+ * 0 was dropped (its protection over, the node's sweep at most a second later),
+ * else 500 ms after shard 0's deadline, within its protection. */
+static kvs_test_rc expire_round(const char *root, uint32_t blk, bool cached, bool late)
 {
 	struct kvs_store *s = NULL;
+	struct kvs_cache_stats cs;
 	struct st_task t0, t1;
+	uint64_t task = 0, deadline;
 	char uid[96];
-	int have;
+	int have, want = late ? -KVS_EINCOMPLETE : 0;
 
 	kvs_test_unique_id(uid, sizeof(uid), cached ? "expc" : "expd");
 	KVS_TRY(ack_open(uid, 0, root, 2, 16, 1,
@@ -251,19 +260,32 @@ static kvs_test_rc expire_round(const char *root, uint32_t blk, bool cached)
 	if (cached) {
 		KVS_TRY(st_dump(s, &t0, DUMP_WAIT_MS));
 	} else { /* a durable dump of half a block: incomplete at its deadline */
-		uint64_t task = 0;
-
 		KVS_TRY(dump_submit(s, &t0, &task));
 		KVS_TRY(st_wait_expect(s, task, DUMP_WAIT_MS, -KVS_EINCOMPLETE, "shard 0 alone"));
 	}
-	usleep(2000 * 1000); /* past the claim's expiry and grace (the case itself) */
-	KVS_TRY(st_dump(s, &t1, DUMP_WAIT_MS)); /* completes the block in the cache */
-	have = wait_backend(root, 2, EXPIRE_TAG, blk, 1, 5000);
-	printf("  %s: block in the backend after the second shard: %d\n", cached ? "cached" : "durable",
-	       have);
-	KVS_CHECK_EQ(have, 1);
+	if (late) { /* dropped: no slot of the node DIRTY any more */
+		deadline = kvs_deadline_after(5 * ST_SEC);
+		do {
+			usleep(20 * 1000);
+			KVS_CHECK_OK(kvs_cache_stats(kvs_store_cache(s), KVS_STATS_NODE, &cs));
+		} while (cs.slots_dirty && kvs_now_ns() < deadline);
+		KVS_CHECK_EQ(cs.slots_dirty, 0);
+	} else {
+		usleep(800 * 1000); /* past shard 0's deadline (300 ms), not its protection */
+	}
+	KVS_TRY(dump_submit(s, &t1, &task));
+	KVS_TRY(st_wait_expect(s, task, DUMP_WAIT_MS, cached ? 0 : want, "shard 1"));
+	if (cached) /* every block acknowledged in the backend, or said lost */
+		KVS_CHECK_ERR(kvs_store_flush(s, DUMP_WAIT_MS * ST_MS, NULL), want);
+	have = wait_backend(root, 2, EXPIRE_TAG, blk, 1, late ? 0 : 5000);
+	printf("  %s, shard 1 %s: block in the backend: %d\n", cached ? "cached" : "durable",
+	       late ? "after shard 0 was dropped" : "within shard 0's protection", have);
+	KVS_CHECK_EQ(have, late ? 0 : 1);
 	kvs_store_close(s);
-	KVS_TRY(verify_fresh(root, 2, EXPIRE_TAG, blk, 1, cached ? "expc_v" : "expd_v"));
+	if (late && !cached) /* shard 1, still protected: the cache is kept for it */
+		KVS_TRY(st_remove_dirty(uid, 1));
+	else if (!late)
+		KVS_TRY(verify_fresh(root, 2, EXPIRE_TAG, blk, 1, cached ? "expc_v" : "expd_v"));
 	st_task_free(&t0);
 	st_task_free(&t1);
 	return KVS_TEST_PASS;
@@ -274,8 +296,10 @@ static kvs_test_rc test_expired_between(void)
 	char root[256];
 
 	KVS_TRY(st_root_init(root, sizeof(root), "expire"));
-	KVS_TRY(expire_round(root, 0, true));
-	KVS_TRY(expire_round(root, 1, false));
+	KVS_TRY(expire_round(root, 0, true, false));
+	KVS_TRY(expire_round(root, 1, false, false));
+	KVS_TRY(expire_round(root, 2, true, true));
+	KVS_TRY(expire_round(root, 3, false, true));
 	st_root_fini(root);
 	return KVS_TEST_PASS;
 }
@@ -354,6 +378,7 @@ static kvs_test_rc test_loads_beside_writes(void)
 	kvs_store_close(s);
 	KVS_CHECK_EQ(wait_backend(root, BESIDE_SPB, BESIDE_TAG, 0, BESIDE_BLOCKS, DUMP_WAIT_MS),
 		     (int)BESIDE_BLOCKS);
+	KVS_TRY(st_remove_dirty(uid, 1)); /* the hot shard, never completed: kept */
 	st_task_free(&big);
 	st_task_free(&hot);
 	unlink(gate);

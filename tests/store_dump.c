@@ -15,22 +15,26 @@
  *                        (a gated backend: a stuck pwrite); B's durable dump of X
  *                        does not return 0 while X is not in the backend; A is
  *                        killed -9; B takes the claim over and writes X.
- *   writer_dead_evicted  A is killed writing X (held), nobody watches its claim
- *                        (rank B opened before A died), X's slots are evicted after
- *                        its deadline: a later durable dump of X by B takes the dead
- *                        writer's claim over and writes X.
+ *   writer_dead_evicted  A is killed writing X (held) while rank B, open since
+ *                        before, dumps nothing: B's sweep takes the dead writer's
+ *                        claim over and writes X; X's slots, READY then, are
+ *                        evicted by B's loads, and a later durable dump of X by B
+ *                        writes it again (its STORED record's grace over) and
+ *                        returns 0 only then.
  *   writer_dead_adopted  A is killed writing X (held), nobody watches its claim;
- *                        rank B only opens the store later, past the claim's
- *                        expiry: B finds the orphaned claim and writes X.
+ *                        rank B only opens the store later, past its deadline:
+ *                        B's first sweep finds X DIRTY and complete, and writes it.
  *   stale_dirty_written  as writer_dead_adopted with nobody else attached: B's
- *                        open adopts the stale cache, whose claims died with A;
- *                        X's DIRTY slots get a claim again and B writes X.
+ *                        open adopts the stale cache, keeping X's DIRTY slots (the
+ *                        record of what is to be written), and B writes X.
  *   writer_killed_gather A owns X's slots and its gathers are held (copy delay);
  *                        B's dump waits; A is killed -9; B gathers its own bytes.
  *   split_shards         rank 0 dumps X.0, rank 1 dumps X.1 (at once, and one of
  *                        them cached first): whoever completes X writes it.
  *   partial_block        a durable dump of shard 0 of a 4-shard block alone fails
- *                        -KVS_EINCOMPLETE at its deadline; nothing in the backend.
+ *                        -KVS_EINCOMPLETE at its deadline; nothing in the backend;
+ *                        the close keeps the cache for that shard (protected a
+ *                        second past the deadline, for a peer's late dump).
  *   claims_many          one task of 1500 blocks x 2 shards: every block written.
  *   writes_many_pins     8 layer-wise tasks of 129 blocks x 64 shards (more than a
  *                        process's pin table holds), dump_wait=cached: every block
@@ -325,12 +329,13 @@ static kvs_test_rc wait_written(const char *root, const char *who)
 }
 
 /*
- * The writer is killed with its writes held and nobody left watching its claim;
- * once the claim's tasks are past their deadline its DIRTY slots are evictable,
- * and a load of other blocks evicts them.  A later durable dump of the block
- * gathers fresh copies, finds the claim still WRITING by a dead writer (its count
- * complete, without these slots), takes it over and writes the block: 0, the
- * block in the backend (before: -ESTALE, for every later dump of the block).
+ * The writer is killed with its writes held; B, attached, dumps nothing: its
+ * sweep finds X DIRTY and complete under a dead holder's claim, takes it over
+ * and writes X.  X's slots, READY then, are evicted by B's loads of other
+ * blocks; a later durable dump of X gathers fresh copies and returns 0 only
+ * once they are written again (the STORED record's grace is over: it proves
+ * nothing any more).  Before claims were taken over, every later dump of such
+ * a block failed -ESTALE.
  */
 static kvs_test_rc test_writer_dead_evicted(void)
 {
@@ -353,13 +358,12 @@ static kvs_test_rc test_writer_dead_evicted(void)
 	(void)kvs_test_reap(pid, 10000);
 	KVS_TRY(r);
 	KVS_TRY(gate_set(gate, false));
-	/* a watcher's attach reaps A (its pins on X dropped; a watcher adopts no
-	 * claim) */
+	/* a watcher's attach reaps A (its pins on X dropped) */
 	dump_cfg(&wcfg, uid, -1, root, KILL_SPB, KILL_SLOTS, 2);
 	watcher_of(&wcfg);
 	KVS_TRY(st_open(&wcfg, &reaper));
 	kvs_store_close(reaper);
-	usleep(1500 * 1000); /* past the claim's expiry and grace: nothing protects X */
+	usleep(1500 * 1000); /* B's sweep wrote X meanwhile; its STORED record's grace over */
 	KVS_TRY(shards_task(&other, KILL_TAG + 1, 0, 4 * KILL_SLOTS / KILL_SPB, 0, KILL_SPB));
 	KVS_TRY(st_load(s, &other, DUMP_WAIT_MS, -ENOENT)); /* misses, each evicting */
 	KVS_CHECK_EQ(kvs_cache_exists(kvs_store_cache(w), &x, 0), 0);
@@ -379,12 +383,12 @@ static kvs_test_rc test_writer_dead_evicted(void)
 }
 
 /*
- * The writer is killed with its writes held and nobody left watching its claim
- * (its dump was the block's only one: dump_wait=cached had returned, say), and
- * no rank ever dumps the block again.  A rank that opens the store later, past
- * the claim's expiry, and does nothing else finds the complete block nobody
- * will write and writes it from the cache (before: X stayed DIRTY in the cache,
- * served to loads, and was never written: gone with the cache).
+ * The writer is killed with its writes held and nobody left watching (its dump
+ * was the block's only one: dump_wait=cached had returned, say), and no rank
+ * ever dumps the block again.  A rank that opens the store later, past the
+ * dump's deadline, and does nothing else: its sweep finds the complete block
+ * nobody writes and writes it from the cache (the second review: X stayed DIRTY in the
+ * cache, served to loads, and was never written: gone with the cache).
  */
 static kvs_test_rc test_writer_dead_adopted(void)
 {
@@ -400,7 +404,7 @@ static kvs_test_rc test_writer_dead_adopted(void)
 	(void)kvs_test_reap(pid, 10000);
 	KVS_TRY(r);
 	KVS_TRY(gate_set(gate, false));
-	usleep(1500 * 1000); /* past the claim's expiry and grace */
+	usleep(1500 * 1000); /* past A's deadline and grace */
 	KVS_CHECK_EQ(backend_count(root, KILL_SPB, KILL_TAG, 0, 1), 0);
 	dump_cfg(&cfg, uid, 1, root, KILL_SPB, KILL_SLOTS, 2);
 	KVS_TRY(st_open(&cfg, &s));
@@ -416,9 +420,9 @@ static kvs_test_rc test_writer_dead_adopted(void)
 /*
  * As writer_dead_adopted, but A was the cache's only process: its death leaves
  * the cache stale, and B's open adopts it, re-making the claim table (every
- * claim died with A).  X's DIRTY slots get a claim again, complete, and B's
- * open writes X (before: the slots stayed DIRTY and untagged, loads served
- * them, nothing wrote them).
+ * claim died with A) and keeping X's DIRTY slots, the record of what is to be
+ * written; B's first sweep writes X (the second review: the slots stayed DIRTY,
+ * loads served them, nothing wrote them).
  */
 static kvs_test_rc test_stale_dirty_written(void)
 {
@@ -577,6 +581,7 @@ static kvs_test_rc test_partial_block(void)
 	KVS_CHECK_EQ(temp_files(root), 0);
 	KVS_TRY(st_cache_clean(s, false));
 	kvs_store_close(s);
+	KVS_TRY(st_remove_dirty(uid, 1)); /* shard 0, still protected: the cache kept */
 	st_task_free(&t);
 	st_root_fini(root);
 	return KVS_TEST_PASS;

@@ -20,6 +20,12 @@
  *                    whole block returns 0 only with every key of it stored
  *                    (before: 0, key 1 absent -- a READY shard was taken for a
  *                    stored block, as it is over the posix backend)
+ *   ready_adopted    as ready_shard, with dump_wait=cached: the dump of X
+ *                    returns 0, the server refuses the rank's writes (OOM), the
+ *                    rank -- the cache's only process -- is killed -9; the next
+ *                    rank adopts the cache and writes all of X, X:0 too (before:
+ *                    X:0 was READY, only DIRTY shards were adopted, X looked
+ *                    incomplete and was never written: the server kept X:0 alone)
  *   stopped_server   the server stopped (SIGSTOP) under a rank with a 500 ms
  *                    deadline: a durable dump of half a block and a load both
  *                    report by their deadline (before: ~10 s, the copier held
@@ -438,6 +444,103 @@ static kvs_test_rc ready_shard_body(struct rs *s)
 	return KVS_TEST_PASS;
 }
 
+/* The forked rank of ready_adopted: the cache's only process. */
+struct ra_arg {
+	const struct rs *s;
+	const char *uid;
+	int up, down; /* to the parent, from it */
+};
+
+/* Load X:0 (READY: the server holds it), say 'l'; at 'g' (the server refuses
+ * writes now) dump all of X, cached: 0; say 'd' and wait to be killed. */
+static kvs_test_rc ra_rank(void *arg)
+{
+	const struct ra_arg *a = arg;
+	struct kvs_block_id x = st_block(32, 0);
+	struct kvs_store_config cfg;
+	struct kvs_store *r = NULL;
+	struct st_task one, all;
+	char ch = 'l';
+
+	KVS_TRY(sr_cfg(&cfg, a->uid, 0, a->s, ",dump_wait=cached"));
+	KVS_TRY(st_open(&cfg, &r));
+	KVS_TRY(st_task_whole(&one, 1, 1, RS_SHARD));
+	st_task_set(&one, 0, &x, 0);
+	KVS_TRY(st_load(r, &one, 20000, 0));
+	KVS_TRY(st_write_full(a->up, &ch, 1));
+	KVS_TRY(st_read_full(a->down, &ch, 1, 20000));
+	KVS_TRY(sr_task(&all, 32, 1));
+	KVS_TRY(st_dump(r, &all, 20000)); /* acknowledged: X:0 counts, 1..3 gathered */
+	ch = 'd';
+	KVS_TRY(st_write_full(a->up, &ch, 1));
+	pause(); /* until killed */
+	return KVS_TEST_FAIL;
+}
+
+/* How many of X's keys the server holds. */
+static int keys_of(const struct rs *s, const struct kvs_block_id *x)
+{
+	char key[80];
+	int have = 0;
+
+	for (uint32_t i = 0; i < RS_SPB; i++) {
+		redisReply *rep;
+
+		rs_key(x, i, key, sizeof(key));
+		rep = rs_cmd(s, "EXISTS %s", key);
+		have += rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
+		freeReplyObject(rep);
+	}
+	return have;
+}
+
+static kvs_test_rc ready_adopted_body(struct rs *s)
+{
+	struct kvs_block_id x = st_block(32, 0);
+	struct kvs_store *r = NULL;
+	struct ra_arg a;
+	uint64_t deadline;
+	char uid[96], ch = 'g';
+	int up[2], down[2], have;
+	pid_t pid;
+
+	KVS_TRY(half_stored(s, &x));
+	KVS_CHECK(pipe(up) == 0 && pipe(down) == 0);
+	a = (struct ra_arg){ s, kvs_test_unique_id(uid, sizeof(uid), "redisA"), up[1], down[0] };
+	pid = kvs_test_fork(ra_rank, &a);
+	KVS_CHECK(pid > 0);
+	kvs_test_rc rc = st_read_full(up[0], &ch, 1, 20000);
+	if (rc.code == 0) /* every write refused from here (OOM), reads served */
+		rc = rs_ok(s, "CONFIG SET maxmemory-policy noeviction");
+	if (rc.code == 0)
+		rc = rs_ok(s, "CONFIG SET maxmemory 1");
+	ch = 'g';
+	if (rc.code == 0)
+		rc = st_write_full(down[1], &ch, 1);
+	if (rc.code == 0)
+		rc = st_read_full(up[0], &ch, 1, 20000);
+	if (rc.code == 0)
+		usleep(200 * 1000); /* its block write tried, refused, retried */
+	kill(pid, SIGKILL); /* the cache's only process: stale, X dumped in it */
+	(void)kvs_test_reap(pid, 10000);
+	KVS_TRY(rc);
+	KVS_TRY(rs_ok(s, "CONFIG SET maxmemory 0"));
+	KVS_CHECK_EQ(keys_of(s, &x), 1); /* only X:0: the block is not stored */
+	KVS_TRY(sr_open(uid, 0, s, NULL, &r)); /* adopts the cache */
+	deadline = kvs_deadline_after(20 * ST_SEC);
+	while ((have = keys_of(s, &x)) < (int)RS_SPB && kvs_now_ns() < deadline)
+		usleep(10 * 1000);
+	printf("  the adopter's open: %d of X's %u keys on the server\n", have, RS_SPB);
+	KVS_CHECK_EQ(have, (int)RS_SPB);
+	kvs_store_close(r);
+	KVS_TRY(st_no_segments(uid));
+	for (int i = 0; i < 2; i++) {
+		close(up[i]);
+		close(down[i]);
+	}
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc stopped_body(struct rs *s)
 {
 	struct kvs_block_id x = st_block(31, 0), y = st_block(31, 1);
@@ -477,6 +580,7 @@ static kvs_test_rc stopped_body(struct rs *s)
 	/* by the deadline, give or take this machine's scheduling */
 	KVS_CHECK(dump_ms < 2000 && load_ms < 2000);
 	kvs_store_close(r);
+	KVS_TRY(st_remove_dirty(uid, 2)); /* half of X, still protected: the cache kept */
 	st_task_free(&half);
 	st_task_free(&miss);
 	return KVS_TEST_PASS;
@@ -487,12 +591,14 @@ static kvs_test_rc test_store_kill(void) { return rs_case(NULL, kill_body); }
 static kvs_test_rc test_store_errors(void) { return rs_case(NULL, store_errors_body); }
 static kvs_test_rc test_ready_shard(void) { return rs_case(NULL, ready_shard_body); }
 static kvs_test_rc test_stopped_server(void) { return rs_case(NULL, stopped_body); }
+static kvs_test_rc test_ready_adopted(void) { return rs_case(NULL, ready_adopted_body); }
 
 static const struct kvs_test_case cases[] = {
 	{ "store_two_nodes", test_store_two_nodes },
 	{ "store_kill", test_store_kill },
 	{ "store_errors", test_store_errors },
 	{ "ready_shard", test_ready_shard },
+	{ "ready_adopted", test_ready_adopted },
 	{ "stopped_server", test_stopped_server },
 	{ "password_file", test_password_file },
 };

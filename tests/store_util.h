@@ -512,6 +512,26 @@ static inline kvs_test_rc st_no_segments(const char *uid)
 	return KVS_TEST_PASS;
 }
 
+/* The cache uid, no rank attached, was kept for the dirty slots it holds (dumped,
+ * not in the backend: core/segment.c, the removal guard): a removal refuses it
+ * (-ENOTEMPTY) until asked to discard them, which removes it. */
+static inline kvs_test_rc st_remove_dirty(const char *uid, uint64_t dirty)
+{
+	struct kvs_cache_config cc;
+	struct kvs_cache_info in;
+
+	KVS_CHECK_OK(kvs_cache_inspect(uid, &in));
+	if (in.slots_dirty != dirty)
+		KVS_FAILF("cache %s kept with %llu dirty slots, want %llu", uid,
+			  (unsigned long long)in.slots_dirty, (unsigned long long)dirty);
+	kvs_cache_config_init(&cc);
+	snprintf(cc.unique_id, sizeof(cc.unique_id), "%.64s", uid);
+	KVS_CHECK_ERR(kvs_cache_remove(&cc), -ENOTEMPTY);
+	cc.flags |= KVS_CACHE_DISCARD_DIRTY;
+	KVS_CHECK_OK(kvs_cache_remove(&cc));
+	return st_no_segments(uid);
+}
+
 /* ---- pipes between a parent and its children ---- */
 
 /* Read exactly n bytes from fd within timeout_ms. */
