@@ -36,6 +36,20 @@
  *                    recorded): ls counts it, clean ID removes it with the
  *                    control file and the pages come back (before: "removed",
  *                    exit 0, and the file and its 16 pages left)
+ *   clean_dirty      a rank killed -9 right after its dump_wait=cached dumps
+ *                    returned (their writes held by a slow backend) leaves a stale
+ *                    cache holding 8 DIRTY slots: ls (both forms) and stat (text,
+ *                    --json, --prometheus) count them; clean ID and clean
+ *                    --dry-run ID refuse it in one line naming the count and
+ *                    `kvshare clean --discard-dirty ID` (exit 1, nothing
+ *                    removed); with --discard-dirty --dry-run it would go, and
+ *                    clean --discard-dirty ID removes it, naming the 8 dropped
+ *                    (before: removed like any stale cache, the blocks lost)
+ *   clean_all_dirty  the same cache beside a live and two stale ones, in a private
+ *                    /dev/shm: a bare `clean` (and --dry-run) removes the stale
+ *                    ones and skips the dirty one as it does the live one (a
+ *                    line naming the count and the way out, exit 0); a bare
+ *                    `clean --discard-dirty` then removes it, the live one kept
  *   not_a_cache      a FIFO named like a cache's control file: ls, clean (also
  *                    --dry-run) and stat each return at once, name it as no
  *                    cache and leave it (before: each hung in a blocking open)
@@ -299,6 +313,80 @@ static kvs_test_rc rank_body(int argc, char **argv, bool dump)
 static kvs_test_rc rank_child(int argc, char **argv)
 {
 	return rank_body(argc, argv, false);
+}
+
+/* exec'd: --child dirtier <uid> <ready fd>: open a rank store (device 0) whose
+ * backend holds every write a minute, dump blocks 0..NBLK-1 with
+ * dump_wait=cached (done once they are in the cache: DIRTY, their writes in
+ * flight), say "x" on ready fd and wait to be killed -9. */
+static kvs_test_rc dirtier_child(int argc, char **argv)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct st_task t;
+
+	if (argc != 2)
+		KVS_FAILF("usage: --child dirtier <uid> <ready fd>");
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	rank_cfg(&cfg, argv[0], 0, false, 60 * ST_SEC);
+	cfg.dump_wait = KVS_DUMP_WAIT_CACHED;
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&t, NBLK, 1, SHARD));
+	for (uint32_t i = 0; i < NBLK; i++) {
+		struct kvs_block_id b = st_block(13, i);
+		st_task_set(&t, i, &b, 0);
+	}
+	KVS_TRY(st_dump(s, &t, 20000));
+	KVS_CHECK_EQ(write(atoi(argv[1]), "x", 1), 1);
+	pause(); /* until killed */
+	KVS_FAILF("the dirtier was not killed");
+}
+
+/* While the dirtier lives: stat --json of its cache counts the DIRTY slots
+ * apart from the READY and the empty ones. */
+static kvs_test_rc dirty_live_stat(struct run *run, const char *uid)
+{
+	const char *a[] = { "stat", uid, "--json", NULL };
+	json_t *j;
+
+	KVS_TRY(cli_expect(run, 0, a));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	KVS_CHECK_EQ(jint(j, "slots/dirty"), NBLK);
+	KVS_CHECK_EQ(jint(j, "slots/ready"), 0);
+	KVS_CHECK_EQ(jint(j, "slots/empty"), 64 - NBLK); /* was 64: DIRTY ones counted empty */
+	json_decref(j);
+	return KVS_TEST_PASS;
+}
+
+/* A stale cache uid holding NBLK DIRTY slots: its only rank's cached dumps
+ * returned, then it was killed -9 with their writes in flight.  With run, the
+ * live cache's stat is checked first (dirty_live_stat). */
+static kvs_test_rc dirty_cache(char *uid, size_t len, struct run *run)
+{
+	char fdstr[16], ch;
+	int fds[2];
+	pid_t pid;
+
+	kvs_test_unique_id(uid, len, "tdirty");
+	KVS_CHECK_OK(pipe(fds));
+	fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+	snprintf(fdstr, sizeof(fdstr), "%d", fds[1]);
+	const char *av[] = { uid, fdstr, NULL };
+	pid = kvs_test_spawn("dirtier", av);
+	KVS_CHECK(pid > 0);
+	close(fds[1]);
+	if (read(fds[0], &ch, 1) != 1) { /* it failed (said why): no "x" */
+		close(fds[0]);
+		KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
+		KVS_FAILF("the dirtier ended before its dumps returned");
+	}
+	close(fds[0]);
+	kvs_test_rc rc = run ? dirty_live_stat(run, uid) : KVS_TEST_PASS;
+	kill(pid, SIGKILL);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 128 + SIGKILL);
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	return rc;
 }
 
 static kvs_test_rc dumper_child(int argc, char **argv)
@@ -1384,6 +1472,145 @@ static kvs_test_rc test_clean_dead_creator(void)
 	return in_child(dead_creator_child);
 }
 
+/* ---- dirty slots ---- */
+
+/* The refusal of a cache holding dirty slots: a line naming uid, the count and
+ * the way out; named by the user (single): the one line on stderr, else a
+ * "skipped" line among stdout's. */
+static kvs_test_rc dirty_refusal(const struct run *r, const char *uid, bool dry, bool single)
+{
+	char want[300], fix[200];
+
+	snprintf(fix, sizeof(fix), "dirty slots (dumped, their blocks not in the backend yet; the next "
+		 "store to open it writes them); kvshare clean --discard-dirty %s removes it and "
+		 "drops them\n", uid);
+	if (!single) {
+		snprintf(want, sizeof(want), "skipped %s: it holds %u %s", uid, NBLK, fix);
+		return has(r->out, want);
+	}
+	snprintf(want, sizeof(want), "kvshare clean: %s: %s: it holds %u %s", uid,
+		 dry ? "would not be removed" : "not removed", NBLK, fix);
+	return one_line_err(r, want);
+}
+
+static kvs_test_rc test_clean_dirty(void)
+{
+	struct run *run = calloc(1, sizeof(*run));
+	char uid[80], want[300], prom[128];
+	json_t *j, *e;
+
+	KVS_CHECK(run);
+	KVS_TRY(dirty_cache(uid, sizeof(uid), run));
+
+	/* ls and stat count them */
+	const char *a_lsj[] = { "ls", "--json", NULL }, *a_ls[] = { "ls", NULL };
+	KVS_TRY(cli_expect(run, 0, a_lsj));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	e = ls_find(j, uid);
+	KVS_CHECK(e != NULL);
+	KVS_CHECK(strcmp(json_string_value(json_object_get(e, "state")), "stale") == 0);
+	KVS_CHECK_EQ(jint(e, "slots_dirty"), NBLK);
+	json_decref(j);
+	KVS_TRY(cli_expect(run, 0, a_ls));
+	snprintf(want, sizeof(want), "\n%-40s %-6s %-9s %10s %8u ", uid, "stale", "0", "64", NBLK);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->out, " DIRTY "));
+	const char *a_stat[] = { "stat", uid, NULL }, *a_statj[] = { "stat", uid, "--json", NULL };
+	KVS_TRY(cli_expect(run, 1, a_stat)); /* stale: described, exit 1 */
+	snprintf(want, sizeof(want), "dirty      %u slots dumped, their blocks not in the backend yet", NBLK);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(cli_expect(run, 1, a_statj));
+	j = parse_json(run->out);
+	KVS_CHECK(j != NULL);
+	KVS_CHECK_EQ(jint(j, "slots_dirty"), NBLK);
+	json_decref(j);
+	snprintf(prom, sizeof(prom), "/tmp/kvs-dirty-%d.prom", (int)getpid());
+	const char *a_prom[] = { "stat", uid, "--prometheus", prom, NULL };
+	KVS_TRY(cli_expect(run, 1, a_prom));
+	KVS_TRY(check_prom_file(prom, run->out, sizeof(run->out)));
+	unlink(prom);
+	snprintf(want, sizeof(want), "kvshare_slots{unique_id=\"%s\",state=\"dirty\"} %u\n", uid, NBLK);
+	KVS_TRY(has(run->out, want));
+
+	/* refused, with the count and the way out; nothing removed */
+	const char *a_dry[] = { "clean", "--dry-run", uid, NULL }, *a_clean[] = { "clean", uid, NULL };
+	KVS_TRY(cli_expect(run, 1, a_dry));
+	KVS_TRY(dirty_refusal(run, uid, true, true));
+	KVS_CHECK(run->out[0] == '\0');
+	KVS_TRY(cli_expect(run, 1, a_clean));
+	KVS_TRY(dirty_refusal(run, uid, false, true));
+	KVS_CHECK(run->out[0] == '\0');
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+
+	/* --discard-dirty: --dry-run says it would go, then it goes */
+	const char *a_ddry[] = { "clean", "--dry-run", "--discard-dirty", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_ddry));
+	snprintf(want, sizeof(want), "would remove %s (stale, ", uid);
+	KVS_TRY(has(run->out, want));
+	snprintf(want, sizeof(want), "; would discard %u dirty slots)\n", NBLK);
+	KVS_TRY(has(run->out, want));
+	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
+	const char *a_discard[] = { "clean", "--discard-dirty", uid, NULL };
+	KVS_TRY(cli_expect(run, 0, a_discard));
+	snprintf(want, sizeof(want), "removed %s (stale, ", uid);
+	KVS_TRY(has(run->out, want));
+	snprintf(want, sizeof(want), "; discarded %u dirty slots)\n", NBLK);
+	KVS_TRY(has(run->out, want));
+	snprintf(want, sizeof(want), "removed with %u slots dumped but not in the backend", NBLK);
+	KVS_TRY(has(run->err, want)); /* the library's own count, under the lifecycle lock */
+	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+/* In a private /dev/shm: the dirty cache beside caches_make's three.  A bare
+ * clean (and its --dry-run) removes the two stale ones and skips the live one
+ * and the dirty one (saying why), exit 0; a bare clean --discard-dirty then
+ * removes the dirty one and keeps the live one. */
+static kvs_test_rc clean_all_dirty_child(void *arg)
+{
+	struct run *run = calloc(1, sizeof(*run));
+	struct kvs_store *held = NULL;
+	char live[80], stale[80], pers[80], dirty[80], want[200];
+
+	(void)arg;
+	KVS_CHECK(run);
+	KVS_TRY(private_shm());
+	KVS_TRY(caches_make(live, stale, pers, &held));
+	KVS_TRY(dirty_cache(dirty, sizeof(dirty), NULL));
+	const char *a_dry[] = { "clean", "--dry-run", NULL };
+	KVS_TRY(cli_expect(run, 0, a_dry));
+	KVS_TRY(dirty_refusal(run, dirty, true, false));
+	KVS_TRY(has(run->out, "would remove 2 stale caches"));
+	KVS_TRY(has(run->out, "1 live left alone; 1 stale cache would be kept for its dirty slots "
+			      "(kvshare clean --discard-dirty ID drops them)"));
+	KVS_CHECK(ctl_exists(stale) && ctl_exists(pers) && ctl_exists(dirty));
+	const char *a[] = { "clean", NULL };
+	KVS_TRY(cli_expect(run, 0, a));
+	KVS_TRY(dirty_refusal(run, dirty, false, false));
+	KVS_TRY(has(run->out, "removed 2 stale caches"));
+	KVS_TRY(has(run->out, "1 live left alone; 1 stale cache kept for its dirty slots"));
+	KVS_CHECK(!ctl_exists(stale) && !ctl_exists(pers));
+	KVS_CHECK(ctl_exists(live) && ctl_exists(dirty) && data_exists(dirty));
+	const char *a_discard[] = { "clean", "--discard-dirty", NULL };
+	KVS_TRY(cli_expect(run, 0, a_discard));
+	snprintf(want, sizeof(want), "removed %s (stale, ", dirty);
+	KVS_TRY(has(run->out, want));
+	KVS_TRY(has(run->out, "removed 1 stale cache"));
+	KVS_CHECK(!ctl_exists(dirty) && !data_exists(dirty));
+	KVS_CHECK(ctl_exists(live) && data_exists(live));
+	KVS_CHECK_OK(kvs_cache_check(kvs_store_cache(held)));
+	kvs_store_close(held);
+	free(run);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_clean_all_dirty(void)
+{
+	return in_child(clean_all_dirty_child);
+}
+
 /* ---- not a cache ---- */
 
 /* A FIFO named like a test id's control file (nobody ever writes to it): ls,
@@ -1470,6 +1697,7 @@ static kvs_test_rc test_bad_input(void)
 		{ 2, "unknown option '--all'", { "ls", "--all", NULL } },
 		{ 2, "unexpected argument 'x'", { "ls", "x", NULL } },
 		{ 2, "unknown option '--force'", { "clean", "--force", NULL } },
+		{ 2, "spell --discard-dirty out", { "clean", "--discard", "x", NULL } },
 		{ 2, "one UNIQUE_ID at most", { "clean", "a", "b", NULL } },
 		{ 2, "invalid unique_id 'a/b'", { "clean", "a/b", NULL } },
 		{ 1, "no cache 't.none.0'", { "clean", "t.none.0", NULL } },
@@ -1509,6 +1737,8 @@ static const struct kvs_test_case cases[] = {
 	{ "ls_clean", test_ls_clean },
 	{ "clean_all", test_clean_all },
 	{ "clean_dead_creator", test_clean_dead_creator },
+	{ "clean_dirty", test_clean_dirty },
+	{ "clean_all_dirty", test_clean_all_dirty },
 	{ "not_a_cache", test_not_a_cache },
 };
 
@@ -1516,6 +1746,7 @@ static const struct kvs_test_child children[] = {
 	{ "rank", rank_child },
 	{ "dumper", dumper_child },
 	{ "prefaulter", prefaulter_child },
+	{ "dirtier", dirtier_child },
 };
 
 /* `tools_admin /path/to/kvshare [case...]`; exec'd children get `--child ...`. */

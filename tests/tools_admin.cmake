@@ -9,7 +9,10 @@
 #                 two rank processes (exec'd) load through their stores (--json,
 #                 --prometheus, --watch stopped by SIGTERM), ls and clean with a
 #                 live and a stale cache (only the stale one removed; --dry-run
-#                 removes nothing), a bare `clean` in a private /dev/shm, bad input.
+#                 removes nothing), a bare `clean` in a private /dev/shm, a stale
+#                 cache holding dirty slots (a rank killed -9 after its cached
+#                 dumps returned: counted by ls and stat, refused by clean unless
+#                 --discard-dirty), bad input.
 #                 The CLI is built once (${CMAKE_BINARY_DIR}/bin/kvshare, against the
 #                 first variant's library), so this test is added once, with the
 #                 first variant this file is included for; its rank processes use

@@ -5,7 +5,9 @@
  *   kvshare bench [options]          the main job (tools/bench.c)
  *   kvshare stat UNIQUE_ID [options] a live cache, from a watcher (tools/stat.c)
  *   kvshare ls                       the node's segments (tools/ls.c)
- *   kvshare clean [--dry-run] [ID]   remove stale segments (tools/ls.c)
+ *   kvshare clean [--dry-run] [--discard-dirty] [ID]
+ *                                    remove stale segments, never live ones, nor
+ *                                    ones holding dirty slots unless told (tools/ls.c)
  *   kvshare replay TRACE [options]   trace replay, CLOCK vs FIFO/LRU/Belady (tools/replay.c)
  *   kvshare trace gen [options]      a synthetic Mooncake-format trace (tools/trace_gen.c)
  *
@@ -28,7 +30,7 @@ static const struct {
 	{ "bench", kvs_cli_bench, "simulate a TP node: ranks load a KV working set through the shared tier" },
 	{ "stat", kvs_cli_stat, "show a live cache (ranks, slots, hits, store counters) as a watcher" },
 	{ "ls", kvs_cli_ls, "list this node's kvshare segments and their state" },
-	{ "clean", kvs_cli_clean, "remove stale segments (no live rank); never live ones" },
+	{ "clean", kvs_cli_clean, "remove stale segments (no live rank); never live ones, nor dirty ones unless told" },
 	{ "replay", kvs_cli_replay, "replay a Mooncake trace through the cache and FIFO/LRU/Belady" },
 	{ "trace", kvs_cli_trace, "trace gen: write a synthetic Mooncake-format trace (shared prefixes)" },
 };

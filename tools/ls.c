@@ -28,6 +28,18 @@
  * before (and judges the cache the name leads to then, should it have been
  * removed and made again meanwhile): the inspection only explains a refusal
  * ("live: 3 ranks attached (pids ...)") and decides what --dry-run would do.
+ *
+ * Dirty slots.  A slot a dump_wait=cached dump filled is DIRTY until its block
+ * is in the backend; a cache holding any is the only record of those blocks,
+ * so it outlives its last rank (stale, kept) for the next store that opens it
+ * to write them (docs/store.md, "Dumps").  ls shows the count (DIRTY,
+ * slots_dirty: kvs_cache_inspect), and clean refuses such a cache
+ * (kvs_cache_remove: -ENOTEMPTY) with a line naming it, the count and the way
+ * out, `kvshare clean --discard-dirty ID`, which removes it and drops them
+ * (KVS_CACHE_DISCARD_DIRTY; the count dropped printed).  As for a live cache,
+ * the refusal of a cache the user named is a failure (exit 1), while a bare
+ * clean skips such caches, each named, and exits 0; --dry-run says which of
+ * the two would happen.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -53,7 +65,9 @@ static const char *const ls_usage =
 	"\n"
 	"List this node's kvshare caches (control files " SHM_DIR "/kvshare.<id>.ctl) without\n"
 	"attaching to any: state (live: a process is attached, by the rank liveness locks;\n"
-	"stale: none), live ranks, slots, size (control + data), backing, owner uid, layout.\n"
+	"stale: none), live ranks, slots, dirty slots (dumped, their blocks not in the backend\n"
+	"yet: a cache holding any is kept for the next store to write them), size (control +\n"
+	"data), backing, owner uid, layout.\n"
 	"A cache of another kvshare layout, a corrupt one or one being created is listed\n"
 	"as such.  Data files whose control file is gone are listed at the end.\n"
 	"\n"
@@ -63,20 +77,26 @@ static const char *const ls_usage =
 	"Exit: 0 ok, 1 failure, 2 bad usage.\n";
 
 static const char *const clean_usage =
-	"usage: kvshare clean [--dry-run] [UNIQUE_ID]\n"
+	"usage: kvshare clean [--dry-run] [--discard-dirty] [UNIQUE_ID]\n"
 	"\n"
 	"Remove stale caches (no process attached): their control file and their data\n"
 	"files, the ones their header records and any other named for them in " SHM_DIR "\n"
 	"and the hugetlbfs mounts (a creator killed before it recorded one).  A live\n"
 	"cache is never removed: clean says why (\"live: 3 ranks attached (pids ...)\").\n"
-	"Without UNIQUE_ID, every stale kvshare cache of the node is removed and live ones\n"
-	"are skipped.\n"
+	"A stale cache holding dirty slots (dumped by a dump_wait=cached dump, their blocks\n"
+	"not in the backend yet: the next store to open the cache writes them) is not\n"
+	"removed either, unless --discard-dirty says to drop them: clean names the count.\n"
+	"Without UNIQUE_ID, every stale kvshare cache of the node is removed; live ones, and\n"
+	"without --discard-dirty the ones holding dirty slots, are skipped.\n"
 	"\n"
-	"  -n, --dry-run   say what would be removed; remove nothing\n"
-	"  -h, --help      this text\n"
+	"  -n, --dry-run       say what would be removed; remove nothing\n"
+	"      --discard-dirty remove stale caches holding dirty slots too, dropping those\n"
+	"                      blocks (they never reach the backend)\n"
+	"  -h, --help          this text\n"
 	"\n"
-	"Exit: 0 ok (UNIQUE_ID removed, or everything stale removed), 1 failure (no such\n"
-	"cache, UNIQUE_ID live, a removal failed), 2 bad usage.\n";
+	"Exit: 0 ok (UNIQUE_ID removed, or everything stale removed but the caches kept\n"
+	"for their dirty slots, each named), 1 failure (no such cache, UNIQUE_ID live or\n"
+	"holding dirty slots, a removal failed), 2 bad usage.\n";
 
 /* One cache found on the node. */
 struct entry {
@@ -86,15 +106,25 @@ struct entry {
 };
 
 static char last_log[512];
+/* The warnings of a removal, held until its result is known (held_len bytes):
+ * printed after it, unless clean says the same itself (the refusal of a cache
+ * holding dirty slots, which the library also logs). */
+static char held[4096];
+static size_t held_len;
 
 /* Library log lines: the last one is kept for messages; warnings (e.g. "data
  * segments left behind") are worth showing. */
 static void cli_log(void *arg, int level, const char *msg)
 {
+	int n;
+
 	(void)arg;
 	snprintf(last_log, sizeof(last_log), "%s", msg);
-	if (level <= KVS_LOG_WARN)
-		fprintf(stderr, "kvshare: %s\n", msg);
+	if (level > KVS_LOG_WARN || held_len >= sizeof(held) - 1)
+		return;
+	n = snprintf(held + held_len, sizeof(held) - held_len, "kvshare: %s\n", msg);
+	if (n > 0) /* truncated: the buffer is full */
+		held_len += (size_t)n < sizeof(held) - held_len ? (size_t)n : sizeof(held) - 1 - held_len;
 }
 
 /* "kvshare.<id>.ctl" -> id (into buf), or false. */
@@ -399,7 +429,7 @@ static void orphan_json(const char *path, void *arg)
 static json_t *entry_json(const struct entry *e)
 {
 	const struct kvs_cache_info *in = &e->info;
-	json_t *o = json_object(), *pids = json_array();
+	json_t *o = json_object(), *pids;
 	char mode[8], note[256];
 
 	json_object_set_new(o, "unique_id", json_string(in->unique_id));
@@ -419,6 +449,7 @@ static json_t *entry_json(const struct entry *e)
 	json_object_set_new(o, "gpu_ranks_live", json_integer(in->gpu_ranks_live - in->cpu_ranks_live));
 	json_object_set_new(o, "cpu_ranks_live", json_integer(in->cpu_ranks_live));
 	json_object_set_new(o, "ranks_dead", json_integer(in->ranks_dead));
+	pids = json_array(); /* not before: an unreadable entry returned above (it leaked) */
 	for (uint32_t i = 0; i < in->ranks_live; i++)
 		if (in->live[i].recorded)
 			json_array_append_new(pids, json_integer(in->live[i].pid));
@@ -426,6 +457,8 @@ static json_t *entry_json(const struct entry *e)
 	json_object_set_new(o, "layout_version", json_integer(in->layout_version));
 	json_object_set_new(o, "slot_count", json_integer((json_int_t)in->slot_count));
 	json_object_set_new(o, "slot_bytes", json_integer((json_int_t)in->slot_bytes));
+	/* dumped, their blocks not in the backend yet: the cache is kept for them */
+	json_object_set_new(o, "slots_dirty", json_integer((json_int_t)in->slots_dirty));
 	json_object_set_new(o, "capacity_bytes", json_integer((json_int_t)(in->slot_count * in->slot_bytes)));
 	json_object_set_new(o, "ctl_bytes", json_integer((json_int_t)in->ctl_bytes));
 	json_object_set_new(o, "data_bytes", json_integer((json_int_t)data_bytes(e)));
@@ -507,13 +540,13 @@ int kvs_cli_ls(int argc, char **argv)
 		free(v);
 		return rc ? KVS_CLI_FAIL : KVS_CLI_OK;
 	}
-	printf("%-40s %-6s %-9s %10s %10s %10s %-8s %6s %6s  %s\n", "UNIQUE_ID", "STATE", "RANKS",
-	       "SLOTS", "SLOT", "SIZE", "BACKING", "UID", "LAYOUT", "NOTE");
+	printf("%-40s %-6s %-9s %10s %8s %10s %10s %-8s %6s %6s  %s\n", "UNIQUE_ID", "STATE", "RANKS",
+	       "SLOTS", "DIRTY", "SLOT", "SIZE", "BACKING", "UID", "LAYOUT", "NOTE");
 	for (int i = 0; i < n; i++) {
 		const struct entry *e = &v[i];
 		const struct kvs_cache_info *in = &e->info;
 		bool ready = e->rc == 0 && in->state == KVS_CACHE_INFO_READY;
-		char slots[24] = "-", slot[16] = "-", layout[12] = "-";
+		char slots[24] = "-", dirty[24] = "-", slot[16] = "-", layout[12] = "-";
 
 		note_of(e, note, sizeof(note));
 		if (e->rc)
@@ -526,12 +559,13 @@ int kvs_cli_ls(int argc, char **argv)
 			snprintf(ranks, sizeof(ranks), "%u", in->ranks_live);
 		if (ready) {
 			snprintf(slots, sizeof(slots), "%" PRIu64, in->slot_count);
+			snprintf(dirty, sizeof(dirty), "%" PRIu64, in->slots_dirty);
 			kvs_cli_human_bytes(slot, sizeof(slot), in->slot_bytes);
 		}
 		if (e->rc == 0 && in->layout_version)
 			snprintf(layout, sizeof(layout), "%u", in->layout_version);
-		printf("%-40s %-6s %-9s %10s %10s %10s %-8s %6u %6s%s%s\n", in->unique_id,
-		       e->rc ? "?" : keepers(in) ? "live" : "stale", ranks, slots, slot,
+		printf("%-40s %-6s %-9s %10s %8s %10s %10s %-8s %6u %6s%s%s\n", in->unique_id,
+		       e->rc ? "?" : keepers(in) ? "live" : "stale", ranks, slots, dirty, slot,
 		       kvs_cli_human_bytes(b1, sizeof(b1), entry_bytes(e)),
 		       !ready ? "-" : in->flags & KVS_CACHE_INFO_HUGETLB ? "hugetlb" : "shm",
 		       e->rc ? (unsigned)e->st.st_uid : in->uid, layout, note[0] ? "  " : "", note);
@@ -553,17 +587,37 @@ int kvs_cli_ls(int argc, char **argv)
 /* clean                                                                     */
 
 struct clean_sum {
-	int removed, would, live, failed;
+	int removed, would, live, dirty, failed;
 	uint64_t bytes;
 };
 
-/* Clean one inspected cache.  single: the user named it (live is a failure). */
-static void clean_one(const struct entry *e, bool dry, bool single, struct clean_sum *sum)
+/* A stale cache holding dirty slots, not removed (no --discard-dirty): one line
+ * naming it, the count and the way out; single (named by the user): a failure,
+ * on stderr, else skipped as a live one is, on stdout. */
+static void dirty_refused(const char *uid, uint64_t dirty, bool dry, bool single)
+{
+	char why[300];
+
+	snprintf(why, sizeof(why), "it holds %" PRIu64 " dirty slot%s (dumped, their blocks not in the "
+		 "backend yet; the next store to open it writes them); kvshare clean --discard-dirty "
+		 "%s removes it and drops them", dirty, dirty == 1 ? "" : "s", uid);
+	if (single)
+		fprintf(stderr, "kvshare clean: %s: %s: %s\n", uid,
+			dry ? "would not be removed" : "not removed", why);
+	else
+		printf("skipped %s: %s\n", uid, why);
+}
+
+/* Clean one inspected cache.  single: the user named it (live is a failure);
+ * discard: remove it even if it holds dirty slots (--discard-dirty). */
+static void clean_one(const struct entry *e, bool dry, bool single, bool discard,
+		      struct clean_sum *sum)
 {
 	const struct kvs_cache_info *in = &e->info;
 	struct kvs_cache_config cfg;
-	char why[1024], b1[32], note[256];
-	uint64_t bytes;
+	struct kvs_cache_info now;
+	char why[1024], b1[32], note[256], dropped[96] = "";
+	uint64_t bytes, dirty;
 	int rc;
 
 	if (e->rc == -KVS_ECORRUPT) {
@@ -587,11 +641,21 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 		sum->live++;
 		return;
 	}
+	dirty = in->state == KVS_CACHE_INFO_READY ? in->slots_dirty : 0;
+	if (dirty && !discard) {
+		dirty_refused(in->unique_id, dirty, dry, single);
+		sum->dirty++;
+		return;
+	}
+	if (dirty)
+		snprintf(dropped, sizeof(dropped), "; %s %" PRIu64 " dirty slot%s",
+			 dry ? "would discard" : "discarded", dirty, dirty == 1 ? "" : "s");
 	note_of(e, note, sizeof(note));
 	bytes = entry_bytes(e); /* before the removal: data files found by name go with it */
 	kvs_cli_human_bytes(b1, sizeof(b1), bytes);
 	if (dry) {
-		printf("would remove %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
+		printf("would remove %s (stale, %s%s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note,
+		       dropped);
 		sum->would++;
 		sum->bytes += bytes;
 		return;
@@ -600,10 +664,17 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 	memcpy(cfg.unique_id, in->unique_id, strlen(in->unique_id) + 1);
 	cfg.attach_timeout_ns = 5ull * 1000000000ull;
 	cfg.log = cli_log;
+	if (discard) /* also dirty slots made since the inspection: the library logs their count */
+		cfg.flags |= KVS_CACHE_DISCARD_DIRTY;
 	last_log[0] = '\0';
+	held_len = 0;
 	rc = kvs_cache_remove(&cfg);
+	if (rc != -ENOTEMPTY) /* that one clean says itself, below */
+		fputs(held, stderr);
+	held[held_len = 0] = '\0';
 	if (rc == 0) {
-		printf("removed %s (stale, %s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note);
+		printf("removed %s (stale, %s%s%s%s)\n", in->unique_id, b1, note[0] ? "; " : "", note,
+		       dropped);
 		sum->removed++;
 		sum->bytes += bytes;
 	} else if (rc == -EBUSY) {
@@ -612,6 +683,11 @@ static void clean_one(const struct entry *e, bool dry, bool single, struct clean
 		sum->live++;
 	} else if (rc == -ENOENT) {
 		printf("%s: already gone\n", in->unique_id);
+	} else if (rc == -ENOTEMPTY) {
+		/* dumped since it was inspected (a rank came and went): count them now */
+		dirty_refused(in->unique_id, kvs_cache_inspect(in->unique_id, &now) == 0 ? now.slots_dirty : 0,
+			      false, single);
+		sum->dirty++;
 	} else {
 		fprintf(stderr, "kvshare clean: %s: %s%s%s\n", in->unique_id, kvs_strerror(rc),
 			last_log[0] ? ": " : "", last_log);
@@ -623,13 +699,14 @@ int kvs_cli_clean(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "discard-dirty", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct clean_sum sum = { 0 };
 	struct entry *v = NULL;
-	bool dry = false;
-	char b1[32];
+	bool dry = false, discard = false;
+	char b1[32], kept[128] = "";
 	int ch, n;
 
 	optind = 1;
@@ -638,6 +715,16 @@ int kvs_cli_clean(int argc, char **argv)
 		switch (ch) {
 		case 'n':
 			dry = true;
+			break;
+		case 'D':
+			/* dropping acknowledged dumps takes the option's whole name,
+			 * not one of getopt_long's abbreviations (--dis) */
+			if (strcmp(argv[optind - 1], "--discard-dirty") != 0) {
+				fprintf(stderr, "kvshare clean: '%s': spell --discard-dirty out in full "
+					"(it drops dumped blocks)\n", argv[optind - 1]);
+				return KVS_CLI_USAGE;
+			}
+			discard = true;
 			break;
 		case 'h':
 			fputs(clean_usage, stdout);
@@ -670,7 +757,7 @@ int kvs_cli_clean(int argc, char **argv)
 		}
 		e.rc = rc;
 		snprintf(e.info.unique_id, sizeof(e.info.unique_id), "%s", uid);
-		clean_one(&e, dry, true, &sum);
+		clean_one(&e, dry, true, discard, &sum);
 		return sum.removed + sum.would == 1 ? KVS_CLI_OK : KVS_CLI_FAIL;
 	}
 	n = scan(&v);
@@ -679,14 +766,19 @@ int kvs_cli_clean(int argc, char **argv)
 		return KVS_CLI_FAIL;
 	}
 	for (int i = 0; i < n; i++)
-		clean_one(&v[i], dry, false, &sum);
+		clean_one(&v[i], dry, false, discard, &sum);
 	free(v);
+	if (sum.dirty)
+		snprintf(kept, sizeof(kept), "; %d stale cache%s %s for %s dirty slots (kvshare clean "
+			 "--discard-dirty ID drops them)", sum.dirty, sum.dirty == 1 ? "" : "s",
+			 dry ? "would be kept" : "kept", sum.dirty == 1 ? "its" : "their");
 	if (dry)
-		printf("would remove %d stale cache%s (%s); %d live left alone\n", sum.would,
-		       sum.would == 1 ? "" : "s", kvs_cli_human_bytes(b1, sizeof(b1), sum.bytes), sum.live);
+		printf("would remove %d stale cache%s (%s); %d live left alone%s\n", sum.would,
+		       sum.would == 1 ? "" : "s", kvs_cli_human_bytes(b1, sizeof(b1), sum.bytes), sum.live,
+		       kept);
 	else
-		printf("removed %d stale cache%s (%s); %d live left alone%s\n", sum.removed,
+		printf("removed %d stale cache%s (%s); %d live left alone%s%s\n", sum.removed,
 		       sum.removed == 1 ? "" : "s", kvs_cli_human_bytes(b1, sizeof(b1), sum.bytes), sum.live,
-		       sum.failed ? "; some removals failed" : "");
-	return sum.failed ? KVS_CLI_FAIL : KVS_CLI_OK;
+		       kept, sum.failed ? "; some removals failed" : "");
+	return sum.failed ? KVS_CLI_FAIL : KVS_CLI_OK; /* dirty ones are skipped, as live ones are */
 }

@@ -204,7 +204,8 @@ double stat_copy_gbps(const struct kvs_store_stats *s)
 
 uint64_t stat_slots_empty(const struct kvs_cache_stats *c)
 {
-	uint64_t used = c->slots_ready + c->slots_loading + c->slots_failed;
+	/* DIRTY slots are in none of the other states (readers see them READY) */
+	uint64_t used = c->slots_ready + c->slots_dirty + c->slots_loading + c->slots_failed;
 
 	return c->slot_count > used ? c->slot_count - used : 0;
 }

@@ -85,7 +85,7 @@ uint64_t stat_lat_quantile_us(const struct kvs_store_stats *s, double q, uint64_
 /* Copy throughput in GB/s (0 with no copy time). */
 double stat_copy_gbps(const struct kvs_store_stats *s);
 /* Slots neither READY, loading nor FAILED (the census is racy: never below 0). */
-uint64_t stat_slots_empty(const struct kvs_cache_stats *c);
+uint64_t stat_slots_empty(const struct kvs_cache_stats *c); /* none of ready, dirty, loading, failed */
 
 /* ------------------------------------------------------------------------ */
 /* The outputs                                                                */

@@ -122,6 +122,7 @@ static json_t *json_snap(const struct stat_snap *s)
 		JSET(o, "slot_count", JU(in->slot_count));
 		JSET(o, "slot_bytes", JU(in->slot_bytes));
 		JSET(o, "capacity_bytes", JU(in->slot_count * in->slot_bytes));
+		JSET(o, "slots_dirty", JU(in->slots_dirty)); /* what keeps a stale cache */
 		JSET(o, "adoptions", JU(in->adoptions));
 		return o;
 	}
@@ -138,6 +139,7 @@ static json_t *json_snap(const struct stat_snap *s)
 	JSET(o, "capacity_bytes", JU(n->slot_count * n->slot_bytes));
 	slots = json_object();
 	JSET(slots, "ready", JU(n->slots_ready));
+	JSET(slots, "dirty", JU(n->slots_dirty)); /* dumped, not in the backend yet */
 	JSET(slots, "loading", JU(n->slots_loading));
 	JSET(slots, "failed", JU(n->slots_failed));
 	JSET(slots, "empty", JU(stat_slots_empty(n)));

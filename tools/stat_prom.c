@@ -5,7 +5,7 @@
  * (stat_prom_write: the node's and the store's counters, and series per live
  * rank by device); with no live cache (absent, being created, stale),
  * stat_prom_write_down still writes kvshare_up 0 and the cache's state, for a
- * stale one its sizes and dead ranks.
+ * stale one its sizes, dead ranks and dirty slots.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -151,6 +151,7 @@ void stat_prom_write(FILE *f, const struct stat_snap *s)
 		 (double)s->info.ctl_bytes);
 	prom_head(&p, "kvshare_slots", "gauge", "Slots by state (a racy census).");
 	prom_val(&p, "kvshare_slots", ",state=\"ready\"", (double)n->slots_ready);
+	prom_val(&p, "kvshare_slots", ",state=\"dirty\"", (double)n->slots_dirty);
 	prom_val(&p, "kvshare_slots", ",state=\"loading\"", (double)n->slots_loading);
 	prom_val(&p, "kvshare_slots", ",state=\"failed\"", (double)n->slots_failed);
 	prom_val(&p, "kvshare_slots", ",state=\"empty\"", (double)stat_slots_empty(n));
@@ -271,7 +272,8 @@ void stat_prom_write(FILE *f, const struct stat_snap *s)
 
 /* With no live cache to attach to (--watch waiting, or a stale cache):
  * kvshare_up 0 and the state; a stale cache's memory, which stays held until
- * it is adopted or cleaned, and its dead ranks, from the look (inspect). */
+ * it is adopted or cleaned, its dead ranks and its dirty slots, from the look
+ * (inspect). */
 void stat_prom_write_down(FILE *f, const struct stat_snap *s)
 {
 	struct prom p = { f, s->info.unique_id };
@@ -296,6 +298,9 @@ void stat_prom_write_down(FILE *f, const struct stat_snap *s)
 		 (double)in->ranks_dead);
 	prom_one(&p, "kvshare_adoptions_total", "counter",
 		 "Times the cache was adopted after its users died.", (double)in->adoptions);
+	/* what keeps a stale cache: its dirty slots, written by the next opener */
+	prom_head(&p, "kvshare_slots", "gauge", "Slots by state (a racy census).");
+	prom_val(&p, "kvshare_slots", ",state=\"dirty\"", (double)in->slots_dirty);
 }
 
 /* Write FILE.tmp, then rename it over FILE: the collector sees the old file or

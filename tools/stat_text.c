@@ -67,6 +67,10 @@ void stat_print_text(FILE *f, const struct stat_snap *s)
 			kvs_cli_human_bytes(b1, sizeof(b1), in->ctl_bytes), kvs_cli_human_bytes(b2, sizeof(b2), in->data_bytes),
 			in->seg_count, in->seg_count == 1 ? "" : "s",
 			in->flags & KVS_CACHE_INFO_HUGETLB ? in->hugetlb_dir : "/dev/shm");
+		if (in->slots_dirty)
+			fprintf(f, "  dirty      %" PRIu64 " slots dumped, their blocks not in the backend yet: "
+				"the cache is kept for the next store to open it, which writes them\n",
+				in->slots_dirty);
 		fprintf(f, "  lifetime   layout %u, persist %s, adopted %u time(s), owner uid %u mode %04o\n",
 			in->layout_version, in->flags & KVS_CACHE_INFO_PERSIST ? "on" : "off",
 			in->adoptions, in->uid, in->mode);
@@ -108,9 +112,10 @@ void stat_print_text(FILE *f, const struct stat_snap *s)
 		kvs_cli_human_bytes(b2, sizeof(b2), n->slot_count * n->slot_bytes), in->shards_per_block,
 		in->shards_per_block == 1 ? "" : "s",
 		in->reserved_slots, kvs_cli_human_bytes(b3, sizeof(b3), in->ctl_bytes));
-	fprintf(f, "  slots      ready %" PRIu64 ", loading %" PRIu64 ", failed %" PRIu64 ", empty %" PRIu64
-		"; pinned %" PRIu64 "\n",
-		n->slots_ready, n->slots_loading, n->slots_failed, stat_slots_empty(n), n->slots_pinned);
+	fprintf(f, "  slots      ready %" PRIu64 ", dirty %" PRIu64 ", loading %" PRIu64 ", failed %" PRIu64
+		", empty %" PRIu64 "; pinned %" PRIu64 "\n",
+		n->slots_ready, n->slots_dirty, n->slots_loading, n->slots_failed, stat_slots_empty(n),
+		n->slots_pinned);
 	for (uint32_t i = 0; i < s->nsegs; i++) {
 		const struct kvs_cache_seg_info *g = &s->segs[i];
 		char node[16] = "none", bound[24] = "not bound";
