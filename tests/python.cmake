@@ -4,7 +4,8 @@
 #                     layouts against the C compiler's (python_abi, below), round
 #                     trips of torch and numpy tensors, 4 spawned rank processes
 #                     on one cache, a failing backend, a SIGKILLed rank, watcher,
-#                     batch interface.  Skipped (77) where python3, pytest, torch
+#                     batch interface, Store.flush of cached dumps (a slow and a
+#                     failing backend, a library without KVSHARE_1.1).  Skipped (77) where python3, pytest, torch
 #                     or numpy is missing (tests/python/run.sh says which).
 # python_abi prints python/kvshare/_abi.py from include/kvshare.h: the single
 # source of the binding's struct layouts (tests/python_abi.c).

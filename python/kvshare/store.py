@@ -16,6 +16,10 @@ size; for a whole block, one tensor of the block's bytes, or a list of one such
 shard entry per shard.  Sizes are checked before anything reaches C: the
 library writes the stored bytes into these addresses.
 
+Dumps with dump_wait=cached complete once their shards are in the shared
+cache; Store.flush() waits (bounded) until their blocks are in the backend
+too, and says how many are not.
+
 Lifetime.  The store keeps a task's tensors referenced until the task is
 reaped (wait or check reports it done or failed), so the C copier never writes
 into freed memory.  Store.close() -- also run by `with`, by the garbage collector and at
@@ -36,7 +40,7 @@ import threading
 import weakref
 
 from . import _abi
-from ._lib import KvsError, check, lib, log_callback
+from ._lib import KvsError, check, lib, log_callback, versioned
 
 UINT64_MAX = (1 << 64) - 1
 _MASK128 = (1 << 128) - 1
@@ -219,8 +223,10 @@ class _Handle:
     done or at the task's deadline (timeout_ms from submit, at most 24 h: what
     kvs_store_close drains tasks to anyway, so a thread asleep in wait delays
     close by nothing close would not have waited for, and gets its task's
-    result), ready until registration ends or its timeout, lookups as the
-    backend's commands.  Any thread may close, once: a second close() waits
+    result), ready until registration ends or its timeout, flush until its
+    timeout or until every cached dump's block is written or given up (each
+    write retried for timeout_ms at most), lookups as the backend's commands.
+    Any thread may close, once: a second close() waits
     until the first one has closed; one interrupted (KeyboardInterrupt) while
     it waits for the uses leaves the store open.  The finalizer (garbage
     collector, interpreter exit) closes through this object, which never
@@ -360,7 +366,10 @@ class Store:
         """Wait for the calls other threads are making (a wait until its task
         ends or its deadline passes), refusing new ones (ValueError); drain
         the running tasks (each bounded by its timeout), stop the store's
-        threads, detach.  Idempotent; safe from any thread."""
+        threads, detach.  Blocks of cached dumps it could not write within
+        that bound stay in the cache for the node's other ranks or its next
+        opener (logged at WARNING); close says nothing of them: flush() first
+        to know.  Idempotent; safe from any thread."""
         if self._hd is not None:
             self._hd.close()  # not the finalizer: it runs once, a second close must wait too
             self._finalizer.detach()
@@ -648,6 +657,35 @@ class Store:
             tid = self._task_id(task, "kvs_store_check")
             rc = self._lib.kvs_store_check(ptr, tid)
         return self._reaped(tid, rc, "kvs_store_check")
+
+    def flush(self, timeout=None):
+        """Wait until every block this rank acknowledged a dump_wait=cached
+        dump of is in the backend, whoever writes it (kvs_store_flush: the
+        complete ones are written meanwhile without the designated writers'
+        grace), or until timeout seconds pass (None, math.inf or more than
+        UINT64_MAX ns: no timeout, each block then ends written or its write
+        given up after timeout_ms of retries; negative or NaN: ValueError).
+        Returns how many of those blocks are not in the backend: 0 when all
+        are (at once for a watcher, or a rank that made no cached dump:
+        durable dumps need no flush), > 0 when the timeout passed first (they
+        stay DIRTY in the cache and are still written, by this rank or, after
+        its close, by the node's next).  Raises KvsError with the error of a
+        block that left without reaching the backend since the last flush
+        (its write given up: the backend's error; KVS_EINCOMPLETE: a shard of
+        it was never dumped by any rank), reported once, by the flush that
+        finds it, after it waited for the others (detail: how many are still
+        pending); -EOPNOTSUPP when the
+        loaded library predates kvs_store_flush (ABI KVSHARE_1.1).  The GIL is
+        released while it sleeps; a close() from another thread waits for it."""
+        ns = _timeout_ns(timeout)
+        pending = ctypes.c_uint64()
+        with self._hd as ptr:
+            rc = versioned("kvs_store_flush")(ptr, ns, ctypes.byref(pending))
+        if rc == -errno.ETIMEDOUT:
+            return max(pending.value, 1)  # timed out: at least one is left
+        check(rc, "kvs_store_flush", f"{pending.value} more blocks not in the backend yet"
+              if rc < 0 and pending.value else "")
+        return 0
 
     def ready(self, timeout=0):
         """Whether this rank's data plane is registered with its copy engine

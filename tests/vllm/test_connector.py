@@ -20,12 +20,20 @@ both roles on one node's store (posix backend under tmp_path).
   derived from the engine cannot be set; layout_tag is the fingerprint's;
 - a block stored under the same id with another fingerprint's layout_tag (a
   colliding id) is a load error, never loaded; with the same tag it loads;
+- a worker whose kvshare_unique_id names a cache bound to another
+  fingerprint (other weights) is refused, naming the key and the fix;
+  another backend under the same fingerprint keeps the library's error;
 - the kvshare configuration is checked when vLLM resolves the connector's
   class while it builds the engine's config (before any weights load): a key
   typo, a missing root, a Redis that does not answer are refused with the
   library's message (redis_start_degraded=1 lets the last one start);
 - the library's log lines go through vLLM's handlers, in its format;
+- shutdown flushes a worker's saves to the backend (bounded by
+  kvshare_flush_timeout_s) before it closes the store, warns with the count
+  of blocks left when the bound passes, and never raises (a failing backend,
+  a library without kvs_store_flush); the key itself is checked;
 - rank_heads is vLLM's split of heads for every TP degree."""
+import logging
 import os
 import re
 
@@ -51,7 +59,9 @@ def kv_cache_config(heads_of_rank):
 
 @pytest.fixture
 def node(tiny_model, tmp_path):
-    """node(tp, role): a connector of an engine of TP degree tp, all on one store."""
+    """node(tp, role): a connector of an engine of TP degree tp, all on one store;
+    config: store keys over the test's kvshare_config, model: another model
+    directory than tiny_model, more: other kv_connector_extra_config keys."""
     uid = f"vc-{os.getpid()}-{tmp_path.name}"[:60]
     extra = {"kvshare_unique_id": uid,
              "kvshare_config": {"backend": "posix", "backend_roots": str(tmp_path),
@@ -59,10 +69,11 @@ def node(tiny_model, tmp_path):
                                 "timeout_ms": 3000}}
     made = []
 
-    def make(tp, role, kvcc=None):
+    def make(tp, role, kvcc=None, config=None, model=None, **more):
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
-        cfg = vllm_config(tiny_model, extra=extra)
+        cfg = vllm_config(model or tiny_model, extra={**extra, **more, "kvshare_config":
+                                             {**extra["kvshare_config"], **(config or {})}})
         cfg.kv_transfer_config.kv_connector = "KVShareConnector"
         cfg.kv_transfer_config.kv_connector_module_path = "kvshare.vllm"
         cfg.parallel_config.tensor_parallel_size = tp
@@ -378,6 +389,154 @@ def test_foreign_block_is_load_error(node, monkeypatch, tmp_path, same_tag):
     else:
         assert errors == {3, 4}
         assert caches[NAMES[0]][3].eq(0).all()  # nothing of the foreign block landed
+
+
+def test_cache_of_other_weights_refused(node, monkeypatch, tmp_path):
+    """An engine with other weights (another fingerprint, so another
+    layout_tag) given the kvshare_unique_id of a live engine's cache: the
+    library refuses its rank (the cache is bound to the first engine's
+    backend identity, tag included), and the connector says why and what to
+    do, the library's line (both tags) after it.  The control: the same
+    weights over another backend root is the library's KvsError, unchanged."""
+    import kvshare
+    from conftest import write_model
+
+    a = node(1, "WORKER")
+    register(monkeypatch, a, 0, HEADS, False)
+    b = node(1, "WORKER", model=write_model(tmp_path / "other-weights", weights=1))
+    assert b._fp != a._fp
+    with pytest.raises(ValueError) as e:
+        register(monkeypatch, b, 0, HEADS, False)
+    msg = str(e.value)
+    assert ("another engine with other weights (a different fingerprint) uses this cache: "
+            "give this engine its own kvshare_unique_id, or leave it unset (the default is "
+            "per fingerprint)") in msg, msg
+    assert "kv_connector_extra_config['kvshare_unique_id']" in msg, msg
+    ta, tb = kv.layout_tag(a._fp), kv.layout_tag(b._fp)
+    assert f"layout_tag={ta}; this rank to " in msg and f"layout_tag={tb} (give every" in msg, msg
+    assert b._store is None
+    (tmp_path / "elsewhere").mkdir()
+    c = node(1, "WORKER", config={"backend_roots": str(tmp_path / "elsewhere")})
+    with pytest.raises(kvshare.KvsError) as e:
+        register(monkeypatch, c, 0, HEADS, False)
+    assert e.value.name == "KVS_ECONFIG" and "bound to another backend" in e.value.detail
+    assert "kvshare_unique_id" not in str(e.value)
+
+
+def block_files(root, kids):
+    """The posix backend's file of each kvshare id (io/posix.c, Naming)."""
+    return [os.path.join(str(root), k.hex()[0:2], k.hex()[2:4], k.hex()) for k in kids]
+
+
+class Lines(logging.Handler):
+    """The connector's log records (vLLM's logger does not propagate to pytest's)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append((record.levelno, record.getMessage()))
+
+    def __enter__(self):
+        logging.getLogger("vllm.kvshare.connector").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("vllm.kvshare.connector").removeHandler(self)
+
+
+# Writes held 200 ms each, 4 in flight: a save of 4 blocks (16 shard writes)
+# reaches the backend about a second after its dump returned (dump_wait=cached).
+SLOW = {"fault_delay_us": 200000, "io_queue_depth": 4}
+
+
+def test_shutdown_flushes_saves(node, monkeypatch, tmp_path):
+    """A worker's shutdown waits (kvshare_flush_timeout_s) until its saved
+    blocks are in the backend, before it closes: with timeout_ms=300 the
+    close alone writes for 0.3 s only and leaves most of them to the node's
+    next opener (the cache kept, the files missing)."""
+    c = node(1, "WORKER", config={**SLOW, "timeout_ms": 300}, kvshare_flush_timeout_s=30)
+    caches = register(monkeypatch, c, 0, HEADS, True)
+    kids = ids(4, 11)
+    save(c, caches, [(i, 1 + k) for k, i in enumerate(kids)])
+    files = block_files(tmp_path, kids)
+    with Lines() as log:
+        c.shutdown()
+    assert [os.path.exists(f) for f in files] == [True] * 4, log.lines
+    assert not [m for lvl, m in log.lines if lvl >= logging.WARNING], log.lines
+    c.shutdown()  # once closed: nothing
+
+
+def test_shutdown_flush_timeout_warns(node, monkeypatch, tmp_path):
+    """A flush past kvshare_flush_timeout_s: shutdown logs one WARNING with
+    how many saved blocks are not in the backend yet, returns, and the store
+    is closed (its close then writes them: timeout_ms 3 s)."""
+    c = node(1, "WORKER", config=SLOW, kvshare_flush_timeout_s=0.05)
+    caches = register(monkeypatch, c, 0, HEADS, True)
+    kids = ids(4, 12)
+    save(c, caches, [(i, 1 + k) for k, i in enumerate(kids)])
+    store = c._store
+    with Lines() as log:
+        c.shutdown()
+    warns = [m for lvl, m in log.lines if lvl == logging.WARNING]
+    assert len(warns) == 1, log.lines
+    m = re.search(r"shutdown: (\d+) saved blocks were not in the backend after 0\.05 s "
+                  r"\(kvshare_flush_timeout_s\)", warns[0])
+    assert m and int(m.group(1)) > 0, warns
+    assert store.closed and c._store is None
+
+
+def test_shutdown_never_raises(node, monkeypatch):
+    """A flush that fails -- every write given up (fault_error_ppm), or a
+    library without kvs_store_flush -- is a WARNING naming the error, the
+    store is closed all the same, and shutdown raises nothing."""
+    import errno
+
+    import kvshare
+
+    c = node(1, "WORKER", config={"fault_error_ppm": 1000000, "timeout_ms": 300})
+    caches = register(monkeypatch, c, 0, HEADS, True)
+    save(c, caches, [(i, 1 + k) for k, i in enumerate(ids(2, 13))])
+    store = c._store
+    with Lines() as log:
+        c.shutdown()
+    assert store.closed
+    assert any(lvl == logging.WARNING and "flushing the saved blocks" in m and "EIO" in m
+               for lvl, m in log.lines), log.lines
+
+    c = node(1, "WORKER")
+    register(monkeypatch, c, 0, HEADS, True)
+    store = c._store
+
+    def old_library(timeout=None):
+        raise kvshare.KvsError(-errno.EOPNOTSUPP, "kvs_store_flush", "predates KVSHARE_1.1")
+    monkeypatch.setattr(store, "flush", old_library)
+    with Lines() as log:
+        c.shutdown()
+    assert store.closed
+    assert any("predates KVSHARE_1.1" in m for lvl, m in log.lines), log.lines
+
+
+def test_flush_timeout_key_checked(tiny_model, tmp_path):
+    """kvshare_flush_timeout_s is checked with the rest of the configuration
+    when vLLM resolves the class: seconds, finite, >= 0."""
+    from vllm.config import KVTransferConfig
+
+    from kvshare.vllm.connector import check_transfer_config
+
+    good = {"backend": "posix", "backend_roots": str(tmp_path), "cache_buffer_capacity_gb": 1}
+    for value in (0, 2.5, "10"):
+        check_transfer_config(KVTransferConfig(
+            kv_connector="KVShareConnector", kv_connector_module_path="kvshare.vllm",
+            kv_role="kv_both", kv_connector_extra_config={
+                "kvshare_config": good, "kvshare_flush_timeout_s": value}))
+    for value in (-1, float("nan"), float("inf"), "soon", True, None):
+        with pytest.raises(ValueError, match="kvshare_flush_timeout_s"):
+            check_transfer_config(KVTransferConfig(
+                kv_connector="KVShareConnector", kv_connector_module_path="kvshare.vllm",
+                kv_role="kv_both", kv_connector_extra_config={
+                    "kvshare_config": good, "kvshare_flush_timeout_s": value}))
 
 
 def _transfer_config(kvshare_config):

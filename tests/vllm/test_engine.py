@@ -48,11 +48,30 @@ What each test proves:
       from scratch.
   test_finetune_same_directory  after KB/KC stored Z on model directory MK,
       a fine-tune is written over MK (same config.json, other weights); FT on
-      MK, same cache and backend, must find nothing of Z' (0 cached) and
-      answer as the fine-tune does (REF_TUNE, no connector).
+      MK, same cache (kvshare_unique_id) and backend, must either find
+      nothing of Z' (0 cached) and answer as the fine-tune does (REF_TUNE, no
+      connector), or be refused at start-up (below).
   test_same_model_id_other_weights  MID: another directory with the
       fine-tune's weights, the same kvshare_model_id and kvshare_unique_id as
-      E1/E2: 0 cached of X', REF_TUNE's tokens.
+      E1/E2: either 0 cached of X' and REF_TUNE's tokens, or refused at
+      start-up.
+      Why either is right, and nothing else: the library binds a cache to
+      the backend identity of its ranks, the layout_tag (the fingerprint's)
+      included, since any rank writes blocks another rank dumped (and an
+      adopter of a stale cache those the dead left DIRTY) with its own
+      backend and tag: an engine with other weights in the cache would store
+      the first engine's KV under its own tag.  So while the cache is live
+      (KC; E1, E2), or stale with DIRTY blocks of the other weights, the
+      rank's kvs_store_open is refused (KVS_ECONFIG) and the engine does not
+      start (engine_server exit 3), its log holding the connector's error
+      naming kvshare_unique_id (REFUSED_OTHER_WEIGHTS) and the library's
+      line naming both layout tags: the cache's (the other engine's
+      fingerprint) and its own, another.  Once the cache is gone (its last
+      rank closed it, or a stale one without DIRTY blocks was adopted) the
+      engine binds it anew and starts, and must then find none of the other
+      weights' KV.  Both tests meet a live cache here (KC and E1/E2 live to
+      the end), so refusal is what this module's run shows; the other branch
+      is checked all the same should the order change.
   test_redis_degraded           Redis unreachable with redis_start_degraded=1:
       DEG starts, serves X' (REF's tokens) and the library's lines about the
       unreachable server are rate-limited: at most 4, not one per shard.
@@ -121,6 +140,16 @@ VLLM_LINE = re.compile(r"^(\([\w.-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITI
                        r"\d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ")
 BREAKS = {"swap-heads": "SwappedHeadsConnector", "ignore-load-errors": "IgnoreLoadErrorsConnector"}
 WEIGHTS_LOADING = ("Starting to load model", "Loading weights took", "Model loading took")
+# The connector's error when its cache is bound to another fingerprint
+# (connector.py, _open_store)
+REFUSED_OTHER_WEIGHTS = ("another engine with other weights (a different fingerprint) uses "
+                         "this cache: give this engine its own kvshare_unique_id, or leave it "
+                         "unset (the default is per fingerprint)")
+# The library's line (store/store.c, backend_bind): the cache, its ranks'
+# identity and this rank's, each ending in its layout_tag
+BOUND_LINE = re.compile(r"store: the cache '([^']+)' is bound to another backend: its ranks "
+                        r"dump to .* layout_tag=(\d+); this rank to .* layout_tag=(\d+) "
+                        r"\(give every rank")
 
 
 def tail(text, n=40):
@@ -193,12 +222,18 @@ class Engine:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
-    def wait_ready(self, timeout=420):
+    def wait_ready(self, timeout=420, refusable=False):
+        """Its ready line; refusable: None where it exited before it was
+        ready (state "refused"; its exit code in proc.returncode)."""
         if self.ready_info is None:
             try:
                 self.ready_info = self.readline(timeout)
             except EngineGone:
                 self.proc.wait(30)
+                if refusable:
+                    self.ready_s = time.monotonic() - self.launched  # here: to its exit
+                    self.state = "refused"
+                    return None
                 self.state = "died"
                 self._fail(f"exited {self.proc.returncode} before it was ready")
             # from the launch to the engine's own "ready" (not to this call)
@@ -492,11 +527,13 @@ class Fleet:
                 env = self.env(spec)
                 self.engines[name] = Engine(self, name, spec, env)
 
-    def get(self, name):
+    def get(self, name, refusable=False):
+        """The engine, ready; refusable: None where it exited at start-up."""
         self.start(name)
         e = self.engines[name]
-        e.wait_ready()
-        return e
+        if e.state == "refused" and refusable:
+            return None
+        return e if e.wait_ready(refusable=refusable) is not None else None
 
     def once(self, key, fn):
         if key not in self.phases:
@@ -748,10 +785,33 @@ def test_failing_backend(fleet):
     assert r["tokens"] == fleet.ref(X2), "F (every backend read failing): wrong tokens"
 
 
+def refused_other_weights(fleet, name, other, uid):
+    """Engine name refused at start-up because cache uid is bound to engine
+    other's fingerprint (module docstring): it exited 3 (engine_server: the
+    engine could not be made), its log holds the connector's error and the
+    library's line naming uid, other's layout_tag as the cache's and another
+    as its own."""
+    e = fleet.engines[name]
+    text = e.log()
+    assert e.proc.returncode == 3, (
+        f"{name} exited {e.proc.returncode} at start-up, not refused (3):\n{tail(text)}")
+    assert REFUSED_OTHER_WEIGHTS in text, (
+        f"{name} did not start, but not for the cache's binding (no "
+        f"{REFUSED_OTHER_WEIGHTS!r}):\n{tail(text)}")
+    theirs = int.from_bytes(bytes.fromhex(other.fingerprint)[:8], "little")
+    bound = [m.groups() for m in BOUND_LINE.finditer(text)]
+    assert any(c == uid and int(t) == theirs and int(m) != theirs for c, t, m in bound), (
+        f"{name}: no library line naming cache {uid} bound to {other.name}'s layout_tag "
+        f"{theirs} and another one for this rank (found {bound}):\n{tail(text)}")
+
+
 def test_finetune_same_directory(fleet):
     k = fleet.once("k_chain", lambda: _k_chain(fleet))
-    ft, kc = fleet.get("ft"), fleet.engines["kc"]
+    ft, kc = fleet.get("ft", refusable=True), fleet.engines["kc"]
     assert k["z2"]["cached"] == SHARED * BLOCK  # Z' was there to be found
+    if ft is None:  # refused: the cache is KC's (live, or DIRTY blocks of MK's weights)
+        refused_other_weights(fleet, "ft", kc, fleet.uid_k)
+        return
     r = ft.gen(Z2)
     tuned = fleet.ref(Z2, "ref_tune")
     assert tuned != fleet.ref(Z2), "the fine-tune answers as the model it replaced"
@@ -766,7 +826,10 @@ def test_finetune_same_directory(fleet):
 
 def test_same_model_id_other_weights(fleet):
     fleet.once("cross_tp", lambda: _cross_tp(fleet))
-    mid = fleet.get("mid")
+    mid = fleet.get("mid", refusable=True)
+    if mid is None:  # refused: the cache is E1's and E2's (live, or their DIRTY blocks)
+        refused_other_weights(fleet, "mid", fleet.engines["e1"], fleet.uid_c)
+        return
     r = mid.gen(X2)
     tuned = fleet.ref(X2, "ref_tune")
     assert tuned != fleet.ref(X2), "the fine-tune answers as the base model"

@@ -33,10 +33,24 @@ gather's CUDA event) and scattered after the load.  A load that fails -- a
 backend error, a dead owner, its deadline (timeout_ms) -- reports its vLLM
 blocks through get_block_ids_with_load_errors, so vLLM recomputes them (with
 kv_load_failure_policy="recompute"): never wrong KV, never a hang.  A failed
-save is logged and counted: a later miss, not an error.
+save is logged and counted: a later miss, not an error.  A rank whose cache
+is bound to another fingerprint's layout_tag (an engine with other weights
+given the same kvshare_unique_id: any rank writes any rank's dumps, under its
+own tag) is refused by the library; the worker raises, naming the key.
+
+Shutdown (vLLM's worker shutdown calls shutdown()): the saves still running
+are waited for, then the store is flushed (Store.flush: the blocks of its
+cached dumps written to the backend) for at most kvshare_flush_timeout_s
+(default FLUSH_TIMEOUT_S), then closed.  Blocks left unwritten are logged at
+WARNING with their count; they stay in the node's shared cache, which is kept
+for the node's other ranks or its next opener to write.  Nothing raises out of
+shutdown.
 """
 
 import logging
+import math
+import re
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +60,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.logger import init_logger
 
+from .._abi import KVS_ECONFIG
 from .._lib import KvsError
 from ..store import Store, _config_string, check_config
 from . import identity, layout
@@ -83,6 +98,11 @@ _route_library_log()
 # kv_connector_extra_config keys of the connector itself.
 EXTRA_CONFIG = "kvshare_config"      # the store's keys (dict or "k=v,..." string)
 EXTRA_UNIQUE_ID = "kvshare_unique_id"  # the cache's name (default: from the fingerprint)
+EXTRA_FLUSH_TIMEOUT = "kvshare_flush_timeout_s"  # shutdown's flush bound, seconds
+# The default bound of the flush at shutdown: inside the 5 s vLLM gives a
+# worker to exit before it sends SIGTERM (VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS),
+# leaving the close its own second or so.
+FLUSH_TIMEOUT_S = 3.0
 # Keys the connector derives from the engine; a kvshare_config naming them is refused.
 _DERIVED = ("device_id", "shard_size", "block_size", "tensor_size", "tensor_size_list",
             "layout_tag")
@@ -133,6 +153,21 @@ def _join_keys(defaults, fixed, items, given):
     return ",".join([_config_string(keys)] + items)
 
 
+def _flush_timeout(extra):
+    """kv_connector_extra_config[kvshare_flush_timeout_s] (seconds >= 0, finite;
+    default FLUSH_TIMEOUT_S); ValueError naming the key otherwise."""
+    value = extra.get(EXTRA_FLUSH_TIMEOUT, FLUSH_TIMEOUT_S)
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = math.nan
+    if isinstance(value, bool) or not 0 <= t < math.inf:
+        raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_FLUSH_TIMEOUT!r}] is "
+                         f"{value!r}: want seconds, a finite number >= 0 (how long shutdown "
+                         "waits for saved blocks to reach the backend)")
+    return t
+
+
 def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
     """The store's configuration string: what the engine fixes (the geometry,
     the device, the fingerprint's layout_tag), the connector's defaults
@@ -161,6 +196,7 @@ def check_transfer_config(kv_transfer_config):
     constructor calls it again.  What needs the model (the geometry, the
     fingerprint) is not checked here: no cache is opened or created."""
     extra = kv_transfer_config.kv_connector_extra_config or {}
+    _flush_timeout(extra)
     items, given = _user_items(extra)
     # device 0 with the host engine: the sizes a rank needs are checked, no
     # copy engine is opened (kvs_store_config_check opens none anyway)
@@ -177,6 +213,28 @@ def check_transfer_config(kv_transfer_config):
 
 
 _checked = set()  # configurations check_transfer_config passed in this process
+
+# The library's line when a rank's backend identity is not its cache's
+# (store/store.c, backend_bind): "store: the cache '<id>' is bound to another
+# backend: its ranks dump to <theirs>; this rank to <mine> (give every ...",
+# each identity ending " layout_tag=<n>".
+_BOUND = re.compile(r"is bound to another backend: its ranks dump to .* "
+                    r"layout_tag=(\d+); this rank to ")
+
+
+def _bound_tag(err):
+    """The layout_tag a store open was refused for (the cache's ranks'), when
+    the library refused it because the cache is bound to another backend
+    identity; None for any other error (or a binding whose identity was not
+    readable yet)."""
+    if err.code != -KVS_ECONFIG:
+        return None
+    m = _BOUND.search(err.detail or "")
+    return int(m.group(1)) if m else None
+
+
+def _store_id(keys):
+    return dict(item.split("=", 1) for item in keys.split(",") if "=" in item).get("unique_id")
 
 
 class _Req:
@@ -207,6 +265,7 @@ class KVShareConnector(KVConnectorBase_V1):
         self._loads_on = kt.kv_role in ("kv_both", "kv_consumer")
         self._saves_on = kt.kv_role in ("kv_both", "kv_producer")
         self._block = self._geo.block_size
+        self._flush_s = _flush_timeout(kt.kv_connector_extra_config or {})
         self._store = None
         if role == KVConnectorRole.SCHEDULER:
             self._reqs = {}
@@ -356,11 +415,34 @@ class KVShareConnector(KVConnectorBase_V1):
             device, engine = kv.device.index, "cuda"
         else:
             device, engine = rank, "host"
-        self._store = Store(_store_keys(self._vllm_config, self._fp, geo, device, engine))
+        self._store = self._open_store(_store_keys(self._vllm_config, self._fp, geo, device,
+                                                   engine))
         logger.info("kvshare: rank %d of %d stores heads %s of %d, %d layers, %d-byte shards "
                     "(%s) in cache %s", rank, tp, self._heads, geo.heads, len(geo.layers),
                     geo.shard_bytes, "in place" if self._in_place else "staged",
                     self._store.unique_id)
+
+    def _open_store(self, keys):
+        """The rank's store.  A cache bound to another engine's fingerprint
+        (its layout_tag: an engine with other weights given the same
+        kvshare_unique_id, alive or leaving DIRTY blocks) is refused by the
+        library with KVS_ECONFIG (store/store.c, backend_bind: any rank may
+        write another's dumps, under its own tag); that refusal is raised as
+        a ValueError naming the key and the fix.  Every other error (the
+        geometry, the backend, ...) is the library's KvsError, unchanged."""
+        try:
+            return Store(keys)
+        except KvsError as e:
+            theirs = _bound_tag(e)
+            if theirs is None or theirs == identity.layout_tag(self._fp):
+                raise
+            raise ValueError(
+                f"kvshare: the cache {_store_id(keys)!r} (kv_connector_extra_config"
+                f"[{EXTRA_UNIQUE_ID!r}]) is bound to layout_tag {theirs}, not this engine's "
+                f"{identity.layout_tag(self._fp)}: another engine with other weights (a "
+                "different fingerprint) uses this cache: give this engine its own "
+                "kvshare_unique_id, or leave it unset (the default is per fingerprint). "
+                f"{e}") from None
 
     def _units(self, name, pairs, shards):
         """(kvshare id, shard, address) of a layer's heads of the given blocks,
@@ -491,12 +573,45 @@ class KVShareConnector(KVConnectorBase_V1):
     def build_kv_connector_stats(cls, data=None):
         return KVShareStats(data=dict(data or {}))
 
+    def _flush(self, store):
+        """A worker's saves into the backend before its store closes: the dump
+        tasks still running waited for, then Store.flush, all within
+        kvshare_flush_timeout_s.  Logs (WARNING) what is left, or why it could
+        not tell; never raises."""
+        deadline = time.monotonic() + self._flush_s
+        saving, self._saving = self._saving, []
+        try:
+            for task in saving:  # a step whose wait_for_save never came
+                try:
+                    store.wait(task, max(0.0, deadline - time.monotonic()))
+                except KvsError as e:
+                    logger.warning("kvshare: a save failed (%s): those blocks stay unstored", e)
+            left = store.flush(max(0.0, deadline - time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - shutdown goes on: the store is closed next
+            # a block's write given up (the backend's error), a library without
+            # kvs_store_flush (EOPNOTSUPP), ...
+            logger.warning("kvshare: shutdown: flushing the saved blocks to the backend "
+                           "(cache %s): %s", store.unique_id, e)
+            return
+        if left:
+            logger.warning("kvshare: shutdown: %d saved blocks were not in the backend after "
+                           "%g s (%s): they stay in the node's cache %s, for its other ranks "
+                           "or its next opener to write", left, self._flush_s,
+                           EXTRA_FLUSH_TIMEOUT, store.unique_id)
+
     def shutdown(self):
-        """Close the store: its close drains the tasks still running, each
-        bounded by its deadline (timeout_ms)."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        """Flush a worker's saves (bounded, _flush), then close the store: its
+        close drains the tasks still running, each bounded by its deadline
+        (timeout_ms).  Never raises: a failure is logged at WARNING."""
+        store, self._store = self._store, None
+        if store is None:
+            return
+        if self.role == KVConnectorRole.WORKER:
+            self._flush(store)
+        try:
+            store.close()
+        except Exception as e:  # noqa: BLE001 - nothing raises out of an engine's shutdown
+            logger.warning("kvshare: shutdown: closing the store failed: %s", e)
 
 
 __all__ = ["KVShareConnector", "KVShareMetadata", "KVShareStats"]
