@@ -196,7 +196,8 @@ else
 	: >"$OUT/hit_bench.log"
 	hrc=0
 	for args in "--shard-kib 8" "--shard-kib 32" "--shard-kib 256 --shards 1024" \
-		"--geometry llama3-70b --tp 8" "--geometry mha-72b --tp 8"; do
+		"--geometry llama3-70b --tp 8" "--geometry llama3-70b --tp 8 --layout layer-head" \
+		"--geometry mha-72b --tp 8"; do
 		# shellcheck disable=SC2086 # the arguments are words
 		timeout 120 "$HIT" --copy-engine cuda $args --rounds 5 >>"$OUT/hit_bench.log" 2>&1 ||
 			hrc=$?

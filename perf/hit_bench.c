@@ -5,7 +5,8 @@
  * run:
  *
  *   hit_bench variant=<v> path=<ready|cold> ranks=<n> sharing=<same|disjoint>
- *     geometry=<name|none> tp=<t> shard_bytes=<b> shards=<per rank> per_task=<n>
+ *     geometry=<name|none> layout=<layer-head|head|none> tp=<t> shard_bytes=<b>
+ *     tensors=<per shard> shards=<per rank> per_task=<n>
  *     wall_ns_per_shard=<..> cpu_ns_per_shard=<..> overhead_cpu_ns_per_shard=<..>
  *     shards_per_s=<..> gb_per_s=<..> base=<memcpy|fill+memcpy|h2d>
  *     base_ns_per_shard=<..> base_gb_per_s=<..> ratio=<..> switches_per_kshard=<..>
@@ -21,12 +22,19 @@
  *                     over ranks: each shard read once, copied by every rank);
  *   sharing=disjoint  rank r loads its own slice of every block's shards (GQA
  *                     heads: the ranks share blocks, not shards);
- *   --geometry        the vLLM connector's layout (docs/vllm.md): one shard per
- *                     (layer, KV head), 2 x 16 tokens x head_dim bf16 values;
- *                     rank r of TP t holds heads [r H/t, (r+1) H/t) and loads one
- *                     task per layer of every block's heads it holds; blocks
- *                     enough for --mib MiB per rank.  Rank 0's share runs
- *                     (ranks = 1 process; --tp sets the layout only).
+ *   --geometry        a vLLM model's KV blocks as the connector stores them
+ *                     (docs/vllm.md): per layer and KV head 2 x 16 tokens x
+ *                     head_dim bf16 values, each layer's in its own KV tensor
+ *                     (the destination holds them layer-major); rank r of TP t
+ *                     holds heads [r H/t, (r+1) H/t) of blocks enough for --mib
+ *                     MiB per rank.  Rank 0's share runs (ranks = 1 process;
+ *                     --tp sets the layout only).  --layout says how a block is
+ *                     cut into shards:
+ *                       head        (the connector's since layout version 2) one
+ *                                   shard per KV head, a tensor per layer: one
+ *                                   task of every block's heads of the rank;
+ *                       layer-head  (version 1) one shard per (layer, KV head):
+ *                                   one task per layer.
  *
  *   path=ready  one untimed round fills the cache (owner reads), then every
  *               timed round loads the same shards again: READY hits.
@@ -66,7 +74,8 @@
  *
  * usage: hit_bench [--shard-kib 8] [--shards 8192] [--per-task 0 (all)] [--spb 32]
  *                  [--ranks 1] [--sharing same|disjoint] [--path ready|cold]
- *                  [--rounds 7] [--geometry llama3-8b|llama3-70b|mha-72b] [--tp 1]
+ *                  [--rounds 7] [--geometry llama3-8b|llama3-70b|mha-72b]
+ *                  [--layout head|layer-head] [--tp 1]
  *                  [--mib 64] [--copy-engine host|cuda] [--verbose]
  * Exit 1 on a failed call or a wrong byte (after printing it), 77 for
  * --copy-engine cuda without a device or a CUDA build.
@@ -117,8 +126,13 @@ static const struct geometry geometries[] = {
 	{ "mha-72b", 80, 64, 128 },   /* MHA: every head a KV head (Qwen-72B's shape) */
 };
 
+enum layout { LAYOUT_HEAD, LAYOUT_LAYER_HEAD };
+
 struct params {
 	uint64_t shard_bytes;
+	uint64_t tensor_bytes; /* a shard's tensors' (equal) size: shard_bytes / tensors */
+	uint32_t tensors;      /* per shard: a geometry's layers (head layout), else 1 */
+	enum layout layout;    /* with a geometry */
 	uint32_t shards;   /* per rank per round (a geometry derives it) */
 	uint32_t per_task; /* 0: the round in one task */
 	uint32_t spb;
@@ -139,10 +153,10 @@ struct rank_out {
 
 /* The shards one rank loads in a round, in task order. */
 struct plan {
-	uint32_t n, spb, ntasks;
+	uint32_t n, spb, ntasks, tensors;
 	uint32_t *task_start;         /* ntasks + 1 offsets into sh */
 	uint32_t *blk;                /* each shard's block index (ids per round) */
-	struct kvs_store_shard *sh;   /* tensors: tv[i] */
+	struct kvs_store_shard *sh;   /* tensors: tv[i * tensors ..] */
 	struct kvs_store_tensor *tv;
 };
 
@@ -173,8 +187,8 @@ static uint64_t rusage_ns(uint64_t *switches)
 static void plan_add(struct plan *pl, uint32_t b, uint32_t shard)
 {
 	pl->blk[pl->n] = b;
-	pl->sh[pl->n] = (struct kvs_store_shard){ .shard = shard, .tensor_count = 1,
-						  .tensors = &pl->tv[pl->n] };
+	pl->sh[pl->n] = (struct kvs_store_shard){ .shard = shard, .tensor_count = pl->tensors,
+						  .tensors = &pl->tv[(size_t)pl->n * pl->tensors] };
 	pl->n++;
 }
 
@@ -186,20 +200,25 @@ static int plan_build(const struct params *p, uint32_t rank, struct plan *pl)
 
 	memset(pl, 0, sizeof(*pl));
 	pl->spb = p->spb;
+	pl->tensors = p->tensors;
 	if (g) {
 		heads = g->kv_heads / p->tp;
-		blocks = (uint32_t)(p->mib * (1u << 20) / ((uint64_t)g->layers * heads * p->shard_bytes));
+		blocks = (uint32_t)(p->mib * (1u << 20) / ((uint64_t)g->layers * heads * p->tensor_bytes));
 		blocks = blocks ? blocks : 1;
-		total = blocks * g->layers * heads;
+		total = blocks * heads * (p->layout == LAYOUT_HEAD ? 1 : g->layers);
 	}
-	pl->ntasks = g ? g->layers : (total + per_task - 1) / per_task;
+	pl->ntasks = !g ? (total + per_task - 1) / per_task : p->layout == LAYOUT_HEAD ? 1 : g->layers;
 	pl->sh = calloc(total, sizeof(*pl->sh));
-	pl->tv = calloc(total, sizeof(*pl->tv));
+	pl->tv = calloc((size_t)total * p->tensors, sizeof(*pl->tv));
 	pl->blk = calloc(total, sizeof(*pl->blk));
 	pl->task_start = calloc(pl->ntasks + 1, sizeof(*pl->task_start));
 	if (!pl->sh || !pl->tv || !pl->blk || !pl->task_start)
 		return -ENOMEM;
-	if (g) { /* layer l's task: every block's heads of this rank, block-major */
+	if (g && p->layout == LAYOUT_HEAD) { /* one task: every block's heads of this rank */
+		for (uint32_t b = 0; b < blocks; b++)
+			for (uint32_t h = rank * heads; h < (rank + 1) * heads; h++)
+				plan_add(pl, b, h);
+	} else if (g) { /* layer l's task: every block's heads of this rank, block-major */
 		for (uint32_t l = 0; l < g->layers; l++) {
 			pl->task_start[l] = pl->n;
 			for (uint32_t b = 0; b < blocks; b++)
@@ -228,12 +247,23 @@ static void plan_free(struct plan *pl)
 	free(pl->task_start);
 }
 
-/* Point the plan at round's blocks and shard i at dst + i shards. */
+/* Where tensor t of the plan's shard i goes, from the destination's start:
+ * layer-major (tensor t of every shard, then t + 1: each layer's KV tensor
+ * apart, as an engine holds them); with one tensor a shard, shard i at i
+ * shards. */
+static uint64_t dest_off(const struct params *p, const struct plan *pl, uint32_t i, uint32_t t)
+{
+	return ((uint64_t)t * pl->n + i) * p->tensor_bytes;
+}
+
+/* Point the plan at round's blocks and its shards' tensors at dst. */
 static void plan_round(const struct params *p, struct plan *pl, uint32_t round, uint64_t dst)
 {
 	for (uint32_t i = 0; i < pl->n; i++) {
 		pl->sh[i].block = block_id(p->cold ? round : 0, pl->blk[i]);
-		pl->tv[i] = (struct kvs_store_tensor){ .addr = dst + (uint64_t)i * p->shard_bytes };
+		for (uint32_t t = 0; t < pl->tensors; t++)
+			pl->tv[(size_t)i * pl->tensors + t] = (struct kvs_store_tensor){
+				.addr = dst + dest_off(p, pl, i, t) };
 	}
 }
 
@@ -301,7 +331,9 @@ static int base_round(const struct params *p, const struct plan *pl, uint8_t *co
 			if (p->cold) /* the owner's read: the backend fills the slot */
 				kvs_pattern_fill(&pl->sh[i].block, pl->sh[i].shard, 0, src[i],
 						 p->shard_bytes);
-			memcpy(d->host + (uint64_t)i * p->shard_bytes, src[i], p->shard_bytes);
+			for (uint32_t t = 0; t < pl->tensors; t++)
+				memcpy(d->host + dest_off(p, pl, i, t), src[i] + t * p->tensor_bytes,
+				       p->tensor_bytes);
 		}
 		*ns = kvs_now_ns() - t0;
 		return 0;
@@ -335,10 +367,15 @@ static uint32_t check(const struct params *p, const struct plan *pl, struct dest
 		return pl->n;
 	}
 	for (uint32_t i = 0; i < pl->n; i++) {
+		uint32_t t = 0;
+
 		kvs_pattern_fill(&pl->sh[i].block, pl->sh[i].shard, 0, want, p->shard_bytes);
-		if (memcmp(got + (uint64_t)i * p->shard_bytes, want, p->shard_bytes) != 0 && bad++ == 0)
-			fprintf(stderr, "hit_bench: shard %u of block %u: bytes differ from the "
-					"backend's\n", pl->sh[i].shard, pl->blk[i]);
+		while (t < pl->tensors && memcmp(got + dest_off(p, pl, i, t),
+						 want + t * p->tensor_bytes, p->tensor_bytes) == 0)
+			t++;
+		if (t < pl->tensors && bad++ == 0)
+			fprintf(stderr, "hit_bench: shard %u of block %u, tensor %u: bytes differ "
+					"from the backend's\n", pl->sh[i].shard, pl->blk[i], t);
 	}
 	free(want);
 	return bad;
@@ -436,6 +473,7 @@ static void store_config(const struct params *p, const char *uid, uint32_t rank,
 	cfg->cache.slot_bytes = p->shard_bytes;
 	cfg->cache.slot_count = slots;
 	cfg->cache.shards_per_block = p->spb;
+	cfg->tensor_bytes = p->tensors > 1 ? p->tensor_bytes : 0;
 	cfg->copy_engine = p->cuda ? KVS_COPY_ENGINE_CUDA : KVS_COPY_ENGINE_HOST;
 	cfg->backend.kind = KVS_BACKEND_LATENCY;
 	cfg->backend.latency_ns = 0;
@@ -616,13 +654,15 @@ static void report(const struct params *p, const struct rank_out *o, uint32_t pe
 	base_cpu = median(v, p->rounds);
 	node_rounds(p, o, offsetof(struct rank_out, switches), true, v);
 	switches = median(v, p->rounds);
-	printf("hit_bench variant=%s path=%s ranks=%u sharing=%s geometry=%s tp=%u shard_bytes=%" PRIu64
+	printf("hit_bench variant=%s path=%s ranks=%u sharing=%s geometry=%s layout=%s tp=%u"
+	       " shard_bytes=%" PRIu64 " tensors=%u"
 	       " shards=%u per_task=%u wall_ns_per_shard=%.0f cpu_ns_per_shard=%.0f"
 	       " overhead_cpu_ns_per_shard=%.0f shards_per_s=%.0f gb_per_s=%.3f base=%s"
 	       " base_ns_per_shard=%.0f base_gb_per_s=%.3f ratio=%.3f switches_per_kshard=%.1f\n",
 	       KVS_BENCH_VARIANT, p->cold ? "cold" : "ready", p->ranks,
-	       p->disjoint ? "disjoint" : "same", p->geo ? p->geo->name : "none", p->tp, p->shard_bytes,
-	       per_rank, per_task, wall / per_rank, cpu / shards,
+	       p->disjoint ? "disjoint" : "same", p->geo ? p->geo->name : "none",
+	       !p->geo ? "none" : p->layout == LAYOUT_HEAD ? "head" : "layer-head", p->tp,
+	       p->shard_bytes, p->tensors, per_rank, per_task, wall / per_rank, cpu / shards,
 	       cpu / shards - (p->cuda ? 0 : base_cpu / shards), shards / wall * 1e9, bytes / wall,
 	       p->cuda ? "h2d" : p->cold ? "fill+memcpy" : "memcpy", base_cpu / shards, bytes / base,
 	       base > 0 ? (bytes / wall) / (bytes / base) : 0, switches * 1000 / shards);
@@ -687,7 +727,7 @@ static int usage(void)
 	fprintf(stderr, "usage: hit_bench [--shard-kib K] [--shards N] [--per-task N] [--spb N]\n"
 			"                 [--ranks 1..%u] [--sharing same|disjoint] [--path ready|cold]\n"
 			"                 [--rounds 1..%u] [--geometry llama3-8b|llama3-70b|mha-72b]\n"
-			"                 [--tp T] [--mib M] [--copy-engine host|cuda] [--verbose]\n",
+			"                 [--layout head|layer-head] [--tp T] [--mib M] [--copy-engine host|cuda] [--verbose]\n",
 		MAX_RANKS, MAX_ROUNDS);
 	return 2;
 }
@@ -744,7 +784,9 @@ int main(int argc, char **argv)
 				if (!strcmp(b, geometries[g].name))
 					p.geo = &geometries[g];
 			ok = p.geo != NULL;
-		} else
+		} else if (!strcmp(a, "--layout") && (ok = !strcmp(b, "head") || !strcmp(b, "layer-head")))
+			p.layout = !strcmp(b, "head") ? LAYOUT_HEAD : LAYOUT_LAYER_HEAD;
+		else
 			return usage();
 		if (!ok) {
 			fprintf(stderr, "hit_bench: %s %s: out of range\n", a, b);
@@ -757,14 +799,19 @@ int main(int argc, char **argv)
 				p.geo->name, p.geo->kv_heads);
 			return 2;
 		}
-		p.shard_bytes = 2ull * BLOCK_TOKENS * p.geo->head_dim * BF16_BYTES;
-		p.spb = p.geo->layers * p.geo->kv_heads;
+		p.tensor_bytes = 2ull * BLOCK_TOKENS * p.geo->head_dim * BF16_BYTES;
+		p.tensors = p.layout == LAYOUT_HEAD ? p.geo->layers : 1;
+		p.shard_bytes = p.tensor_bytes * p.tensors;
+		p.spb = p.geo->kv_heads * (p.layout == LAYOUT_HEAD ? 1 : p.geo->layers);
 		p.ranks = 1;
 		p.disjoint = false;
 	} else if (p.disjoint && (p.ranks < 2 || p.spb % p.ranks)) {
 		fprintf(stderr, "hit_bench: --sharing disjoint wants --ranks >= 2 dividing --spb %u\n",
 			p.spb);
 		return 2;
+	} else {
+		p.tensors = 1;
+		p.tensor_bytes = p.shard_bytes;
 	}
 #ifndef KVS_HIT_BENCH_CUDA
 	if (p.cuda) {

@@ -8,8 +8,10 @@
 #     8192 shards a rank (256 MiB at most: 1024 of 256 KiB), all in one task;
 #   READY hits of 4, 8 and 32 KiB, 32 shards to a task (the seed system's
 #     comparison), one and two ranks;
-#   the vLLM connector's layout of Llama-3-8B, Llama-3-70B and a 72B MHA model at
-#     TP 1, 2 and 8 (rank 0's share: one task per layer, 64 MiB a rank).
+#   the vLLM connector's layouts of Llama-3-8B, Llama-3-70B and a 72B MHA model at
+#     TP 1, 2 and 8 (rank 0's share, 64 MiB a rank): a shard per KV head with a
+#     tensor per layer, one task (layout=head, the connector's), and a shard per
+#     (layer, KV head), one task per layer (layout=layer-head, its layout 1).
 #
 # Prints hit_bench's lines, then checks the targets on stderr: READY hits of one
 # rank at most 300 ns of CPU per shard beyond the copy and at least 0.8x memcpy's
@@ -68,7 +70,9 @@ for v in kernel plain; do
 	done
 	for g in llama3-8b llama3-70b mha-72b; do
 		for tp in 1 2 8; do
-			run "$v" --geometry "$g" --tp "$tp"
+			for l in head layer-head; do
+				run "$v" --geometry "$g" --tp "$tp" --layout "$l"
+			done
 		done
 	done
 done
