@@ -3,13 +3,14 @@
 kvshare's vLLM connector, without an engine: the connector's real objects
 (kvshare.vllm.KVShareConnector through perf/vllm_ttft_profile.py's timed
 subclass) against vLLM's own VllmConfig / KVCacheConfig, the perf model of
-perf/vllm_ttft.py (8 layers x 8 KV heads of 128, float32, block 32: 64 shards
-of 32 KiB per block), a prefix of --blocks 128 blocks (256 MiB) on the posix
+perf/vllm_ttft.py (8 layers x 8 KV heads of 128, float32, block 32: a block is
+8 shards, one per KV head, each 8 tensors of 32 KiB, one per layer), a
+prefix of --blocks 128 blocks (256 MiB) on the posix
 backend in a temp dir.
 
 Per TP degree a storing engine (its TP ranks' worker connectors, a process
 each, one backend directory per degree: dummy weights' fingerprint names the
-degree) saves the prefix layer by layer and closes: the last close removes
+degree) saves the prefix and closes: the last close removes
 the cache, so what follows reads the backend, as engine B of
 perf/vllm_ttft.py does (A has exited).  Then per
 --repeat round, --tp rank processes (TP=2: heads 0-3 and 4-7) each open a
@@ -37,7 +38,8 @@ included; waits: in wait_for_layer_load, which may submit later layers' loads)
   vllm_load_profile tp=<t> lookup ids_ms=<..> lookup_prefix_ms=<..> blocks=<n> hit=<n>
 and the floor of the same run: one host->host copy of the prefix's bytes
 (numpy, best of 7) and the same bytes in 32 KiB copies (ctypes.memmove per
-shard, the Python call's cost measured and shown apart).
+layer of a (block, head): the store's copy granularity, the Python call's cost
+measured and shown apart).
 
 Run (the venv: python/vllm-env/env.sh prints its path):
   PYTHONPATH=python KVSHARE_LIBRARY=build/lib/libkvshare.so.1 $venv/bin/python \
@@ -187,8 +189,9 @@ def pairs_of(spec, ids):
 
 
 def storer(spec, tp, rank, barrier):
-    """Rank `rank` of a TP=tp storing engine: save its heads of the prefix,
-    layer by layer, then close once every rank's dumps are in the cache (the
+    """Rank `rank` of a TP=tp storing engine: save its heads of the prefix
+    (as the model runner drives it: save_kv_layer per layer, wait_for_save),
+    then close once every rank's dumps are in the cache (the
     last close removes it: what follows reads the backend).  At the loaders'
     TP degree: dummy weights' fingerprint (its layout_tag) names the TP degree
     (kvshare/vllm/identity.py), so only such an engine's blocks are theirs."""
@@ -236,7 +239,7 @@ def summarize(events, t_go):
             "copy_ms": stats.get("copy_ns", 0) / 1e6,
             "owner_reads": stats.get("owner_reads", 0),
             "load_hits": stats.get("load_hits", 0),
-            "shards_loaded": stats.get("shards_loaded", 0)}
+            "bytes_loaded": stats.get("copy_bytes", 0)}
 
 
 def forward(spec):
@@ -347,8 +350,8 @@ def main(argv):
     tmp = tempfile.mkdtemp(prefix="kvs-load-profile.")
     try:
         names = [f"model.layers.{i}.self_attn.attn" for i in range(o.layers)]
-        shard = 2 * BLOCK * o.head_dim * 4
-        nbytes = o.blocks * o.layers * o.kv_heads * shard
+        piece = 2 * BLOCK * o.head_dim * 4  # a layer's (block, head): one copy
+        nbytes = o.blocks * o.layers * o.kv_heads * piece
         # the request: the prefix's blocks + one more (not stored), as engine B's
         hashes = [bytes([i % 256, i // 256]) * 16 for i in range(o.blocks + 1)]
         spec = {"uid": f"perf-load-{os.getpid()}", "store": None,
@@ -361,17 +364,18 @@ def main(argv):
         spec["hashes"] = hashes
         cases = ["backend_hot", "cache_hit"] + ([] if o.no_cold else ["backend_cold"])
         spec["cases"] = cases
-        f1, f1med, f32, calls = floors(nbytes, shard)
+        f1, f1med, f32, calls = floors(nbytes, piece)
         ctx = mp.get_context("spawn")
         print(f"{TAG} config layers={o.layers} kv_heads={o.kv_heads} head_dim={o.head_dim} "
-              f"blocks={o.blocks} shard_bytes={shard} prefix_bytes={nbytes} "
+              f"blocks={o.blocks} shard_bytes={piece * o.layers} layer_bytes={piece} "
+              f"prefix_bytes={nbytes} "
               f"forward_ms={o.forward_ms:g} forward_kind={o.forward_kind} "
               f"cpus={os.cpu_count()} "
               f"loadavg={'/'.join(open('/proc/loadavg').read().split()[:3])} library={lib}",
               flush=True)
         print(f"{TAG} floor copy_bytes={nbytes} floor_ms={f1 * 1e3:.1f} "
               f"floor_median_ms={f1med * 1e3:.1f} shard_floor_ms={f32 * 1e3:.1f} "
-              f"shard_copies={nbytes // shard} shard_call_overhead_ms={calls * 1e3:.1f}",
+              f"shard_copies={nbytes // piece} shard_call_overhead_ms={calls * 1e3:.1f}",
               flush=True)
         rc = 0
         import kvshare.vllm as kv  # noqa: F401  (the parent's scheduler connector)
@@ -418,8 +422,7 @@ def main(argv):
             res = q.get() if tp == 1 else [x for _ in range(tp) for x in q.get()]
             for pr in procs:
                 pr.join()
-            bad = [r for r in res if r["errors"] or r["shards_loaded"] !=
-                   o.blocks * o.layers * o.kv_heads // tp]
+            bad = [r for r in res if r["errors"] or r["bytes_loaded"] != nbytes // tp]
             if bad:
                 print(f"{TAG} tp={tp} FAILED loads: {bad[:2]}", flush=True)
                 rc = 1

@@ -30,9 +30,10 @@ on the posix backend in a temp dir (kv_role kv_both):
   vllm_ttft tp=<t> ratio recompute_no_connector/kvshare_hit=<..> recompute_kvshare_empty/kvshare_hit=<..> ...
 The floors are measured in this process right after engine B, no engine
 running (best of --floor-repeat 7; floors() says how): floor, one host->host
-copy of P's KV bytes (layers x KV heads x full blocks x shard, numpy, one
-thread); floor_par, the same in TP threads at once; shard_floor, the same bytes
-in shard-size copies (the store's granularity); read_floor, A's block files of
+copy of P's KV bytes (KV heads x full blocks x shard, numpy, one thread);
+floor_par, the same in TP threads at once; shard_floor, the same bytes in
+copies of a shard's tensor, a layer's (block, head) (the store's copy
+granularity); read_floor, A's block files of
 P read back in shard-size preads from the page cache, as B's owner reads find
 them (read_block_floor: one pread a file).  B is served by the backend: A has
 exited, its cache with it, so B's hit is owner reads of A's files (hot in the
@@ -56,7 +57,7 @@ timed requests):
   vllm_ttft tp=2 engines=2 omp_bind=0|1 oversubscribed=1 backend=redis backend_gets=<n>
             expected_gets=<n> reads_once=<1|0> backend_bytes=<..> net_output_bytes=<..>
             stored_shards=<n> shard_bytes=<..> ...
-expected_gets = P's full blocks x layers x KV heads: each stored shard read
+expected_gets = P's full blocks x KV heads: each stored shard read
 once across the node, whichever engine's rank asked first.
 
 Model: a config.json only (load_format dummy, no tokenizer), a Llama of
@@ -455,17 +456,18 @@ class Redis:
         self.proc.wait()
 
 
-def floors(nbytes, shard, spb, tp, store_dir, repeat):
+def floors(nbytes, piece, shard, spb, tp, store_dir, repeat):
     """The floors of one TP degree's hit, measured here while no engine runs
     (seconds; best and median of `repeat`):
       floor         one host->host copy of the prefix's KV bytes (numpy copyto,
                     one thread, into a destination faulted in before)
       floor_par     the same bytes in tp threads at once, bytes/tp each (the
                     ranks' share, copied in parallel; = floor at TP=1)
-      shard_floor   the same bytes as shard-size copies (ctypes.memmove, one
-                    per (block, layer, head), source in a shuffled order as
-                    a cache's slots are): the store's copy granularity;
-                    shard_calls the Python loop alone (1-byte copies), in it
+      shard_floor   the same bytes as piece-size copies (ctypes.memmove, one
+                    per (block, layer, head): a shard's tensor, source in a
+                    shuffled order as a cache's slots are): the store's copy
+                    granularity; shard_calls the Python loop alone (1-byte
+                    copies), in it
       read_floor    the prefix's stored block files read back in shard-size
                     preads (os.preadv into one buffer), from the page cache as
                     engine B found them (A wrote them moments before; nothing
@@ -503,14 +505,14 @@ def floors(nbytes, shard, spb, tp, store_dir, repeat):
         out["floor_par_s"], _ = best(par)
     else:
         out["floor_par_s"] = out["floor_s"]
-    n = nbytes // shard
+    n = nbytes // piece
     perm = random.Random(0).sample(range(n), n)
     sa, da, mm = src.ctypes.data, dst.ctypes.data, ctypes.memmove
 
     def shards(size):
         for k, j in enumerate(perm):
-            mm(da + k * shard, sa + j * shard, size)
-    out["shard_floor_s"], _ = best(lambda: shards(shard))
+            mm(da + k * piece, sa + j * piece, size)
+    out["shard_floor_s"], _ = best(lambda: shards(piece))
     out["shard_calls_s"], _ = best(lambda: shards(1))
     files = sorted(os.path.join(d, f) for d, _, fs in os.walk(store_dir) for f in fs)
     out["block_files"] = len(files)
@@ -664,8 +666,9 @@ class Run:
         self.n_warm = 0
         # geometry
         self.full_blocks = o.prompt_tokens // BLOCK           # P's full blocks
-        self.shard_bytes = 2 * BLOCK * o.head_dim * 4         # a (layer, head), float32
-        self.spb = o.layers * o.kv_heads                      # shards per stored block
+        self.layer_bytes = 2 * BLOCK * o.head_dim * 4         # a (layer, head), float32
+        self.shard_bytes = self.layer_bytes * o.layers        # a head, every layer
+        self.spb = o.kv_heads                                 # shards per stored block
         max_model_len = o.prompt_tokens + o.suffix_tokens + 64
         # vLLM's blocks per rank: max_model_len's worth plus the warm-up, at TP=1
         # (the most bytes per block; TP=2 ranks get twice the blocks)
@@ -781,8 +784,8 @@ class Run:
         self.line(tp, "kvshare_hit", b, expected)
         self.local_line(tp, "b", b)
         self.profile_lines(tp, "kvshare_hit", b)
-        fl = floors(self.full_blocks * self.spb * self.shard_bytes, self.shard_bytes,
-                    self.spb, tp, store_dir, o.floor_repeat)
+        fl = floors(self.full_blocks * self.spb * self.shard_bytes, self.layer_bytes,
+                    self.shard_bytes, self.spb, tp, store_dir, o.floor_repeat)
         print(f"{TAG} tp={tp} floor copy_bytes={self.full_blocks * self.spb * self.shard_bytes} "
               + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in fl.items())

@@ -189,10 +189,10 @@ class ProfiledKVShareConnector(KVShareConnector):
             # before the forward (start_load_kv comes before it only with loads)
             LOG.add("worker.bind_connector_metadata", t0)
 
-    def _units(self, name, pairs, shards):
+    def _units(self, pairs, views):
         t0 = _now()
-        r = super()._units(name, pairs, shards)
-        LOG.add("worker._units", t0, layer=name, n=len(r))
+        r = super()._units(pairs, views)
+        LOG.add("worker._units", t0, n=len(r))
         return r
 
     def start_load_kv(self, forward_context, **kwargs):
@@ -207,7 +207,7 @@ class ProfiledKVShareConnector(KVShareConnector):
 
     def wait_for_layer_load(self, layer_name):
         t0 = _now()
-        pending = layer_name in self._loading
+        pending = self._loading is not None and not self._loading.waited
         super().wait_for_layer_load(layer_name)
         if pending:
             LOG.add("worker.wait_for_layer_load", t0, layer=layer_name)

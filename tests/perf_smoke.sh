@@ -154,18 +154,20 @@ hit_bench.sh)
 				b=$((k * 1024))
 				for rs in "1 same" "2 same" "2 disjoint"; do
 					read -r n sh <<<"$rs"
-					want 1 "^hit_bench variant=$v path=$p ranks=$n sharing=$sh geometry=none tp=1 shard_bytes=$b shards=64 per_task=64 $tail base=$base base_ns_per_shard=$num base_gb_per_s=$num ratio=$num switches_per_kshard=$num$"
+					want 1 "^hit_bench variant=$v path=$p ranks=$n sharing=$sh geometry=none layout=none tp=1 shard_bytes=$b tensors=1 shards=64 per_task=64 $tail base=$base base_ns_per_shard=$num base_gb_per_s=$num ratio=$num switches_per_kshard=$num$"
 				done
 			done
 		done
 		for k in 4 8 32; do
 			for n in 1 2; do
-				want 1 "^hit_bench variant=$v path=ready ranks=$n sharing=same geometry=none tp=1 shard_bytes=$((k * 1024)) shards=64 per_task=32 $tail base=memcpy "
+				want 1 "^hit_bench variant=$v path=ready ranks=$n sharing=same geometry=none layout=none tp=1 shard_bytes=$((k * 1024)) tensors=1 shards=64 per_task=32 $tail base=memcpy "
 			done
 		done
-		for g in llama3-8b llama3-70b mha-72b; do
+		for gl in llama3-8b:32 llama3-70b:80 mha-72b:80; do
+			g=${gl%:*} layers=${gl#*:}
 			for tp in 1 2 8; do
-				want 1 "^hit_bench variant=$v path=ready ranks=1 sharing=same geometry=$g tp=$tp shard_bytes=8192 shards=[0-9]+ per_task=[0-9]+ $tail base=memcpy "
+				want 1 "^hit_bench variant=$v path=ready ranks=1 sharing=same geometry=$g layout=head tp=$tp shard_bytes=$((8192 * layers)) tensors=$layers shards=[0-9]+ per_task=[0-9]+ $tail base=memcpy "
+				want 1 "^hit_bench variant=$v path=ready ranks=1 sharing=same geometry=$g layout=layer-head tp=$tp shard_bytes=8192 tensors=1 shards=[0-9]+ per_task=[0-9]+ $tail base=memcpy "
 			done
 		done
 	done
@@ -184,14 +186,15 @@ weights_fingerprint.py)
 	want 1 "^weights_fingerprint model=70b_bf16 files=30 est_cold_ms=$num est_warm_ms=$num$"
 	;;
 vllm_load_profile.py)
-	want 1 "^vllm_load_profile config layers=8 kv_heads=8 head_dim=128 blocks=4 shard_bytes=32768 prefix_bytes=8388608 "
+	want 1 "^vllm_load_profile config layers=8 kv_heads=8 head_dim=128 blocks=4 shard_bytes=262144 layer_bytes=32768 prefix_bytes=8388608 "
 	want 1 "^vllm_load_profile floor copy_bytes=8388608 floor_ms=$num floor_median_ms=$num shard_floor_ms=$num shard_copies=256 shard_call_overhead_ms=$num$"
 	want 1 "^vllm_load_profile tp=1 lookup ids_ms=$num lookup_prefix_ms=$num blocks=5 hit=4 "
 	for c in backend_hot cache_hit; do
 		want 1 "^vllm_load_profile tp=1 case=$c total_ms=$num .* owner_reads=[0-9]+ load_hits=[0-9]+ gib_per_s=$num floor_ms=$num total/floor=$num best_ms=$num rounds=1 all_ms=[0-9]+$"
 	done
-	want 1 "^vllm_load_profile tp=1 case=backend_hot .* owner_reads=256 load_hits=0 "
-	want 1 "^vllm_load_profile tp=1 case=cache_hit .* owner_reads=0 load_hits=256 "
+	# 4 blocks x 8 shards (a KV head each, every layer)
+	want 1 "^vllm_load_profile tp=1 case=backend_hot .* owner_reads=32 load_hits=0 "
+	want 1 "^vllm_load_profile tp=1 case=cache_hit .* owner_reads=0 load_hits=32 "
 	want 0 "FAILED"
 	;;
 python_load.py)

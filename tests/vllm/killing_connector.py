@@ -5,8 +5,10 @@ kv_connector_module_path="killing_connector" (tests/vllm on PYTHONPATH).
 KillingConnector: kvshare's connector, unchanged, in an engine whose rank is
 killed -9 at a chosen point of a save.  kv_connector_extra_config:
   "test_kill_at"      where the rank's process SIGKILLs itself:
-      "layer"   right after the first layer's dump of a step with saves was
-                submitted: the blocks being stored never get their other layers;
+      "partial" in the first step with saves, right after a dump of only
+                the rank's first head reached the shared cache: the blocks
+                being stored never get their other heads (a TP peer that
+                died before its dump);
       "cached"  right after wait_for_save found that step's dumps in the shared
                 cache: every block is complete there, its backend write maybe
                 not done;
@@ -64,15 +66,20 @@ class KillingConnector(KVShareConnector):
                 f.write(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
 
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
-        if self._saving and self._armed("layer"):
-            self._die()
+    def _submit_save(self, pairs):
+        self._submitted = True
+        if not self._armed("partial"):
+            return super()._submit_save(pairs)
+        self._heads = self._heads[:1]
+        super()._submit_save(pairs)
+        for task in self._saving:  # that head's shards in the cache, then die
+            self._store.wait(task)
+        self._die()
 
     def wait_for_save(self):
-        saving = bool(self._saving)
+        self._submitted = False  # wait_for_save submits the step's dump, if any
         super().wait_for_save()
-        if saving and self._armed("cached"):
+        if self._submitted and self._armed("cached"):
             self._die()
 
 

@@ -3,7 +3,7 @@ real VllmConfig, KVCacheConfig, Request and block hasher, connector objects of
 both roles on one node's store (posix backend under tmp_path).
 
 - cross-TP: the two ranks of a TP=2 "engine" (worker connectors, each with its
-  own head of the tiny model's two) save blocks layer by layer; a TP=1 worker
+  own head of the tiny model's two) save blocks; a TP=1 worker
   loads them and finds each head where vLLM's CPU layout puts it, and the
   other way round;
 - a GPU backend's layout (FLASH_ATTN: each token's K then V, staged) shares
@@ -249,7 +249,7 @@ def register_mla(monkeypatch, conn, rank, caches, backend):
 
 def test_mla_one_copy_every_rank_loads(node, monkeypatch):
     """MLA: one latent per token, the same on every rank.  A stored block is
-    one shard per layer; both ranks of a TP=2 engine save it (the second is
+    one shard (a tensor per layer); both ranks of a TP=2 engine save it (the second is
     deduplicated: one copy stored, written once), and a TP=1 engine on
     another backend (FLASHMLA: whole 32-token blocks, in place) and each rank
     of a TP=4 one (CPU_MLA: kernel blocks of 16 tokens, two per block) load it
@@ -261,11 +261,11 @@ def test_mla_one_copy_every_rank_loads(node, monkeypatch):
     ranks = [node(2, "WORKER", mla_config()) for _ in range(2)]
     for r, c in enumerate(ranks):
         register_mla(monkeypatch, c, r, {n: src[n].clone() for n in NAMES}, "CPU_MLA")
-        assert c._geo.shards_per_block == LAYERS and c._heads == [0]
+        assert c._geo.shards_per_block == 1 and c._heads == [0]
         save(c, {n: None for n in NAMES}, [(i, 2 + k) for k, i in enumerate(stored)])
     st = [c._store.stats() for c in ranks]
-    assert st[0]["shards_dumped"] + st[1]["shards_dumped"] == 3 * LAYERS  # one copy
-    assert st[0]["dump_dedup"] + st[1]["dump_dedup"] == 3 * LAYERS
+    assert st[0]["shards_dumped"] + st[1]["shards_dumped"] == 3  # one copy
+    assert st[0]["dump_dedup"] + st[1]["dump_dedup"] == 3
     one = node(1, "WORKER", mla_config())
     dst = {n: torch.zeros(NBLOCKS, 1, BLOCK, LATENT) for n in NAMES}
     register_mla(monkeypatch, one, 0, dst, "FLASHMLA")
@@ -348,8 +348,10 @@ def test_store_keys(node, tiny_model):
     fp = kv.fingerprint(cfg)
     keys = dict(item.split("=", 1) for item in _store_keys(cfg, fp, geo, 3, "host").split(","))
     assert keys["dump_wait"] == "durable" and keys["backend"] == "none"
-    assert keys["device_id"] == "3" and keys["shard_size"] == str(8192)
-    assert keys["block_size"] == str(8192 * 4) and keys["copy_engine"] == "host"
+    # a shard: one head of a block, a tensor of 2 x 32 x 32 float32 per layer
+    assert keys["device_id"] == "3" and keys["shard_size"] == str(8192 * LAYERS)
+    assert keys["tensor_size"] == str(8192)
+    assert keys["block_size"] == str(8192 * LAYERS * 2) and keys["copy_engine"] == "host"
     assert keys["unique_id"] == "vllm-" + fp.hex()[:16]
     assert keys["layout_tag"] == str(int.from_bytes(fp[:8], "little"))
     for given in ("shard_size=4k", "layout_tag=7"):
@@ -373,14 +375,16 @@ def test_foreign_block_is_load_error(node, monkeypatch, tmp_path, same_tag):
     c = node(1, "WORKER")
     caches = register(monkeypatch, c, 0, HEADS, False)
     tag = kv.layout_tag(c._fp) if same_tag else kv.layout_tag(c._fp) ^ 1
-    shard = 2 * BLOCK * HEAD_DIM * 4
+    layer = 2 * BLOCK * HEAD_DIM * 4
+    shard = layer * LAYERS
     foreign = ids(2, 9)
     with kvshare.Store({"unique_id": f"vc-foreign-{os.getpid()}", "device_id": 0,
-                        "shard_size": shard, "block_size": shard * LAYERS * HEADS,
+                        "shard_size": shard, "tensor_size": layer,
+                        "block_size": shard * HEADS,
                         "copy_engine": "host", "backend": "posix",
                         "backend_roots": str(tmp_path), "fsync": 0,
                         "cache_buffer_capacity_gb": 0.01, "layout_tag": tag}) as w:
-        data = [np.full(shard * LAYERS * HEADS, 7 + i, dtype=np.uint8) for i in range(2)]
+        data = [np.full(shard * HEADS, 7 + i, dtype=np.uint8) for i in range(2)]
         assert w.dump(foreign, data).wait()
     errors = load(c, [(foreign[0], 3), (foreign[1], 4)])
     if same_tag:

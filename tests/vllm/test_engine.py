@@ -34,13 +34,14 @@ What each test proves:
       Each stored shard is written to Redis once (SET counted), none read.
   test_redis_counted_reads      RB (TP=2), a fresh cache on the same Redis:
       loads X' and Y' from the backend (544 cached, tokens REF's), each
-      rank reading its own heads: 17 x 4 GETs per prompt, no SET.
+      rank reading its own heads: 17 x 2 GETs per prompt, no SET.
   test_failing_backend          F, every backend read failing
       (fault_error_ppm=1000000) over the blocks of X': its loads fail, vLLM
       recomputes ("blocks are recomputed" logged), the tokens are REF's.
   test_killed_and_restarted     on a posix backend, cache K: KA is killed -9
-      right after its first layer's dump of W (killing_connector.py): no block
-      of W is in the backend; KB, fresh on the cache KA left, finds none of
+      right after a dump of only its first KV head of W reached the cache
+      (killing_connector.py: a TP peer dead before its dump): no block of W is
+      in the backend; KB, fresh on the cache KA left, finds none of
       W' (0 cached, tokens REF's), then is killed -9 (its rank, then the whole
       process group) right after its dumps of Z reached the cache; KC, fresh
       on the cache KB left, loads Z' (544 cached, tokens REF's), and the
@@ -112,8 +113,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "engine_server.py")
 BLOCK = 32
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 32          # conftest.GQA
-SHARD = 2 * BLOCK * HEAD_DIM * 4               # a (layer, KV head) of a block, float32
-SPB = LAYERS * KV_HEADS                        # shards per block
+LAYER = 2 * BLOCK * HEAD_DIM * 4               # a layer's (block, KV head), float32
+SHARD = LAYER * LAYERS                         # a KV head of a block, every layer
+SPB = KV_HEADS                                 # shards per block
 SHARED = 17                                    # blocks X' shares with X
 # A reference token's least lead over the runner-up (logprob): 100 times and
 # more the float32 differences between one engine and another (TP degrees,
@@ -406,7 +408,8 @@ def store_keys(spec_keys, fp_hex, name):
     """A fresh reader's store over an engine's backend (its own cache)."""
     fp = bytes.fromhex(fp_hex)
     return {"unique_id": f"vt-{os.getpid()}-read-{name}-{time.monotonic_ns()}",
-            "device_id": 0, "shard_size": SHARD, "block_size": SHARD * SPB,
+            "device_id": 0, "shard_size": SHARD, "tensor_size": LAYER,
+            "block_size": SHARD * SPB,
             "copy_engine": "host", "cache_buffer_capacity_gb": 0.01,
             "layout_tag": int.from_bytes(fp[:8], "little"),
             **{k: v for k, v in spec_keys.items() if k.startswith(("backend", "redis"))}}
@@ -477,7 +480,7 @@ class Fleet:
             "f": {"model": m, **c, "unique_id": self.uid_c + "-f", "role": "kv_consumer",
                   "kvshare_config": {**self.redis_c, "fault_error_ppm": 1000000}},
             "mid": {"model": mt, **c},
-            "ka": {**k, "kill_at": "layer", "kill_marker": str(self.tmp / "ka.killed")},
+            "ka": {**k, "kill_at": "partial", "kill_marker": str(self.tmp / "ka.killed")},
             "kb": {**k, "mp_core": True, "kill_at": "cached", "kill_file": self.kill_file,
                    "kill_marker": str(self.tmp / "kb.killed"), "open_after": self.gates["kb"]},
             "kc": {**k, "open_after": self.gates["kc"]},
@@ -696,7 +699,7 @@ def _e1_z(fleet):
 def test_killed_and_restarted(fleet):
     k = fleet.once("k_chain", lambda: _k_chain(fleet))
     kc = fleet.engines["kc"]
-    assert k["files_after_ka"] == [], "a block of W was written with one layer of two"
+    assert k["files_after_ka"] == [], "a block of W was written with one head of two"
     assert k["w2"]["cached"] == 0, (
         f"KB loaded {k['w2']['cached']} tokens of W', none of whose blocks KA completed")
     assert k["w2"]["tokens"] == fleet.ref(W2), "KB: wrong tokens"
@@ -857,7 +860,7 @@ def test_redis_degraded(fleet):
     opens = sum("opened degraded" in line for line in lines)
     assert opens, f"DEG logged no degraded open of {fleet.dead}:\n{tail(text)}"
     failures = len(lines) - 2 * opens
-    # serving X' stored 18 blocks x 4 shards and looked them up, all failing
+    # serving X' stored 18 blocks x 2 shards and looked them up, all failing
     assert failures <= 5, (f"{len(lines)} lines about the unreachable Redis, {opens} opens: "
                            f"not rate-limited:\n" + "\n".join(lines))
     bare = [line for line in lines if not VLLM_LINE.match(line)]

@@ -20,16 +20,19 @@ first).  The metadata of each step lists, per request, the (kvshare id, vLLM
 block id) pairs to load and those that became full this step, to save.
 
 Worker side (one per rank): the rank's store (a GPU rank of the cache, its
-device the rank's).  start_load_kv submits one load task per layer -- the
-shards of the rank's heads of every block to load (layout.py) --, and
-wait_for_layer_load waits for that layer's; save_kv_layer submits the layer's
-dump, and wait_for_save waits for the dumps to be in the shared cache
-(dump_wait=cached: the backend write then runs from the cache, and the KV
-blocks are the engine's again).  Where a rank's (block, head) is one contiguous
-run of its KV tensor (the CPU backend) the shards move in place; elsewhere (the
-GPU backends: each token's K then V) a layer's blocks go through a staging
+device the rank's).  A shard is one KV head of a block across every layer, a
+tensor per layer (layout.py), so a step moves its blocks in one task each way:
+start_load_kv submits the load of the shards of the rank's heads of every
+block to load, and the first wait_for_layer_load waits for it (the forward
+needs layer 0 first, and every layer arrives with it); wait_for_save, once
+the forward computed every layer, submits the step's dump and waits for it to
+be in the shared cache (dump_wait=cached: the backend write then runs from the
+cache, and the KV blocks are the engine's again); save_kv_layer has nothing
+to do.  Where a rank's (block, head) of a layer is one contiguous run of its
+KV tensor (the CPU backend) the shards move in place; elsewhere (the GPU
+backends: each token's K then V) each layer's blocks go through a staging
 buffer on the tensor's device, gathered before the dump (which waits for the
-gather's CUDA event) and scattered after the load.  A load that fails -- a
+gathers' CUDA event) and scattered, layer by layer, after the load.  A load that fails -- a
 backend error, a dead owner, its deadline (timeout_ms) -- reports its vLLM
 blocks through get_block_ids_with_load_errors, so vLLM recomputes them (with
 kv_load_failure_policy="recompute"): never wrong KV, never a hang.  A failed
@@ -178,10 +181,12 @@ def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
     defaults = {
         "unique_id": extra.get(EXTRA_UNIQUE_ID) or "vllm-" + fp.hex()[:16],
         "dump_wait": "cached",
-        "waiting_queue_depth": min(4096, 4 * len(geo.layers) + 64),
+        # a step's load and dump, and tasks a failed step left unreaped
+        "waiting_queue_depth": 64,
         "copy_engine": copy_engine,
     }
     fixed = {"device_id": device_id, "shard_size": geo.shard_bytes,
+             "tensor_size": geo.layer_bytes,
              "block_size": geo.shard_bytes * geo.shards_per_block,
              "layout_tag": identity.layout_tag(fp)}
     return _join_keys(defaults, fixed, items, given)
@@ -237,6 +242,16 @@ def _store_id(keys):
     return dict(item.split("=", 1) for item in keys.split(",") if "=" in item).get("unique_id")
 
 
+class _Load:
+    """A step's load on a worker: its task, the vLLM blocks it fills, and when
+    staged the block ids (rows) and each layer's buffer not yet scattered."""
+    __slots__ = ("task", "blocks", "rows", "staged", "waited")
+
+    def __init__(self, task, blocks, rows, staged):
+        self.task, self.blocks, self.rows, self.staged = task, blocks, rows, staged
+        self.waited = False
+
+
 class _Req:
     """The scheduler's view of one request."""
     __slots__ = ("request", "ids", "block_ids", "stored", "local", "load", "saved", "upto")
@@ -272,8 +287,8 @@ class KVShareConnector(KVConnectorBase_V1):
             self._watch_keys = _store_keys(vllm_config, self._fp, self._geo, -1, "host")
             self._watch_failed = None  # the last open error, logged once
         else:
-            self._layers = {}    # layer name -> (layer index, kv tensor, layout.kv_view)
-            self._loading = {}   # layer name -> (Task, vLLM block ids, staged scatter)
+            self._layers = {}    # layer name -> (kv tensor, layout.kv_view), model order
+            self._loading = None  # this step's _Load
             self._saving = []    # dump Tasks of this step
             self._errors = set()
             self._loading_reqs = set()  # requests with loads this step
@@ -399,18 +414,18 @@ class KVShareConnector(KVConnectorBase_V1):
         tp = self._vllm_config.parallel_config.tensor_parallel_size
         rank = get_tensor_model_parallel_rank()
         content = self._content()
-        for index, name in enumerate(geo.layers):
+        for name in geo.layers:
             kv = kv_caches[name]
             try:
                 view = layout.kv_view(kv, content, geo)
             except ValueError as e:
                 raise ValueError(f"kvshare: layer {name}: {e} (docs/vllm.md)") from None
-            self._layers[name] = (index, kv, view)
+            self._layers[name] = (kv, view)
         self._heads_of_rank = view.shape[1]
         self._heads = layout.rank_heads(geo.heads, tp, rank, self._heads_of_rank)
         # A (block, head) that is one contiguous run of the tensor is loaded and
         # dumped in place; otherwise through a staging buffer on its device.
-        self._in_place = all(v[0, 0].is_contiguous() for _, _, v in self._layers.values())
+        self._in_place = all(v[0, 0].is_contiguous() for _, v in self._layers.values())
         if kv.device.type == "cuda":
             device, engine = kv.device.index, "cuda"
         else:
@@ -444,16 +459,22 @@ class KVShareConnector(KVConnectorBase_V1):
                 "kvshare_unique_id, or leave it unset (the default is per fingerprint). "
                 f"{e}") from None
 
-    def _units(self, name, pairs, shards):
-        """(kvshare id, shard, address) of a layer's heads of the given blocks,
-        shards the tensor that holds them in layout.kv_view's shape: the
-        layer's view when in place (indexed by vLLM block id), else a staging
-        buffer (indexed by pair)."""
-        index, base, size = self._layers[name][0], shards.data_ptr(), shards.element_size()
-        by_row, by_head = shards.stride(0) * size, shards.stride(1) * size
-        heads = [(self._geo.shard(index, h), j * by_head) for j, h in enumerate(self._heads)]
-        return [(kid, shard, base + (blk if self._in_place else k) * by_row + off)
-                for k, (kid, blk) in enumerate(pairs) for shard, off in heads]
+    def _units(self, pairs, views):
+        """(kvshare id, shard, an address per layer) of the rank's heads of the
+        given blocks; views, one per layer in the model's order, hold them in
+        layout.kv_view's shape: the layers' views when in place (indexed by
+        vLLM block id), else staging buffers (indexed by pair)."""
+        layers = [(v.data_ptr(), v.stride(0) * v.element_size(), v.stride(1) * v.element_size())
+                  for v in views]
+        heads = [(self._geo.shard(h), j) for j, h in enumerate(self._heads)]
+        return [(kid, shard, [base + row * by_row + j * by_head
+                              for base, by_row, by_head in layers])
+                for k, (kid, blk) in enumerate(pairs)
+                for row in (blk if self._in_place else k,) for shard, j in heads]
+
+    def _staging(self, view, n):
+        """A staging buffer of n blocks of a layer's view, on its device."""
+        return torch.empty((n,) + tuple(view.shape[1:]), dtype=view.dtype, device=view.device)
 
     @staticmethod
     def _rows(view, pairs):
@@ -470,40 +491,57 @@ class KVShareConnector(KVConnectorBase_V1):
             return
         blocks = {blk for _, blk in pairs}
         self._loading_reqs = {req_id for req_id, _ in meta.loads}
-        for name, (_, kv, view) in self._layers.items():
-            shards = view if self._in_place else torch.empty(
-                (len(pairs),) + tuple(view.shape[1:]), dtype=view.dtype, device=view.device)
-            try:
-                task = self._store.load_shards(self._units(name, pairs, shards),
-                                               keep=[kv, shards])
-            except KvsError as e:
-                logger.warning("kvshare: load of layer %s not submitted: %s", name, e)
-                self._errors |= blocks
-                self._tainted |= self._loading_reqs
-                continue
-            scatter = None if self._in_place else (self._rows(view, pairs), shards)
-            self._loading[name] = (task, blocks, scatter)
-        self._count("loaded_blocks", len(pairs))
-
-    def _wait_load(self, name):
-        task, blocks, scatter = self._loading.pop(name)
+        kvs = [kv for kv, _ in self._layers.values()]
+        views = [view if self._in_place else self._staging(view, len(pairs))
+                 for _, view in self._layers.values()]
         try:
-            self._store.wait(task)
+            task = self._store.load_shards(self._units(pairs, views), keep=kvs + views)
         except KvsError as e:
-            if not self._errors >= blocks:
-                logger.warning("kvshare: load of layer %s failed (%s): %d blocks are "
-                               "recomputed", name, e, len(blocks))
+            logger.warning("kvshare: load of %d blocks not submitted: %s", len(blocks), e)
             self._errors |= blocks
             self._tainted |= self._loading_reqs
-            self._count("load_errors", 1)
             return
-        if scatter is not None:  # staged: into the layer's blocks, on its stream
-            rows, shards = scatter
-            self._layers[name][2].index_copy_(0, rows, shards)
+        staged = {} if self._in_place else dict(zip(self._layers, views))
+        rows = None if self._in_place else self._rows(views[0], pairs)
+        self._loading = _Load(task, blocks, rows, staged)
+        self._count("loaded_blocks", len(pairs))
+
+    def _wait_load(self):
+        """Wait for the step's load (once); a failure reports its blocks to
+        vLLM and leaves nothing to scatter."""
+        ld = self._loading
+        if ld.waited:
+            return
+        ld.waited = True
+        try:
+            self._store.wait(ld.task)
+        except KvsError as e:
+            logger.warning("kvshare: a load failed (%s): %d blocks are recomputed", e,
+                           len(ld.blocks))
+            self._errors |= ld.blocks
+            self._tainted |= self._loading_reqs
+            self._count("load_errors", 1)
+            ld.staged.clear()
+
+    def _scatter(self, name):
+        """Staged: the layer's loaded blocks into its KV, on its stream."""
+        shards = self._loading.staged.pop(name, None)
+        if shards is not None:
+            self._layers[name][1].index_copy_(0, self._loading.rows, shards)
 
     def wait_for_layer_load(self, layer_name):
-        if layer_name in self._loading:
-            self._wait_load(layer_name)
+        if self._loading is not None:
+            self._wait_load()
+            self._scatter(layer_name)
+
+    def _finish_load(self):
+        """The step's load done and scattered: layers the forward never waited
+        for included."""
+        if self._loading is not None:
+            self._wait_load()
+            for name in list(self._loading.staged):
+                self._scatter(name)
+            self._loading = None
 
     def _saves(self):
         """This step's (kvshare id, vLLM block id) pairs to save: not those of
@@ -515,30 +553,34 @@ class KVShareConnector(KVConnectorBase_V1):
                 for p in req_pairs]
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        if self._store is None or layer_name not in self._layers:
-            return
-        pairs = self._saves()
-        if not pairs:
-            return
-        _, kv, view = self._layers[layer_name]
-        shards, event = view, None
-        if not self._in_place:  # gathered on the layer's stream; the dump waits for it
-            shards = view.index_select(0, self._rows(view, pairs)).contiguous()
-            if shards.is_cuda:
+        """Nothing per layer: a shard holds every layer, dumped by
+        wait_for_save once the forward computed them all."""
+
+    def _submit_save(self, pairs):
+        """Dump the rank's heads of pairs' blocks, every layer (the forward is
+        over): in place, or gathered into staging buffers on the layers'
+        stream, the dump waiting for the gathers' CUDA event."""
+        kvs = [kv for kv, _ in self._layers.values()]
+        views, event = [view for _, view in self._layers.values()], None
+        if not self._in_place:
+            rows = self._rows(views[0], pairs)
+            views = [view.index_select(0, rows).contiguous() for view in views]
+            if views[0].is_cuda:
                 event = torch.cuda.Event()
                 event.record()
         try:
-            self._saving.append(self._store.dump_shards(
-                self._units(layer_name, pairs, shards), keep=[kv, shards], cuda_event=event))
+            self._saving.append(self._store.dump_shards(self._units(pairs, views),
+                                                        keep=kvs + views, cuda_event=event))
         except KvsError as e:
-            logger.warning("kvshare: save of layer %s not submitted: %s", layer_name, e)
+            logger.warning("kvshare: save of %d blocks not submitted: %s", len(pairs), e)
             self._count("save_errors", 1)
 
     def wait_for_save(self):
-        for name in list(self._loading):  # a layer the forward never waited for
-            self._wait_load(name)
-        if self._saving:
-            self._count("saved_blocks", len(self._saves()))
+        self._finish_load()
+        pairs = self._saves() if self._store is not None else []
+        if pairs:
+            self._submit_save(pairs)
+            self._count("saved_blocks", len(pairs))
         for task in self._saving:
             try:
                 self._store.wait(task)

@@ -48,7 +48,9 @@ import time
 
 from ..store import stable_id
 
-LAYOUT_VERSION = 1  # how a stored block lays out a vLLM block (docs/vllm.md)
+# How a stored block lays out a vLLM block (docs/vllm.md): 1, a shard per
+# (layer, KV head); 2, a shard per KV head holding every layer.
+LAYOUT_VERSION = 2
 
 _RANDOM_ROOT_ALGOS = ("xxhash", "xxhash_cbor")  # random root without PYTHONHASHSEED
 

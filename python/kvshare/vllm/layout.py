@@ -2,19 +2,24 @@
 of it a rank holds (docs/vllm.md, "One stored block serves every TP degree").
 
 A stored block is one vLLM block (block_size tokens) of the whole model.  Its
-shards are (layer, KV head) pairs, shard l * heads + h, each the K rows then the
-V rows of head h of layer l for the block's tokens: 2 * block_size * head_dim
-elements, exactly what vLLM's CPU KV cache holds contiguous for one (block,
-head) of a layer, (num_blocks, heads_of_rank, block_size, 2 * head_dim).
+shards are the model's KV heads, shard h for head h (layout version 2; version
+1 cut one shard per (layer, head)), each a tensor per layer, in the model's
+layer order: the K rows then the V rows of head h of that layer for the
+block's tokens, 2 * block_size * head_dim elements, exactly what vLLM's CPU KV
+cache holds contiguous for one (block, head) of a layer, (num_blocks,
+heads_of_rank, block_size, 2 * head_dim).  The library moves a shard's tensors
+in one vector of copies, each from its own address, so a shard costs the
+store's fixed per-shard work once for all layers (docs/vllm.md, "Why a shard
+per head").
 
 So the heads a rank holds are whole shards whatever the tensor-parallel degree:
 rank r of a TP=t engine loads and dumps the shards of its heads, the ranks of
-one engine complete a stored block together (the library's claims count the
-distinct shards of a block from any rank and write it once all are in:
-docs/store.md, "Dumps"), and engines of different TP degrees read and write
-the same stored blocks.  Heads replicated because t > heads are the same shard
-on every rank that holds them: the first dump stores it, the others are
-deduplicated, every such rank loads it.
+one engine complete a stored block together (a block is written once every
+shard of it is in the shared cache, from any rank: docs/store.md, "Dumps"),
+and engines of different TP degrees read and write the same stored blocks.
+Heads replicated because t > heads are the same shard on every rank that
+holds them: the first dump stores it, the others are deduplicated, every such
+rank loads it.
 
 How a layer's KV tensor holds those bytes depends on the attention backend.
 vLLM gives every backend's layer the logical shape (num_blocks, heads_of_rank,
@@ -23,7 +28,7 @@ backends read the last dimension three ways (CONTENT): the CPU backend as the
 block's K rows then its V rows (per block and head, exactly a stored shard:
 loaded and dumped in place), the GPU backends (FLASH_ATTN, FLASHINFER,
 TRITON_ATTN, FLEX_ATTENTION) as one token's K then its V, the MLA backends as
-one token's latent (one "head", the same on every rank: one shard per layer).
+one token's latent (one "head", the same on every rank: one shard a block).
 kv_view() turns each into a view whose [block, head] is a stored shard; where that is not
 contiguous the connector gathers through a staging buffer (docs/vllm.md,
 "Other layouts").
@@ -34,10 +39,12 @@ imported here.
 
 from dataclasses import dataclass
 
+from .._abi import KVS_MAX_TENSORS as MAX_LAYERS  # a shard's tensors: one per layer
+
 
 @dataclass(frozen=True)
 class StoredGeometry:
-    layers: tuple        # attention layer names, in the model's order (shard major)
+    layers: tuple        # attention layer names, in the model's order (a shard's tensors)
     heads: int           # the model's KV heads (all ranks together); 1 with MLA
     head_dim: int        # elements per token of one part; MLA: the whole latent
     block_size: int      # tokens per block
@@ -45,17 +52,22 @@ class StoredGeometry:
     parts: int = 2       # per token and head: K and V; MLA: 1 (the latent)
 
     @property
-    def shard_bytes(self):
-        """One (layer, head) of one block: K rows then V rows (MLA: the
-        block's latent rows)."""
+    def layer_bytes(self):
+        """One shard's tensor: a layer's (block, head), K rows then V rows
+        (MLA: the block's latent rows)."""
         return self.parts * self.block_size * self.head_dim * self.elem_bytes
 
     @property
-    def shards_per_block(self):
-        return len(self.layers) * self.heads
+    def shard_bytes(self):
+        """One head of one block, every layer's tensor in order."""
+        return self.layer_bytes * len(self.layers)
 
-    def shard(self, layer_index, head):
-        return layer_index * self.heads + head
+    @property
+    def shards_per_block(self):
+        return self.heads
+
+    def shard(self, head):
+        return head
 
 
 def geometry(vllm_config, kv_cache_config):
@@ -65,9 +77,13 @@ def geometry(vllm_config, kv_cache_config):
     if len(groups) != 1:
         raise ValueError(f"kvshare: the model has {len(groups)} KV-cache groups (hybrid or "
                          "sliding-window layers); the connector stores models with one")
+    if len(groups[0].layer_names) > MAX_LAYERS:
+        raise ValueError(f"kvshare: the model has {len(groups[0].layer_names)} attention "
+                         f"layers; a stored shard holds one tensor per layer, at most "
+                         f"{MAX_LAYERS}")
     spec = groups[0].kv_cache_spec
     if type(spec).__name__.startswith("MLA"):
-        # one latent per token, the same on every rank: one shard per layer,
+        # one latent per token, the same on every rank: one shard a block,
         # which every rank holds (rank_heads replicates it)
         if spec.num_kv_heads != 1:
             raise ValueError(f"kvshare: an MLA KV spec of {spec.num_kv_heads} heads")
