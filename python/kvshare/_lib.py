@@ -171,6 +171,8 @@ _SIGNATURES = {
     "kvs_cache_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int,
                                        ctypes.POINTER(_abi.kvs_cache_stats)]),
     "kvs_cache_rank": (ctypes.c_int, [ctypes.c_void_p]),
+    "kvs_cache_lookup_prefix": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(_abi.kvs_block_id),
+                                               ctypes.c_size_t, ctypes.c_uint32]),
 }
 
 

@@ -711,6 +711,16 @@ class Store:
         return check(self._call(self._lib.kvs_store_lookup_prefix, arr, n),
                      "kvs_store_lookup_prefix")
 
+    def resident_prefix(self, blocks):
+        """How many leading blocks have every shard READY in the shared cache
+        (kvs_cache_lookup_prefix: a load of them copies, with no backend read
+        and no wait for another rank's; stops at the first that has not)."""
+        arr, n = _block_array(blocks)
+        with self._hd as ptr:
+            cache = self._lib.kvs_store_cache(ptr)
+            return check(self._lib.kvs_cache_lookup_prefix(cache, arr, n, _abi.KVS_ALL_SHARDS),
+                         "kvs_cache_lookup_prefix")
+
     def stats(self, node=False):
         """This rank's store counters (kvs_store_stats) as a dict, or the
         node's total (every rank, departed ones included) with node=True."""
