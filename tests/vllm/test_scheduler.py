@@ -19,10 +19,24 @@ Posix backend under tmp_path; each engine's cache a unique_id of the test's.
   recomputes from there with no load listed again, policy "fail" finishes it
   FINISHED_ERROR; either way the connector's state of it is dropped;
 - the step whose loads failed stores none of the blocks it computed over the
-  KV it failed to load; the recomputing step stores them."""
+  KV it failed to load; the recomputing step stores them (these two with
+  kvshare_load_mode="sync": in-step loads of blocks not in the shared cache);
+- asynchronous loads (kvshare_load_mode "hybrid", the default): blocks only the
+  backend has leave the step -- the request waits (WAITING_FOR_REMOTE_KVS),
+  the metadata lists its load in async_loads, the worker submits it and
+  reports the request in get_finished once its KV is in place, and the next
+  schedule computes past it with nothing loaded in the step; blocks resident
+  in the shared cache load in the step, unless over kvshare_step_load_mib;
+- a failed asynchronous load reports its vLLM blocks and the request finished
+  in the same pass; vLLM rewinds it, and its next lookup is a miss (never the
+  same hit in a loop): it is recomputed, nothing loaded again;
+- a request aborted while its asynchronous load runs is still reported
+  finished (vLLM frees its blocks only then): the free block count returns
+  to where it was."""
 import itertools
 import os
 import pickle
+import time
 
 import pytest
 import torch
@@ -71,6 +85,7 @@ class Engine:
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.cfg, self.scheduler = cfg, None
+        self.recving = set()  # requests whose asynchronous loads the worker reported
         self.worker = kv.KVShareConnector(cfg, KVConnectorRole.WORKER, kv_cache_config())
         shape = (NBLOCKS, HEADS, BLOCK, 2 * HEAD_DIM)
         self.caches = {n: torch.randn(shape) if fill else torch.zeros(shape) for n in NAMES}
@@ -98,7 +113,8 @@ class Engine:
         """The model runner's connector hooks around a forward of out
         (kv_connector_model_runner_mixin): the forward writes random KV into
         the blocks each new request computes, layer by layer between
-        wait_for_layer_load and save_kv_layer.  Returns the load errors."""
+        wait_for_layer_load and save_kv_layer; then get_finished (its
+        finished loads kept for update) and the load errors, returned."""
         w = self.worker
         w.bind_connector_metadata(pickle.loads(pickle.dumps(out.kv_connector_metadata)))
         if out.has_sync_kv_loads:
@@ -115,14 +131,17 @@ class Engine:
         if not out.has_sync_kv_loads:
             w.start_load_kv(None)
         w.wait_for_save()
+        _, recving = w.get_finished(set(out.finished_req_ids))
+        self.recving |= recving or set()
         errors = w.get_block_ids_with_load_errors()
         w.clear_connector_metadata()
         return errors
 
     def update(self, out, errors=()):
         """update_from_output: one sampled token per scheduled request, the
-        worker's load errors as KVConnectorOutput.invalid_block_ids.  Returns
-        {req_id: EngineCoreOutput}."""
+        worker's load errors as KVConnectorOutput.invalid_block_ids and its
+        finished asynchronous loads as finished_recving.  Returns {req_id:
+        EngineCoreOutput}."""
         from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         req_ids = list(out.num_scheduled_tokens)
@@ -130,7 +149,9 @@ class Engine:
                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=[[7] for _ in req_ids],
                                 kv_connector_output=KVConnectorOutput(
-                                    invalid_block_ids=set(errors)))
+                                    invalid_block_ids=set(errors),
+                                    finished_recving=self.recving))
+        self.recving = set()
         outs = self.scheduler.update_from_output(out, mro)
         return {o.request_id: o for eo in outs.values() for o in eo.outputs}
 
@@ -154,9 +175,9 @@ def node(tiny_model, tmp_path, monkeypatch):
     uids, made = {}, []
     (tmp_path / "kv").mkdir()
 
-    def make(cache, fill=False, scheduler=True, policy="recompute", **keys):
+    def make(cache, fill=False, scheduler=True, policy="recompute", connector=None, **keys):
         uid = uids.setdefault(cache, f"vs-{os.getpid()}-{next(_uids)}-{cache}")
-        extra = {"kvshare_unique_id": uid,
+        extra = {**(connector or {}), "kvshare_unique_id": uid,
                  "kvshare_config": {"backend": "posix", "backend_roots": str(tmp_path / "kv"),
                                     "fsync": 0, "cache_buffer_capacity_gb": 0.01,
                                     "timeout_ms": 3000, **keys}}
@@ -292,8 +313,10 @@ def test_loads_start_past_local_hit(node):
 def vanished(node, tmp_path, policy):
     """Engine e (cache "b") computes 2 blocks locally; another engine (cache
     "a") stores 4 durably; e's q is scheduled to load blocks 2 and 3, which
-    then vanish from the backend before the worker loads them."""
-    e = node("b", policy=policy)
+    then vanish from the backend before the worker loads them.  In-step loads
+    (kvshare_load_mode "sync"): the hybrid default would make these
+    asynchronous, not being in e's cache."""
+    e = node("b", policy=policy, connector={"kvshare_load_mode": "sync"})
     local = run_local_prefix(e)
     saver = node("a", fill=True, scheduler=False, dump_wait="durable")
     kids = saver.ids(request("x", PROMPT))
@@ -369,3 +392,131 @@ def test_failed_load_step_stores_nothing_it_computed(node, tmp_path):
     for n in NAMES:
         for k, i in enumerate(range(2, 6)):
             assert torch.equal(reader.caches[n][1 + k], e.caches[n][bids[i]]), (n, i)
+
+
+# -- asynchronous loads -------------------------------------------------------
+
+
+def stored_elsewhere(node, n=4):
+    """Engine e (cache "b") and q = PROMPT + SUFFIX, whose first n blocks
+    another engine (cache "a") stored durably: the backend has them, e's
+    cache not."""
+    saver = node("a", fill=True, scheduler=False, dump_wait="durable")
+    q = request("q", PROMPT + SUFFIX)
+    kids = saver.ids(q)
+    saver.store(q, n)
+    return saver, q, kids
+
+
+def until_scheduled(e, req_id, steps=500):
+    """Step e (an empty forward: the worker's hooks, get_finished polled)
+    until req_id is scheduled; that step's SchedulerOutput."""
+    for _ in range(steps):
+        out = e.scheduler.schedule()
+        if req_id in out.num_scheduled_tokens:
+            return out
+        e.update(out, e.step(out))
+        time.sleep(0.01)
+    raise AssertionError(f"{req_id} never scheduled")
+
+
+def test_async_load_from_backend(node):
+    from vllm.v1.request import RequestStatus
+
+    saver, q, kids = stored_elsewhere(node)
+    e = node("b")
+    e.scheduler.add_request(q)
+    out = e.scheduler.schedule()
+    assert out.num_scheduled_tokens == {}  # waits for its KV, nothing computed
+    assert q.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    bids = e.scheduler.kv_cache_manager.get_block_ids("q")[0]
+    meta = out.kv_connector_metadata
+    assert meta.loads == [] and not out.has_sync_kv_loads
+    assert meta.async_loads == [("q", [(kids[i], bids[i]) for i in range(4)])]
+    e.update(out, e.step(out))
+    out = until_scheduled(e, "q")
+    new = new_req(out, "q")
+    assert new.num_computed_tokens == 4 * BLOCK
+    assert out.kv_connector_metadata.loads == [] and out.kv_connector_metadata.async_loads == []
+    assert e.step(out) == set()
+    for n in NAMES:
+        for i in range(4):
+            assert torch.equal(e.caches[n][bids[i]], saver.caches[n][1 + i]), (n, i)
+    assert e.update(out)["q"].finish_reason is not None
+    st = e.worker.get_kv_connector_stats().data
+    assert st["async_loaded_blocks"] == 4 and st.get("load_errors", 0) == 0
+
+
+@pytest.mark.parametrize("mib", [64, 0])
+def test_resident_blocks_load_in_step(node, mib):
+    """Blocks resident in e's own cache (stored by an engine on it) load in
+    the step, within kvshare_step_load_mib; over it (0) they go asynchronous."""
+    saver = node("a", fill=True, scheduler=False)
+    q = request("q", PROMPT + SUFFIX)
+    kids = saver.ids(q)
+    saver.store(q, 4)
+    e = node("a", connector={"kvshare_step_load_mib": mib})
+    e.scheduler.add_request(q)
+    out = e.scheduler.schedule()
+    meta = out.kv_connector_metadata
+    if mib:
+        assert new_req(out, "q").num_computed_tokens == 4 * BLOCK and out.has_sync_kv_loads
+        assert len(meta.loads) == 1 and meta.async_loads == []
+    else:
+        assert out.num_scheduled_tokens == {} and meta.loads == []
+        assert [r for r, _ in meta.async_loads] == ["q"]
+    assert [k for _, pairs in meta.loads + meta.async_loads for k, _ in pairs] == kids[:4]
+
+
+def test_async_load_failure_is_not_offered_again(node):
+    """Every backend read of e fails (fault_error_ppm), its lookups still
+    find the blocks: after the failed load the same hit is there to offer."""
+    saver, q, kids = stored_elsewhere(node)
+    e = node("b", fault_error_ppm=1000000)
+    e.scheduler.add_request(q)
+    out = e.scheduler.schedule()
+    bids = e.scheduler.kv_cache_manager.get_block_ids("q")[0]
+    assert [r for r, _ in out.kv_connector_metadata.async_loads] == ["q"]
+    errors, reported = set(), set()
+    for _ in range(500):  # until the worker reports it, with its blocks
+        errors |= e.step(out)
+        reported |= e.recving
+        if "q" in reported:
+            break
+        e.update(out, set())
+        time.sleep(0.01)
+        out = e.scheduler.schedule()
+    assert "q" in reported and errors == {bids[i] for i in range(4)}
+    e.update(out, errors)
+    out = until_scheduled(e, "q")
+    new = new_req(out, "q")
+    assert new.num_computed_tokens == 0  # recomputed from the start, not offered again
+    assert out.kv_connector_metadata.loads == [] and out.kv_connector_metadata.async_loads == []
+    assert e.step(out) == set()
+    assert e.update(out)["q"].finish_reason is not None
+    st = e.worker.get_kv_connector_stats().data
+    assert st["load_errors"] == 1 and st["recomputed_tokens"] == 4 * BLOCK
+
+
+def test_abort_during_async_load_frees_blocks(node):
+    from vllm.v1.request import RequestStatus
+
+    saver, q, kids = stored_elsewhere(node)
+    e = node("b", fault_delay_us=300000)  # every backend read held 0.3 s
+    pool = e.scheduler.kv_cache_manager.block_pool
+    free0 = pool.get_num_free_blocks()
+    e.scheduler.add_request(q)
+    out = e.scheduler.schedule()
+    assert q.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert pool.get_num_free_blocks() < free0
+    e.update(out, e.step(out))  # submitted, still reading
+    assert "q" in e.worker._async
+    e.scheduler.finish_requests("q", RequestStatus.FINISHED_ABORTED)
+    assert pool.get_num_free_blocks() < free0  # held until the load is reported
+    for _ in range(500):
+        out = e.scheduler.schedule()
+        e.update(out, e.step(out))
+        if pool.get_num_free_blocks() == free0:
+            break
+        time.sleep(0.01)
+    assert pool.get_num_free_blocks() == free0 and not e.worker._async

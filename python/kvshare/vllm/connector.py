@@ -102,6 +102,18 @@ _route_library_log()
 EXTRA_CONFIG = "kvshare_config"      # the store's keys (dict or "k=v,..." string)
 EXTRA_UNIQUE_ID = "kvshare_unique_id"  # the cache's name (default: from the fingerprint)
 EXTRA_FLUSH_TIMEOUT = "kvshare_flush_timeout_s"  # shutdown's flush bound, seconds
+EXTRA_LOAD_MODE = "kvshare_load_mode"  # LOAD_MODES: which loads leave the step
+EXTRA_STEP_LOAD_MIB = "kvshare_step_load_mib"  # hybrid: what a rank loads in a step
+# "hybrid": a request whose blocks are all resident in the shared cache loads in
+# the step while the step's loads stay within kvshare_step_load_mib a rank; any
+# other (a backend read, a wait for another rank's, over the budget) is
+# asynchronous.  "async": every load.  "sync": none (every load in its step).
+LOAD_MODES = ("hybrid", "async", "sync")
+# The default budget: 64 MiB a rank is ~8 ms of copies from the shared cache on
+# the 2-core machine this was measured on (perf/hit_bench.sh: ~8 GB/s, one
+# copier thread), ~1.3 ms at a GPU's ~50 GB/s host-to-device rate; a decode step
+# of the batch it joins is tens of ms.
+STEP_LOAD_MIB = 64
 # The default bound of the flush at shutdown: inside the 5 s vLLM gives a
 # worker to exit before it sends SIGTERM (VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS),
 # leaving the close its own second or so.
@@ -116,6 +128,7 @@ class KVShareMetadata(KVConnectorMetadata):
     """One step's transfers: per request, (kvshare id, vLLM block id) pairs."""
     loads: list = field(default_factory=list)  # [(req_id, [(id bytes, block id)])]
     saves: list = field(default_factory=list)
+    async_loads: list = field(default_factory=list)  # as loads: submitted, not waited
 
 
 @dataclass
@@ -171,6 +184,21 @@ def _flush_timeout(extra):
     return t
 
 
+def _load_policy(extra):
+    """(mode, bytes a rank loads in a step) from kv_connector_extra_config;
+    ValueError naming the key otherwise."""
+    mode = extra.get(EXTRA_LOAD_MODE, "hybrid")
+    if mode not in LOAD_MODES:
+        raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_LOAD_MODE!r}] is "
+                         f"{mode!r}: want one of {', '.join(LOAD_MODES)}")
+    mib = extra.get(EXTRA_STEP_LOAD_MIB, STEP_LOAD_MIB)
+    if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not 0 <= mib < math.inf:
+        raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_STEP_LOAD_MIB!r}] is "
+                         f"{mib!r}: want MiB, a finite number >= 0 (what a rank loads in a "
+                         "step; more goes asynchronous)")
+    return mode, int(mib * 2**20)
+
+
 def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
     """The store's configuration string: what the engine fixes (the geometry,
     the device, the fingerprint's layout_tag), the connector's defaults
@@ -202,6 +230,7 @@ def check_transfer_config(kv_transfer_config):
     fingerprint) is not checked here: no cache is opened or created."""
     extra = kv_transfer_config.kv_connector_extra_config or {}
     _flush_timeout(extra)
+    _load_policy(extra)
     items, given = _user_items(extra)
     # device 0 with the host engine: the sizes a rank needs are checked, no
     # copy engine is opened (kvs_store_config_check opens none anyway)
@@ -243,8 +272,9 @@ def _store_id(keys):
 
 
 class _Load:
-    """A step's load on a worker: its task, the vLLM blocks it fills, and when
-    staged the block ids (rows) and each layer's buffer not yet scattered."""
+    """A load on a worker (a step's, or one request's asynchronous one): its
+    task, the vLLM blocks it fills, and when staged the block ids (rows) and
+    each layer's buffer not yet scattered."""
     __slots__ = ("task", "blocks", "rows", "staged", "waited")
 
     def __init__(self, task, blocks, rows, staged):
@@ -254,7 +284,8 @@ class _Load:
 
 class _Req:
     """The scheduler's view of one request."""
-    __slots__ = ("request", "ids", "block_ids", "stored", "local", "load", "saved", "upto")
+    __slots__ = ("request", "ids", "block_ids", "stored", "local", "load", "saved", "upto",
+                 "is_async", "loaded", "failed")
 
     def __init__(self, request):
         self.request = request
@@ -265,6 +296,9 @@ class _Req:
         self.load = None      # range of block indices to load next step
         self.saved = 0        # leading blocks stored or submitted for saving
         self.upto = None      # tokens computed once the last scheduled step ran
+        self.is_async = False  # the last lookup's load leaves the step
+        self.loaded = set()   # vLLM block ids of its asynchronous load
+        self.failed = False   # its asynchronous load failed: lookups miss
 
 
 class KVShareConnector(KVConnectorBase_V1):
@@ -281,14 +315,22 @@ class KVShareConnector(KVConnectorBase_V1):
         self._saves_on = kt.kv_role in ("kv_both", "kv_producer")
         self._block = self._geo.block_size
         self._flush_s = _flush_timeout(kt.kv_connector_extra_config or {})
+        self._load_mode, self._step_budget = _load_policy(kt.kv_connector_extra_config or {})
         self._store = None
         if role == KVConnectorRole.SCHEDULER:
             self._reqs = {}
+            self._async_new = []   # (req_id, pairs) of asynchronous loads to submit
+            self._step_bytes = 0   # a rank's bytes of this step's loads in the step
+            tp = vllm_config.parallel_config.tensor_parallel_size
+            # a rank's bytes of a block: its heads' shards (vLLM's split, layout.py)
+            self._rank_block_bytes = self._geo.shard_bytes * max(1, self._geo.heads // tp)
             self._watch_keys = _store_keys(vllm_config, self._fp, self._geo, -1, "host")
             self._watch_failed = None  # the last open error, logged once
         else:
             self._layers = {}    # layer name -> (kv tensor, layout.kv_view), model order
             self._loading = None  # this step's _Load
+            self._async = {}      # req_id -> its asynchronous _Load
+            self._async_done = set()  # requests whose asynchronous load ended unsubmitted
             self._saving = []    # dump Tasks of this step
             self._errors = set()
             self._loading_reqs = set()  # requests with loads this step
@@ -323,7 +365,10 @@ class KVShareConnector(KVConnectorBase_V1):
         st = self._state(request)
         st.local = num_computed_tokens
         st.load = None
-        store = self._watcher() if self._loads_on else None
+        st.is_async = False
+        # after a failed asynchronous load vLLM rewinds the request and asks
+        # again: a miss, or it would be offered the same hit in a loop
+        store = self._watcher() if self._loads_on and not st.failed else None
         stored = 0
         if store is not None and st.ids:
             try:
@@ -333,14 +378,39 @@ class KVShareConnector(KVConnectorBase_V1):
         st.stored = stored
         st.saved = max(stored, num_computed_tokens // self._block) if self._saves_on else 0
         usable = min(stored, (request.num_tokens - 1) // self._block)  # one token to compute
-        return max(0, usable * self._block - num_computed_tokens), False
+        n = max(0, usable * self._block - num_computed_tokens)
+        if n:
+            st.is_async = self._loads_async(store, st, num_computed_tokens // self._block,
+                                            n // self._block)
+        return n, st.is_async
+
+    def _loads_async(self, store, st, first, count):
+        """Whether the load of st's blocks [first, first + count) leaves the
+        step (EXTRA_LOAD_MODE): in "hybrid", unless every block is resident
+        in the shared cache and the step's loads stay within the budget."""
+        if self._load_mode != "hybrid":
+            return self._load_mode == "async"
+        if self._step_bytes + count * self._rank_block_bytes > self._step_budget:
+            return True
+        try:
+            return store.resident_prefix(st.ids[first:first + count]) < count
+        except KvsError as e:
+            logger.warning("kvshare: resident lookup of %s failed: %s", st.request.request_id, e)
+            return True
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._state(request)
         st.block_ids = list(blocks.get_block_ids()[0])
         if num_external_tokens > 0:
             first = st.local // self._block
-            st.load = range(first, first + num_external_tokens // self._block)
+            load = range(first, first + num_external_tokens // self._block)
+            if st.is_async:  # the request waits (WAITING_FOR_REMOTE_KVS), unscheduled
+                pairs = [(st.ids[i], st.block_ids[i]) for i in load]
+                st.loaded = {blk for _, blk in pairs}
+                self._async_new.append((request.request_id, pairs))
+            else:
+                st.load = load
+                self._step_bytes += len(load) * self._rank_block_bytes
 
     def _step(self, meta, req_id, st, block_ids, num_computed, num_scheduled):
         if block_ids is not None:
@@ -365,7 +435,8 @@ class KVShareConnector(KVConnectorBase_V1):
             st.saved = full
 
     def build_connector_meta(self, scheduler_output):
-        meta = KVShareMetadata()
+        meta = KVShareMetadata(async_loads=self._async_new)
+        self._async_new, self._step_bytes = [], 0
         n_sched = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             st = self._reqs.get(new.req_id)
@@ -387,6 +458,21 @@ class KVShareConnector(KVConnectorBase_V1):
             self._step(meta, req_id, st, block_ids, cached.num_computed_tokens[i],
                        n_sched[req_id])
         return meta
+
+    def update_connector_output(self, connector_output):
+        """A failed asynchronous load (its blocks among the ranks' invalid
+        ones, reported no later than the pass that finishes it) makes the
+        request's next lookups miss (get_num_new_matched_tokens); once
+        finished, its blocks are no longer its load's."""
+        bad = connector_output.invalid_block_ids
+        if bad:
+            for st in self._reqs.values():
+                if st.loaded & bad:
+                    st.failed = True
+        for req_id in connector_output.finished_recving or ():
+            st = self._reqs.get(req_id)
+            if st is not None:
+                st.loaded = set()
 
     def request_finished(self, request, block_ids):
         self._reqs.pop(request.request_id, None)
@@ -484,27 +570,53 @@ class KVShareConnector(KVConnectorBase_V1):
     def _count(self, key, n):
         self._counts[key] = self._counts.get(key, 0) + n
 
-    def start_load_kv(self, forward_context, **kwargs):
-        meta = self._get_connector_metadata()
-        pairs = [p for _, req_pairs in meta.loads for p in req_pairs]
-        if not pairs or self._store is None:
-            return
-        blocks = {blk for _, blk in pairs}
-        self._loading_reqs = {req_id for req_id, _ in meta.loads}
+    def _submit_load(self, pairs):
+        """A _Load of the rank's heads of pairs' blocks, every layer, submitted
+        (into the layers' views in place, else staging buffers); None when
+        the submit failed (logged: its blocks are then load errors)."""
         kvs = [kv for kv, _ in self._layers.values()]
         views = [view if self._in_place else self._staging(view, len(pairs))
                  for _, view in self._layers.values()]
+        blocks = {blk for _, blk in pairs}
         try:
             task = self._store.load_shards(self._units(pairs, views), keep=kvs + views)
         except KvsError as e:
             logger.warning("kvshare: load of %d blocks not submitted: %s", len(blocks), e)
-            self._errors |= blocks
-            self._tainted |= self._loading_reqs
-            return
+            self._load_failed(blocks)
+            return None
         staged = {} if self._in_place else dict(zip(self._layers, views))
         rows = None if self._in_place else self._rows(views[0], pairs)
-        self._loading = _Load(task, blocks, rows, staged)
-        self._count("loaded_blocks", len(pairs))
+        return _Load(task, blocks, rows, staged)
+
+    def _load_failed(self, blocks):
+        """blocks' load failed: reported to vLLM, which recomputes them."""
+        self._errors |= blocks
+        self._count("load_errors", 1)
+        self._count("recomputed_tokens", len(blocks) * self._block)
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        if self._store is None:  # shut down: nothing loads, and vLLM is told so
+            for req_id, pairs in meta.loads + meta.async_loads:
+                self._load_failed({blk for _, blk in pairs})
+            self._async_done |= {req_id for req_id, _ in meta.async_loads}
+            return
+        for req_id, pairs in meta.async_loads:  # waited for by get_finished
+            ld = self._submit_load(pairs)
+            if ld is None:
+                self._async_done.add(req_id)
+            else:
+                self._async[req_id] = ld
+                self._count("async_loaded_blocks", len(pairs))
+        pairs = [p for _, req_pairs in meta.loads for p in req_pairs]
+        if not pairs:
+            return
+        self._loading_reqs = {req_id for req_id, _ in meta.loads}
+        self._loading = self._submit_load(pairs)
+        if self._loading is None:
+            self._tainted |= self._loading_reqs
+        else:
+            self._count("loaded_blocks", len(pairs))
 
     def _wait_load(self):
         """Wait for the step's load (once); a failure reports its blocks to
@@ -518,21 +630,20 @@ class KVShareConnector(KVConnectorBase_V1):
         except KvsError as e:
             logger.warning("kvshare: a load failed (%s): %d blocks are recomputed", e,
                            len(ld.blocks))
-            self._errors |= ld.blocks
+            self._load_failed(ld.blocks)
             self._tainted |= self._loading_reqs
-            self._count("load_errors", 1)
             ld.staged.clear()
 
-    def _scatter(self, name):
-        """Staged: the layer's loaded blocks into its KV, on its stream."""
-        shards = self._loading.staged.pop(name, None)
+    def _scatter(self, ld, name):
+        """Staged: a layer's blocks of ld into its KV, on its stream."""
+        shards = ld.staged.pop(name, None)
         if shards is not None:
-            self._layers[name][1].index_copy_(0, self._loading.rows, shards)
+            self._layers[name][1].index_copy_(0, ld.rows, shards)
 
     def wait_for_layer_load(self, layer_name):
         if self._loading is not None:
             self._wait_load()
-            self._scatter(layer_name)
+            self._scatter(self._loading, layer_name)
 
     def _finish_load(self):
         """The step's load done and scattered: layers the forward never waited
@@ -540,8 +651,32 @@ class KVShareConnector(KVConnectorBase_V1):
         if self._loading is not None:
             self._wait_load()
             for name in list(self._loading.staged):
-                self._scatter(name)
+                self._scatter(self._loading, name)
             self._loading = None
+
+    def get_finished(self, finished_req_ids):
+        """The requests whose asynchronous loads ended since the last call,
+        each with its KV in place (scattered where staged) or its blocks
+        reported as load errors (get_block_ids_with_load_errors, called
+        after this in the same pass): every one, aborted requests included
+        (vLLM frees their blocks only then).  Never waits: a load still
+        running is asked again next step, and its deadline (timeout_ms)
+        ends it.  Saves end within their step: none is ever reported."""
+        done, self._async_done = self._async_done, set()
+        for req_id, ld in list(self._async.items()):
+            try:
+                if not self._store.check(ld.task):
+                    continue
+            except KvsError as e:
+                logger.warning("kvshare: the load of %s failed (%s): %d blocks are "
+                               "recomputed", req_id, e, len(ld.blocks))
+                self._load_failed(ld.blocks)
+                ld.staged.clear()
+            for name in list(ld.staged):
+                self._scatter(ld, name)
+            del self._async[req_id]
+            done.add(req_id)
+        return None, done or None
 
     def _saves(self):
         """This step's (kvshare id, vLLM block id) pairs to save: not those of
