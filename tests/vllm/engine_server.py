@@ -6,7 +6,8 @@ SPEC.json: {"model": dir, "tp": n, "connector": bool (default true),
   "role": "kv_both"|"kv_producer"|"kv_consumer", "kvshare_config": {...},
   "unique_id": kvshare_unique_id, "model_id": kvshare_model_id,
   "weights_fingerprint": kvshare_weights_fingerprint,
-  "failure_policy": "recompute"|"fail", "executor": vLLM's
+  "failure_policy": "recompute"|"fail", "extra": more kv_connector_extra_config
+  keys (e.g. kvshare_load_mode), "executor": vLLM's
   distributed_executor_backend (e.g. "uni": the worker in the engine's own
   process), "connector_class": "module:Class" (a test-only connector,
   killing_connector.py), "kill_at"/"kill_file"/"kill_marker"/"open_after"
@@ -67,6 +68,7 @@ def make_llm(spec):
         for key in ("kill_at", "kill_file", "kill_marker", "open_after"):
             if key in spec:
                 extra["test_" + key] = spec[key]
+        extra.update(spec.get("extra", {}))
         transfer = {"kv_connector": cls, "kv_connector_module_path": module,
                     "kv_role": spec.get("role", "kv_both"),
                     "kv_load_failure_policy": spec.get("failure_policy", "recompute"),

@@ -22,6 +22,9 @@ killed -9 at a chosen point of a save.  kv_connector_extra_config:
                       still holds the cache, and meets the cache only once
                       the test lets it, after that engine died.
 
+RankLoadFailConnector: kvshare's connector whose TP rank 1 fails every load
+(test_engine.py's one-rank failure).
+
 SwappedHeadsConnector, IgnoreLoadErrorsConnector: deliberately broken
 connectors, to check that test_engine.py's comparisons can fail
 (KVSHARE_VLLM_TEST_BREAK).  SwappedHeadsConnector: each
@@ -30,11 +33,14 @@ at TP=1 the two KV heads trade places, and at TP=2 rank 0 takes rank 1's
 head and the other way round.  Blocks it stores are read wrong by a correct
 engine, and it reads a correct engine's blocks wrong.  IgnoreLoadErrorsConnector:
 failed loads are never reported, so vLLM computes over blocks never filled."""
+import logging
 import os
 import signal
 import time
 
 from kvshare.vllm import KVShareConnector
+
+logger = logging.getLogger("vllm")
 
 
 class KillingConnector(KVShareConnector):
@@ -88,6 +94,25 @@ class SwappedHeadsConnector(KVShareConnector):
     def register_kv_caches(self, kv_caches):
         super().register_kv_caches(kv_caches)
         self._heads = [self._geo.heads - 1 - h for h in self._heads]
+
+
+class RankLoadFailConnector(KVShareConnector):
+    """Every load of TP rank 1 fails at its submit (as a load whose task the
+    library refused would), the other ranks' succeed: vLLM must recompute
+    the union of the ranks' bad blocks once."""
+
+    def register_kv_caches(self, kv_caches):
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        super().register_kv_caches(kv_caches)
+        self._fails = get_tensor_model_parallel_rank() == 1
+
+    def _submit_load(self, pairs):
+        if not self._fails:
+            return super()._submit_load(pairs)
+        logger.warning("killing_connector: rank 1 fails a load of %d blocks", len(pairs))
+        self._load_failed({blk for _, blk in pairs})
+        return None
 
 
 class IgnoreLoadErrorsConnector(KVShareConnector):

@@ -38,6 +38,13 @@ What each test proves:
   test_failing_backend          F, every backend read failing
       (fault_error_ppm=1000000) over the blocks of X': its loads fail, vLLM
       recomputes ("blocks are recomputed" logged), the tokens are REF's.
+  test_async_load_beside_decoders  SL (kvshare_load_mode="async", every
+      backend read held 150 ms) gets X' in one batch with two prompts it
+      computes: X''s prefix loads asynchronously while they run (544 cached),
+      every prompt's tokens REF's.
+  test_one_rank_fails_its_load  RF (TP=2, killing_connector.RankLoadFailConnector:
+      rank 1 fails every load, rank 0's succeed): vLLM recovers from the load
+      failure once, the tokens are REF's.
   test_killed_and_restarted     on a posix backend, cache K: KA is killed -9
       right after a dump of only its first KV head of W reached the cache
       (killing_connector.py: a TP peer dead before its dump): no block of W is
@@ -127,6 +134,10 @@ TUNE = (1, 7)        # the fine-tune: gqa_weights(1, tune=7)
 rng = random.Random(23)
 
 
+def _prompt(blocks, extra):
+    return [rng.randrange(3, 1000) for _ in range(blocks * BLOCK + extra)]
+
+
 def _pair():
     p = [rng.randrange(3, 1000) for _ in range((SHARED + 1) * BLOCK)]
     return p, p[:SHARED * BLOCK] + [rng.randrange(3, 1000) for _ in range(BLOCK)]
@@ -136,6 +147,7 @@ X, X2 = _pair()   # E1 stores X; E2, RB, F, MID, DEG get X'
 Y, Y2 = _pair()   # E2 stores Y; E1, RB get Y'
 W, W2 = _pair()   # KA dies storing W; KB gets W'
 Z, Z2 = _pair()   # KB dies storing Z; KC, FT get Z'; E1 computes Z (its bytes)
+D1, D2 = _prompt(2, 5), _prompt(3, 11)  # SL computes them beside X''s load
 
 # vLLM's line prefix: "(EngineCore pid=12) INFO 12-03 14:42:22 [core.py:133] "
 VLLM_LINE = re.compile(r"^(\([\w.-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) "
@@ -479,6 +491,15 @@ class Fleet:
             "rb": {"model": m, "tp": 2, **c, "unique_id": self.uid_c + "-b"},
             "f": {"model": m, **c, "unique_id": self.uid_c + "-f", "role": "kv_consumer",
                   "kvshare_config": {**self.redis_c, "fault_error_ppm": 1000000}},
+            # asynchronous loads: every backend read held 150 ms; TP=2 with
+            # rank 1 failing every load
+            "sl": {"model": m, **c, "unique_id": self.uid_c + "-s", "role": "kv_consumer",
+                   "kvshare_config": {**self.redis_c, "fault_delay_us": 150000},
+                   "extra": {"kvshare_load_mode": "async"}},
+            "rf": {"model": m, "tp": 2, **c, "unique_id": self.uid_c + "-r",
+                   "role": "kv_consumer", "connector_class":
+                   "killing_connector:RankLoadFailConnector",
+                   "extra": {"kvshare_load_mode": "async"}},
             "mid": {"model": mt, **c},
             "ka": {**k, "kill_at": "partial", "kill_marker": str(self.tmp / "ka.killed")},
             "kb": {**k, "mp_core": True, "kill_at": "cached", "kill_file": self.kill_file,
@@ -745,7 +766,7 @@ def _cross_tp(fleet):
 
 
 def test_tp1_tp2_share_one_cache(fleet):
-    fleet.start("ref", "rb", "f")
+    fleet.start("ref", "rb", "f", "sl", "rf")
     r = fleet.once("cross_tp", lambda: _cross_tp(fleet))
     e1, e2 = fleet.engines["e1"], fleet.engines["e2"]
     assert r["x2"]["cached"] == SHARED * BLOCK, (
@@ -786,6 +807,34 @@ def test_failing_backend(fleet):
     text = f.log()
     assert "blocks are recomputed" in text, tail(text)
     assert r["tokens"] == fleet.ref(X2), "F (every backend read failing): wrong tokens"
+
+
+def test_async_load_beside_decoders(fleet):
+    """SL loads X''s prefix from a backend whose reads take 150 ms each,
+    asynchronously (kvshare_load_mode="async"), in one batch with two
+    prompts it computes: every prompt's tokens are REF's, X''s prefix
+    cached."""
+    fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    sl = fleet.get("sl")
+    assert sl.call({"op": "reset"})["ok"]
+    others = [D1, D2]
+    out = sl.call({"op": "generate", "prompts": others + [X2]})["prompts"]
+    assert out[-1]["cached"] == SHARED * BLOCK, (
+        f"SL found {out[-1]['cached']} of X' cached, want {SHARED * BLOCK}:\n{tail(sl.log())}")
+    for prompt, r in zip(others + [X2], out):
+        assert r["tokens"] == fleet.ref(prompt), "SL (asynchronous loads): wrong tokens"
+
+
+def test_one_rank_fails_its_load(fleet):
+    """RF (TP=2): rank 1 fails every load, rank 0's succeed; vLLM recomputes
+    the union of the ranks' bad blocks once ("Recovered from KV load
+    failure"), and the tokens are REF's."""
+    fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    rf = fleet.get("rf")
+    r = rf.gen(X2)
+    text = rf.log()
+    assert "rank 1 fails a load" in text and "Recovered from KV load failure" in text, tail(text)
+    assert r["tokens"] == fleet.ref(X2), "RF (rank 1's loads failing): wrong tokens"
 
 
 def refused_other_weights(fleet, name, other, uid):
