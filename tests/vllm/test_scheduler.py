@@ -445,6 +445,7 @@ def test_async_load_from_backend(node):
     assert e.update(out)["q"].finish_reason is not None
     st = e.worker.get_kv_connector_stats().data
     assert st["async_loaded_blocks"] == 4 and st.get("load_errors", 0) == 0
+    assert st["async_loaded_bytes"] == 4 * HEADS * LAYERS * 2 * BLOCK * HEAD_DIM * 4
 
 
 @pytest.mark.parametrize("mib", [64, 0])

@@ -509,6 +509,7 @@ class KVShareConnector(KVConnectorBase_V1):
             self._layers[name] = (kv, view)
         self._heads_of_rank = view.shape[1]
         self._heads = layout.rank_heads(geo.heads, tp, rank, self._heads_of_rank)
+        self._rank_bytes = geo.shard_bytes * len(self._heads)  # of a block: its heads' shards
         # A (block, head) that is one contiguous run of the tensor is loaded and
         # dumped in place; otherwise through a staging buffer on its device.
         self._in_place = all(v[0, 0].is_contiguous() for _, v in self._layers.values())
@@ -608,6 +609,7 @@ class KVShareConnector(KVConnectorBase_V1):
             else:
                 self._async[req_id] = ld
                 self._count("async_loaded_blocks", len(pairs))
+                self._count("async_loaded_bytes", len(pairs) * self._rank_bytes)
         pairs = [p for _, req_pairs in meta.loads for p in req_pairs]
         if not pairs:
             return
@@ -617,6 +619,7 @@ class KVShareConnector(KVConnectorBase_V1):
             self._tainted |= self._loading_reqs
         else:
             self._count("loaded_blocks", len(pairs))
+            self._count("loaded_bytes", len(pairs) * self._rank_bytes)
 
     def _wait_load(self):
         """Wait for the step's load (once); a failure reports its blocks to
