@@ -27,6 +27,9 @@ would leave the CPU), then wait_for_save.  Three loads a round:
   backend_cold  a fresh cache, the files dropped from the page cache first
                 (posix_fadvise DONTNEED on each block file: this run's files
                 only, nothing global; skipped with --no-cold)
+Printed per TP degree, the storing engine's save (the slowest rank's
+wait_for_save: the step's dump of the whole prefix into the shared cache):
+  vllm_load_profile tp=<t> save wait_for_save_ms=<..> bytes=<prefix bytes>
 Printed per load, medians over the rounds (ms), the slowest rank's:
   vllm_load_profile tp=<t> case=<case> total_ms=<..> start_load_kv_ms=<..>
       units_ms=<..> load_shards_ms=<..> waits_ms=<..> first_wait_ms=<..>
@@ -188,7 +191,7 @@ def pairs_of(spec, ids):
     return [(ids[i], 1 + i) for i in range(spec["blocks"])]
 
 
-def storer(spec, tp, rank, barrier):
+def storer(spec, tp, rank, barrier, out):
     """Rank `rank` of a TP=tp storing engine: save its heads of the prefix
     (as the model runner drives it: save_kv_layer per layer, wait_for_save),
     then close once every rank's dumps are in the cache (the
@@ -205,21 +208,25 @@ def storer(spec, tp, rank, barrier):
     c.bind_connector_metadata(kv.KVShareMetadata(saves=[("a", pairs)]))
     for n in spec["names"]:
         c.save_kv_layer(n, caches[n], None)
-    c.wait_for_save()
+    t0 = time.perf_counter()
+    c.wait_for_save()   # the step's dump, into the shared cache
+    out.put((time.perf_counter() - t0) * 1e3)
     c.clear_connector_metadata()
     barrier.wait(300)   # every rank's shards in the cache: the blocks complete
     c.shutdown()
 
 
 def store_prefix(ctx, spec, tp):
-    """Run the TP=tp storing engine's ranks; their exit codes."""
-    barrier = ctx.Barrier(tp)
-    procs = [ctx.Process(target=storer, args=(spec, tp, r, barrier)) for r in range(tp)]
+    """Run the TP=tp storing engine's ranks; their exit codes and the slowest
+    rank's wait_for_save (ms: a step's save of the prefix, in the step)."""
+    barrier, out = ctx.Barrier(tp), ctx.Queue()
+    procs = [ctx.Process(target=storer, args=(spec, tp, r, barrier, out)) for r in range(tp)]
     for pr in procs:
         pr.start()
     for pr in procs:
         pr.join()
-    return [pr.exitcode for pr in procs]
+    codes = [pr.exitcode for pr in procs]
+    return codes, max(out.get(timeout=5) for _ in range(tp)) if not any(codes) else 0.0
 
 
 def summarize(events, t_go):
@@ -384,13 +391,15 @@ def main(argv):
         for tp in [int(t) for t in o.tp.split(",") if t.strip()]:
             store = spec["store"] = os.path.join(tmp, f"posix-tp{tp}")
             os.makedirs(store)
-            codes = store_prefix(ctx, spec, tp)
+            codes, save_ms = store_prefix(ctx, spec, tp)
             nfiles = sum(len(f) for _, _, f in os.walk(store))
             if any(codes) or nfiles != o.blocks:
                 print(f"{TAG} tp={tp} FAILED store: exit codes {codes}, {nfiles} block files "
                       f"of {o.blocks}", flush=True)
                 rc = 1
                 continue
+            print(f"{TAG} tp={tp} save wait_for_save_ms={save_ms:.1f} bytes={nbytes} "
+                  f"(the prefix's dump in one step, into the shared cache)", flush=True)
             barrier = ctx.Barrier(tp + 1)
             q = ctx.Queue()
             procs = [ctx.Process(target=rank_main, args=(spec, tp, r, barrier, q))

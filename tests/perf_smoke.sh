@@ -188,6 +188,7 @@ weights_fingerprint.py)
 vllm_load_profile.py)
 	want 1 "^vllm_load_profile config layers=8 kv_heads=8 head_dim=128 blocks=4 shard_bytes=262144 layer_bytes=32768 prefix_bytes=8388608 "
 	want 1 "^vllm_load_profile floor copy_bytes=8388608 floor_ms=$num floor_median_ms=$num shard_floor_ms=$num shard_copies=256 shard_call_overhead_ms=$num$"
+	want 1 "^vllm_load_profile tp=1 save wait_for_save_ms=$num bytes=8388608 "
 	want 1 "^vllm_load_profile tp=1 lookup ids_ms=$num lookup_prefix_ms=$num blocks=5 hit=4 "
 	for c in backend_hot cache_hit; do
 		want 1 "^vllm_load_profile tp=1 case=$c total_ms=$num .* owner_reads=[0-9]+ load_hits=[0-9]+ gib_per_s=$num floor_ms=$num total/floor=$num best_ms=$num rounds=1 all_ms=[0-9]+$"
