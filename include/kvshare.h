@@ -813,7 +813,11 @@ struct kvs_backend_redis_config {
 	uint32_t start_degraded;         /* 0: open fails when an endpoint does not answer
 					    (default); 1: open anyway, logged, and transfers
 					    to it fail until it answers */
-	uint32_t reserved32;             /* must be zero */
+	uint32_t cluster;                /* 0: endpoints are independent servers (default);
+					    1: a Redis Cluster, endpoints are seed nodes
+					    (slots routed, MOVED/ASK followed; docs/io.md,
+					    "Redis Cluster"); db must be 0 and key_prefix
+					    free of '{' and '}' */
 	uint64_t reserved[3];            /* must be zero */
 };
 
@@ -1227,6 +1231,7 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
  *   redis_endpoints(h:p;/sock) redis_db redis_user redis_password
  *   redis_password_file redis_connections redis_connect_timeout_ms
  *   redis_command_timeout_ms redis_key_prefix redis_ttl_s redis_start_degraded
+ *   redis_cluster
  *   layout_tag fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
  *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
  *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us

@@ -599,6 +599,7 @@ static const struct kv_key keys[] = {
 	{ K("redis_ttl_s", kv_uint), FIELD(backend.redis.ttl_ms), .hi = REDIS_TTL_S_MAX,
 	  .scale = 1000 },
 	{ K("redis_start_degraded", kv_bool), FIELD(backend.redis.start_degraded) },
+	{ K("redis_cluster", kv_bool), FIELD(backend.redis.cluster) },
 	{ K("layout_tag", kv_uint), FIELD(backend.layout_tag), .hi = UINT64_MAX },
 	{ K("copy_engine", kv_enum), FIELD(copy_engine), ENUM(copy_engine_names) },
 	{ K("cache_stream_number", kv_uint), FIELD(cache_stream_number), .lo = 1,

@@ -15,3 +15,9 @@ kvs_test(io_redis SOURCES io_redis.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 
 target_link_libraries(test_io_redis_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
 kvs_test(store_redis SOURCES store_redis.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 120)
 target_link_libraries(test_store_redis_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
+# io_redis_cluster: the backend on a Redis Cluster of 3 masters + 3 replicas the
+# test starts on loopback ports (tests/redis_cluster_util.h): slots, round trips,
+# a seed down, refusals, ASK, a reshard, an uncovered slot, a master killed -9.
+kvs_test(io_redis_cluster SOURCES io_redis_cluster.c LIBS kvs_store LABELS "unit;fault"
+         TIMEOUT 180)
+target_link_libraries(test_io_redis_cluster_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
