@@ -140,9 +140,12 @@ void conn_fail(struct conn *c, int err, const char *why)
 
 	if (why)
 		conn_log(c, KVS_LOG_ERROR, "redis %s: connection %s: %s (%s); %u transfers on it "
-			 "failed; reconnecting after a backoff", c->ep->name,
+			 "%s; reconnecting after a backoff", c->ep->name,
 			 c->state == CONN_CONNECTING ? "not established" : "lost", why,
-			 kvs_strerror(err), c->inflight);
+			 kvs_strerror(err), c->inflight,
+			 c->r->cluster && !c->r->closing
+				 ? "are tried again after a slot map refresh, within their deadline"
+				 : "failed");
 	while (c->head) {
 		c->head->result = err;
 		if (c->r->cluster && !c->r->closing &&

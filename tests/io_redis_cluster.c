@@ -9,6 +9,8 @@
  *   roundtrip   blocks on every master written, read back and looked up with
  *               no MOVED or ASK at all (the backend's slots are the servers'),
  *               each key on its slot's master under the documented name
+ *   conn_lost   the servers drop the backend's connections (CLIENT KILL) while
+ *               reads and lookups are in flight: all sent again, all pass
  *   seed_down   a dead seed before a live one: open warns and serves; only
  *               dead seeds: open fails naming redis_endpoints, or opens
  *               degraded with redis_start_degraded=1
@@ -17,8 +19,9 @@
  *               a braced prefix refused by validation
  *   ask         a slot set MIGRATING/IMPORTING by hand: a new block's writes
  *               and reads and its lookup follow -ASK (ASKING), old keys stay
- *               where they are; the slot handed over: -MOVED followed once,
- *               then the map knows
+ *               where they are; a block half migrated: its lookup retried
+ *               through -TRYAGAIN until the rest moves; the slot handed over:
+ *               -MOVED followed once, then the map knows
  *   reshard     `redis-cli --cluster reshard` of 24 slots running while their
  *               blocks are written, read and looked up: no error, no wrong
  *               byte, redirections counted on the servers (errorstats)
@@ -204,6 +207,59 @@ static kvs_test_rc test_roundtrip(void)
 	return KVS_TEST_PASS;
 }
 
+/* Child: CLIENT KILL of every normal client of every master, n times. */
+static kvs_test_rc cb_killer(void *arg)
+{
+	const int *n = arg;
+
+	for (int k = 0; k < *n; k++) {
+		usleep(30000); /* between kills: the parent reads meanwhile */
+		for (int i = 0; i < RCL_NODES; i++) {
+			redisReply *rep = rcl_cmd(rcl.port[i], "CLIENT KILL TYPE normal");
+
+			freeReplyObject(rep);
+		}
+	}
+	return KVS_TEST_PASS;
+}
+
+/* The servers drop the backend's sockets while reads and lookups are in
+ * flight: every one is sent again (lost socket: a retry) and passes. */
+static kvs_test_rc test_conn_lost(void)
+{
+	enum { NB = 32 };
+	static unsigned char mem[NB * RS_SPB * RS_SHARD];
+	int64_t res[NB * RS_SPB];
+	struct kvs_block_id ids[NB];
+	struct kvs_backend *b = NULL;
+	int kills = 6, status = 0, rounds = 0;
+	pid_t pid;
+
+	KVS_TRY(rcl_start());
+	for (uint32_t i = 0; i < NB; i++)
+		ids[i] = st_block(38, i);
+	KVS_TRY(cb_open(&b, 0));
+	KVS_TRY(cb_write_read(b, ids, NB, mem, res));
+	pid = kvs_test_fork(cb_killer, &kills);
+	KVS_CHECK(pid > 0);
+	for (bool last = false;; rounds++) {
+		bool hits[NB] = { false };
+
+		KVS_TRY(cb_blocks(b, ids, NB, false, mem, res, 20000));
+		KVS_TRY(cb_verify(ids, NB, true, mem, res));
+		KVS_CHECK_EQ(kvs_backend_lookup_batch(b, ids, NB, 0, hits), NB);
+		if (last)
+			break;
+		last = waitpid(pid, &status, WNOHANG) == pid;
+	}
+	KVS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	printf("  %d rounds of reads and lookups through %d kills of the connections\n", rounds,
+	       kills);
+	KVS_CHECK(strstr(rb_logs, "are tried again after a slot map refresh"));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc test_seed_down(void)
 {
 	enum { NB = 8 };
@@ -288,10 +344,10 @@ static kvs_test_rc cb_setslot(int port, int slot, const char *how, const char *i
 	return KVS_TEST_PASS;
 }
 
-/* MIGRATE every key of slot from the node at `from` to the one at `to`. */
-static kvs_test_rc cb_migrate_keys(int from, int to, int slot)
+/* MIGRATE up to max keys of slot from the node at `from` to the one at `to`. */
+static kvs_test_rc cb_migrate_keys(int from, int to, int slot, int max)
 {
-	redisReply *keys = rcl_cmd(from, "CLUSTER GETKEYSINSLOT %d 1000", slot);
+	redisReply *keys = rcl_cmd(from, "CLUSTER GETKEYSINSLOT %d %d", slot, max);
 
 	KVS_CHECK(keys && keys->type == REDIS_REPLY_ARRAY);
 	for (size_t i = 0; i < keys->elements; i++) {
@@ -306,6 +362,19 @@ static kvs_test_rc cb_migrate_keys(int from, int to, int slot)
 	}
 	freeReplyObject(keys);
 	return KVS_TEST_PASS;
+}
+
+/* Child: 300 ms later, the rest of slot's keys from `from` to `to`. */
+struct cb_mover {
+	int from, to, slot;
+};
+
+static kvs_test_rc cb_mover_child(void *arg)
+{
+	const struct cb_mover *mv = arg;
+
+	usleep(300000); /* the parent's lookup is being retried meanwhile */
+	return cb_migrate_keys(mv->from, mv->to, mv->slot, 1000);
 }
 
 static kvs_test_rc test_ask(void)
@@ -350,8 +419,23 @@ static kvs_test_rc test_ask(void)
 	KVS_CHECK(cb_redirects("ASK") - ask0 >= 2 * RS_SPB + 1); /* SETs, GETs, EXISTS */
 	KVS_CHECK_EQ(cb_redirects("MOVED") - moved0, 0);
 
+	/* Block 0 half migrated: its EXISTS gets -TRYAGAIN from a, again and again
+	 * (retried after a backoff) until the rest of it moves 300 ms later. */
+	KVS_TRY(cb_migrate_keys(a, bport, slot, 2));
+	{
+		struct cb_mover mv = { .from = a, .to = bport, .slot = slot };
+		long long again0 = cb_redirects("TRYAGAIN");
+		uint64_t t0 = kvs_now_ns();
+		pid_t pid = kvs_test_fork(cb_mover_child, &mv);
+
+		KVS_CHECK(pid > 0);
+		KVS_CHECK_EQ(kvs_backend_lookup(b, &ids[0]), 1);
+		KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 0);
+		KVS_CHECK(kvs_now_ns() - t0 >= 250 * ST_MS);
+		KVS_CHECK(cb_redirects("TRYAGAIN") - again0 >= 1);
+	}
+
 	/* The slot handed over: the first command finds it moved, the rest know. */
-	KVS_TRY(cb_migrate_keys(a, bport, slot));
 	KVS_TRY(cb_setslot(bport, slot, "NODE", idb));
 	KVS_TRY(cb_setslot(a, slot, "NODE", idb));
 	for (int i = 0; i < RCL_NODES; i++)
@@ -627,7 +711,8 @@ static kvs_test_rc test_failover(void)
 }
 
 static const struct kvs_test_case cases[] = {
-	{ "slots", test_slots },	 { "roundtrip", test_roundtrip }, { "seed_down", test_seed_down },
+	{ "slots", test_slots },	 { "roundtrip", test_roundtrip }, { "conn_lost", test_conn_lost },
+	{ "seed_down", test_seed_down },
 	{ "detect", test_detect },	 { "ask", test_ask },		  { "reshard", test_reshard },
 	{ "uncovered", test_uncovered }, { "failover", test_failover },
 };
