@@ -65,6 +65,16 @@
 #define REFRESH_GAP_NS (100 * KVS_NSEC_PER_MSEC)
 #define REFRESH_TIMEOUT_MAX_NS KVS_NSEC_PER_SEC
 
+/* An ERROR line of the cluster's routing, at most one per LOG_INTERVAL_NS per
+ * handle; the issuer and a lookup thread share the limit, under map_mu. */
+#define cluster_log(r, ...)                                                              \
+	do {                                                                             \
+		pthread_mutex_lock(&(r)->map_mu);                                        \
+		kvs_log_limited(&(r)->log, &(r)->cluster_log_limit, LOG_INTERVAL_NS,     \
+				KVS_LOG_ERROR, __VA_ARGS__);                             \
+		pthread_mutex_unlock(&(r)->map_mu);                                      \
+	} while (0)
+
 /* ------------------------------------------------------------- slots */
 
 /* CRC16/XMODEM (polynomial 0x1021, initial 0), as the cluster spec's keyHashSlot. */
@@ -396,14 +406,14 @@ struct endpoint *cluster_route(struct redis *r, struct cmd *cmd, int *err)
 	int node;
 
 	cmd_asking(cmd, false);
+	cmd->ask_pending = false; /* a socket lost before ASKING's reply: sent anew */
 	cmd->redirect = REDIR_NONE;
 	cmd->result = -EPROTO; /* until a reply says otherwise */
 	if (redirect == REDIR_MOVED || redirect == REDIR_ASK) {
 		if (++cmd->redirects > REDIRECTS_MAX) {
-			kvs_log_limited(&r->log, &r->cluster_log_limit, LOG_INTERVAL_NS, KVS_LOG_ERROR,
-					"redis cluster: slot %u: more than %d redirections (the last "
-					"to %s): the cluster's slot map does not settle; the transfer "
-					"failed", cmd->slot, REDIRECTS_MAX, cmd->target);
+			cluster_log(r, "redis cluster: slot %u: more than %d redirections (the last "
+				       "to %s): the cluster's slot map does not settle; the transfer "
+				       "failed", cmd->slot, REDIRECTS_MAX, cmd->target);
 			*err = -EIO;
 			return NULL;
 		}
@@ -434,10 +444,9 @@ struct endpoint *cluster_route(struct redis *r, struct cmd *cmd, int *err)
 		pthread_mutex_unlock(&r->map_mu);
 	}
 	if (node == NO_NODE) {
-		kvs_log_limited(&r->log, &r->cluster_log_limit, LOG_INTERVAL_NS, KVS_LOG_ERROR,
-				"redis cluster: slot %u is served by no master: the transfers of its "
-				"blocks fail; cover it (redis-cli --cluster fix <node>, or CLUSTER "
-				"ADDSLOTS %u on a master)", cmd->slot, cmd->slot);
+		cluster_log(r, "redis cluster: slot %u is served by no master: the transfers of its "
+			       "blocks fail; cover it (redis-cli --cluster fix <node>, or CLUSTER "
+			       "ADDSLOTS %u on a master)", cmd->slot, cmd->slot);
 		*err = -EHOSTUNREACH;
 		return NULL;
 	}
@@ -446,6 +455,19 @@ struct endpoint *cluster_route(struct redis *r, struct cmd *cmd, int *err)
 
 /* --------------------------------------------------- parked commands */
 
+/* A data command at its deadline, still redirected or retried: its result is
+ * the error it last got (else -ETIMEDOUT), logged naming its key and slot. */
+static void cmd_expire(struct redis *r, struct cmd *cmd)
+{
+	cmd->result = cmd->redirect == REDIR_RETRY && cmd->last_err ? cmd->last_err : -ETIMEDOUT;
+	cmd->redirect = REDIR_NONE;
+	cluster_log(r, "redis cluster: %s %.*s (slot %u): %s until its deadline "
+		       "(redis_command_timeout_ms after submit): the slot's master is down or "
+		       "the cluster is failing over; the transfer failed",
+		    cmd->kind == CMD_SET ? "SET" : "GET", (int)cmd->key_len,
+		    cmd->hdr + cmd->key_off, cmd->slot, kvs_strerror((int)cmd->result));
+}
+
 bool cluster_park(struct redis *r, struct cmd *cmd)
 {
 	uint64_t now = kvs_now_ns(), backoff = 0;
@@ -453,9 +475,7 @@ bool cluster_park(struct redis *r, struct cmd *cmd)
 	if (r->closing || cmd->redirect == REDIR_NONE)
 		return false;
 	if (now >= cmd->deadline_ns) {
-		if (cmd->redirect == REDIR_RETRY && cmd->last_err)
-			cmd->result = cmd->last_err;
-		cmd->redirect = REDIR_NONE;
+		cmd_expire(r, cmd);
 		return false;
 	}
 	if (cmd->redirect == REDIR_RETRY) {
@@ -478,20 +498,6 @@ uint64_t cluster_parked_due(const struct redis *r)
 	return due;
 }
 
-/* A parked command that reached its deadline: completed with its last error. */
-static void parked_expire(struct redis *r, struct cmd *cmd)
-{
-	cmd->result = cmd->last_err ? cmd->last_err : -ETIMEDOUT;
-	kvs_log_limited(&r->log, &r->cluster_log_limit, LOG_INTERVAL_NS, KVS_LOG_ERROR,
-			"redis cluster: %s %.*s (slot %u): %s until its deadline "
-			"(redis_command_timeout_ms after submit): the slot's master is down or "
-			"the cluster is failing over; the transfer failed",
-			cmd->kind == CMD_SET ? "SET" : "GET", (int)cmd->key_len,
-			cmd->hdr + cmd->key_off, cmd->slot, kvs_strerror((int)cmd->result));
-	cmd->redirect = REDIR_NONE;
-	cmd_finish(r, cmd);
-}
-
 void cluster_resend(struct redis *r)
 {
 	struct cmd *list = r->parked, *next;
@@ -510,7 +516,8 @@ void cluster_resend(struct redis *r)
 			continue;
 		}
 		if (now >= cmd->deadline_ns) {
-			parked_expire(r, cmd);
+			cmd_expire(r, cmd);
+			cmd_finish(r, cmd);
 			continue;
 		}
 		ep = cluster_route(r, cmd, &err);
@@ -520,7 +527,7 @@ void cluster_resend(struct redis *r)
 			cmd->redirect = REDIR_RETRY;
 			cmd->last_err = err;
 			if (!cluster_park(r, cmd))
-				parked_expire(r, cmd);
+				cmd_finish(r, cmd); /* at its deadline: expired */
 			continue;
 		}
 		if (!c) {

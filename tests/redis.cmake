@@ -21,3 +21,21 @@ target_link_libraries(test_store_redis_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
 kvs_test(io_redis_cluster SOURCES io_redis_cluster.c LIBS kvs_store LABELS "unit;fault"
          TIMEOUT 180)
 target_link_libraries(test_io_redis_cluster_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
+# store_redis_cluster: the store over such a cluster: node B's 8 rank processes
+# load what node A dumped, one GET per shard summed over the nodes; <v>.store_
+# redis_cluster_mixed has every odd rank from the other variant's build.
+kvs_test(store_redis_cluster SOURCES store_redis_cluster.c LIBS kvs_store LABELS "mp;fault"
+         TIMEOUT 180)
+target_link_libraries(test_store_redis_cluster_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
+if(kvs_variants STREQUAL "kernel;plain")
+  if(KVS_V STREQUAL "kernel")
+    set(kvs_rcl_other plain)
+  else()
+    set(kvs_rcl_other kernel)
+  endif()
+  add_test(NAME ${KVS_V}.store_redis_cluster_mixed
+           COMMAND test_store_redis_cluster_${KVS_V}
+                   --mixed $<TARGET_FILE:test_store_redis_cluster_${kvs_rcl_other}>)
+  set_tests_properties(${KVS_V}.store_redis_cluster_mixed PROPERTIES SKIP_RETURN_CODE 77
+                       TIMEOUT 180 LABELS "${KVS_V};mp;fault")
+endif()
