@@ -792,6 +792,8 @@ enum kvs_io_engine {
 /* Most endpoints and connections per endpoint. */
 #define KVS_REDIS_MAX_ENDPOINTS 16
 #define KVS_REDIS_MAX_CONNECTIONS 64
+/* Most replicas a write may wait for (kvs_backend_redis_config.wait_replicas). */
+#define KVS_REDIS_MAX_WAIT_REPLICAS 16
 
 /* The redis backend's settings (kvs_backend_config.redis; strings NUL-terminated). */
 struct kvs_backend_redis_config {
@@ -818,7 +820,12 @@ struct kvs_backend_redis_config {
 					    (slots routed, MOVED/ASK followed; docs/io.md,
 					    "Redis Cluster"); db must be 0 and key_prefix
 					    free of '{' and '}' */
-	uint64_t reserved[3];            /* must be zero */
+	uint64_t wait_replicas;          /* a write completes once this many replicas have
+					    it (WAIT after every SET, within the command
+					    timeout; fewer: -EIO), 0..16; 0 = when the
+					    master has it (default; docs/io.md, "Durable
+					    on a cluster") */
+	uint64_t reserved[2];            /* must be zero */
 };
 
 struct kvs_backend_ops;
@@ -1231,7 +1238,7 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
  *   redis_endpoints(h:p;/sock) redis_db redis_user redis_password
  *   redis_password_file redis_connections redis_connect_timeout_ms
  *   redis_command_timeout_ms redis_key_prefix redis_ttl_s redis_start_degraded
- *   redis_cluster
+ *   redis_cluster redis_wait_replicas
  *   layout_tag fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
  *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
  *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us

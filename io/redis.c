@@ -93,7 +93,7 @@ static size_t key_of(const struct redis *r, const struct kvs_block_id *block, ui
 
 uint32_t endpoint_count(const struct redis *r)
 {
-	/* acquire: pairs with the release in node_add (io/redis_cluster.c), so the
+	/* acquire: pairs with the release in node_find_add (io/redis_cluster.c), so the
 	 * entries below the count are complete. */
 	return __atomic_load_n(&r->nep, __ATOMIC_ACQUIRE);
 }
@@ -106,8 +106,10 @@ static struct endpoint *endpoint_of(const struct redis *r, const struct kvs_bloc
 	return &r->eps[h % r->nep];
 }
 
-/* GET <key>, or SET <key> <value header + shard> [PX <ttl>]: header (with the
- * value header) and tail into cmd; the shard's bytes stay in the caller's buffer. */
+/* GET <key>, or SET <key> <value header + shard> [PX <ttl>] (and then, with
+ * redis_wait_replicas, WAIT <replicas> <ms> pipelined behind it): header (with
+ * the value header) and tail into cmd; the shard's bytes stay in the caller's
+ * buffer. */
 static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_backend_io *io,
 		       bool write)
 {
@@ -139,6 +141,16 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
 		cmd->tail_len = (uint32_t)(r->ttl_ms ? snprintf(cmd->tail, sizeof(cmd->tail),
 								"\r\n$2\r\nPX\r\n$%d\r\n%s\r\n", tl, ttl)
 						     : snprintf(cmd->tail, sizeof(cmd->tail), "\r\n"));
+		if (r->wait_replicas) {
+			char n[24], ms[24];
+			int nl = snprintf(n, sizeof(n), "%u", r->wait_replicas);
+			int ml = snprintf(ms, sizeof(ms), "%llu", (unsigned long long)r->wait_ms);
+
+			cmd->tail_len += (uint32_t)snprintf(cmd->tail + cmd->tail_len,
+							    sizeof(cmd->tail) - cmd->tail_len,
+							    "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n"
+							    "%s\r\n", nl, n, ml, ms);
+		}
 		cmd->val = io->buf;
 		cmd->val_len = io->len;
 	} else {
@@ -153,6 +165,7 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
 	cmd->token = io->token;
 	cmd->result = -EPROTO; /* until a reply says otherwise */
 	cmd->done = false;
+	cmd->wait_state = write && r->wait_replicas ? WAIT_SET : WAIT_NONE;
 	cmd->redirect = REDIR_NONE; /* cluster mode: a fresh command, no redirection yet */
 	cmd->asking = cmd->ask_pending = false;
 	cmd->redirects = 0;
@@ -791,6 +804,12 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	r->ttl_ms = rcfg->ttl_ms;
 	r->start_degraded = rcfg->start_degraded;
 	r->cluster = rcfg->cluster;
+	r->wait_replicas = (uint32_t)rcfg->wait_replicas;
+	/* Half the command timeout: a server notices a WAIT's end in its event loop
+	 * (up to 1/hz late), and the reply must come before the socket's deadline. */
+	r->wait_ms = rcfg->command_timeout_ns / KVS_NSEC_PER_MSEC / 2;
+	if (r->wait_ms == 0)
+		r->wait_ms = 1;
 	memcpy(r->prefix, rcfg->key_prefix, sizeof(r->prefix));
 	r->epfd = -1;
 	r->timer.fd = -1;

@@ -407,6 +407,8 @@ struct endpoint *cluster_route(struct redis *r, struct cmd *cmd, int *err)
 
 	cmd_asking(cmd, false);
 	cmd->ask_pending = false; /* a socket lost before ASKING's reply: sent anew */
+	if (cmd->wait_state != WAIT_NONE)
+		cmd->wait_state = WAIT_SET; /* its WAIT is sent again behind it */
 	cmd->redirect = REDIR_NONE;
 	cmd->result = -EPROTO; /* until a reply says otherwise */
 	if (redirect == REDIR_MOVED || redirect == REDIR_ASK) {

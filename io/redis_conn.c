@@ -270,6 +270,10 @@ static int conn_replies(struct conn *c)
 			cmd->ask_pending = false;
 			continue;
 		}
+		if (cmd->wait_state == WAIT_SET) { /* the SET's reply: WAIT's comes next */
+			cmd->wait_state = WAIT_WAIT;
+			continue;
+		}
 		if ((cmd->kind == CMD_AUTH || cmd->kind == CMD_SELECT) && cmd->result < 0) {
 			int err = cmd->kind == CMD_SELECT ? -EINVAL : (int)cmd->result;
 

@@ -37,7 +37,7 @@
 #define ASKING_LEN (sizeof(ASKING_TEXT) - 1)
 /* [ASKING] the command's framing and key, then (SET) the value header. */
 #define HDR_MAX (ASKING_LEN + KEY_MAX + 64 + KVS_IO_VALUE_HDR)
-#define TAIL_MAX 64
+#define TAIL_MAX 128 /* [PX <ttl>] [WAIT <replicas> <ms>] */
 #define LOG_INTERVAL_NS KVS_NSEC_PER_SEC
 
 enum cmd_kind {
@@ -59,6 +59,13 @@ enum redirect {
 };
 #define TARGET_MAX 64 /* "host:port" of a redirection */
 
+/* A SET followed by WAIT (redis_wait_replicas): which of its two replies is next. */
+enum wait_state {
+	WAIT_NONE,  /* no WAIT sent */
+	WAIT_SET,   /* the SET's own reply, then WAIT's */
+	WAIT_WAIT,  /* WAIT's: the replicas that acknowledged the write */
+};
+
 /* One command on a socket: bytes hdr[hdr_len] + val[val_len] + tail[tail_len]. */
 struct cmd {
 	struct cmd *next;
@@ -75,6 +82,7 @@ struct cmd {
 	uint64_t deadline_ns;
 	int64_t result;    /* set by the reply functions: bytes, EXISTS count, -errno */
 	bool done;         /* EXISTS: its reply arrived (or its socket failed) */
+	uint8_t wait_state; /* SET with redis_wait_replicas (enum wait_state) */
 	/* Cluster mode (io/redis_cluster.c). */
 	uint8_t redirect;  /* enum redirect: what its last reply asked */
 	bool asking;       /* hdr starts with ASKING (sent after -ASK) */
@@ -135,6 +143,8 @@ struct redis {
 	uint32_t nep;           /* endpoints; cluster mode: nodes, only grows (atomic: a
 				   lookup thread may add one while the issuer reads it) */
 	uint64_t connect_timeout_ns, command_timeout_ns, ttl_ms;
+	uint32_t wait_replicas; /* WAIT after every SET for this many replicas, 0: none */
+	uint64_t wait_ms;       /* WAIT's timeout: half the command timeout */
 	bool start_degraded; /* open even when an endpoint does not answer */
 	char prefix[KVS_REDIS_PREFIX_LEN];
 	char *auth_cmd;         /* formatted AUTH (holds the password), or NULL */

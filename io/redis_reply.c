@@ -152,6 +152,31 @@ static bool redirected(struct cmd *cmd, const char *s, size_t n)
 	return true;
 }
 
+/* WAIT's reply to a SET (redis_wait_replicas): acknowledged by `acked`
+ * replicas, or (err_text) refused.  Fewer than asked fail a SET that the
+ * master took: -EIO, logged; a SET that failed or is redirected keeps that. */
+static void wait_reply(struct conn *c, struct cmd *cmd, long long acked, const char *err_text,
+		       size_t n)
+{
+	const struct redis *r = c->r;
+
+	if (cmd->result < 0 || cmd->redirect != REDIR_NONE)
+		return;
+	if (err_text) {
+		conn_log(c, KVS_LOG_ERROR, "redis %s: SET %.*s: WAIT failed: %.*s: the write is not "
+			 "known durable (redis_wait_replicas=%u)", c->ep->name, (int)cmd->key_len,
+			 cmd->hdr + cmd->key_off, (int)(n < 200 ? n : 200), err_text,
+			 r->wait_replicas);
+		cmd->result = -EIO;
+	} else if (acked < (long long)r->wait_replicas) {
+		conn_log(c, KVS_LOG_ERROR, "redis %s: SET %.*s: %lld of %u replicas acknowledged it "
+			 "within %llu ms (redis_wait_replicas): the write is not known durable; it "
+			 "failed", c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off, acked,
+			 r->wait_replicas, (unsigned long long)r->wait_ms);
+		cmd->result = -EIO;
+	}
+}
+
 static void *on_string(const redisReadTask *t, char *s, size_t n)
 {
 	struct conn *c = t->privdata;
@@ -160,6 +185,10 @@ static void *on_string(const redisReadTask *t, char *s, size_t n)
 
 	if (!cmd || t->parent)
 		return c; /* unsolicited or nested: cmd keeps -EPROTO (or there is none) */
+	if (cmd->wait_state == WAIT_WAIT) {
+		wait_reply(c, cmd, 0, t->type == REDIS_REPLY_ERROR ? s : "not an integer", n);
+		return c;
+	}
 	what = cmd_names[cmd->kind];
 	if (t->type == REDIS_REPLY_ERROR) {
 		bool keyed = cmd->kind == CMD_GET || cmd->kind == CMD_SET;
@@ -195,6 +224,8 @@ static void *on_integer(const redisReadTask *t, long long v)
 
 	if (cmd && !t->parent && cmd->kind == CMD_EXISTS)
 		cmd->result = v;
+	else if (cmd && !t->parent && cmd->wait_state == WAIT_WAIT)
+		wait_reply(t->privdata, cmd, v, NULL, 0);
 	return t->privdata;
 }
 

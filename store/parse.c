@@ -600,6 +600,8 @@ static const struct kv_key keys[] = {
 	  .scale = 1000 },
 	{ K("redis_start_degraded", kv_bool), FIELD(backend.redis.start_degraded) },
 	{ K("redis_cluster", kv_bool), FIELD(backend.redis.cluster) },
+	{ K("redis_wait_replicas", kv_uint), FIELD(backend.redis.wait_replicas),
+	  .hi = KVS_REDIS_MAX_WAIT_REPLICAS },
 	{ K("layout_tag", kv_uint), FIELD(backend.layout_tag), .hi = UINT64_MAX },
 	{ K("copy_engine", kv_enum), FIELD(copy_engine), ENUM(copy_engine_names) },
 	{ K("cache_stream_number", kv_uint), FIELD(cache_stream_number), .lo = 1,

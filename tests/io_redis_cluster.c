@@ -28,10 +28,16 @@
  *   uncovered   a slot that no master serves: a submit fails -EHOSTUNREACH
  *               naming the slot and the fix, a lookup too; a handle that knew
  *               the old map gets the error as a completion by its deadline
- *   failover    a master killed -9 with reads in flight: every read completes
+ *   wait_replica  redis_wait_replicas=1: writes complete once the replica has
+ *               them; with the replica stopped they fail (-EIO naming the
+ *               option, or -ETIMEDOUT behind a WAIT) by their deadline; a
+ *               handle without the option reports them written
+ *   failover    blocks written with redis_wait_replicas=1, their master killed
+ *               -9 at once, with reads in flight: every read completes
  *               by its deadline with the right bytes or an error; reads while
  *               the replica is not promoted yet fail by their deadline naming
  *               the slot; after the failover every block reads back whole
+ *               (what was durable stayed durable)
  *
  * Skips (77) when redis-server or redis-cli is not installed, saying so.
  */
@@ -590,27 +596,77 @@ static kvs_test_rc test_uncovered(void)
 	return KVS_TEST_PASS;
 }
 
-/* Wait until the master at port has its replica as far as itself. */
-static kvs_test_rc cb_replicated(int port)
+/* The node index of the replica of the master at port, -1: none. */
+static int cb_replica_of(int port)
 {
-	for (uint64_t deadline = kvs_deadline_after(10 * ST_SEC);;) {
-		redisReply *rep = rcl_cmd(port, "INFO replication");
-		long long mine = -1, theirs = -2;
-		const char *p;
+	char want[32];
 
-		if (rep && rep->type == REDIS_REPLY_STRING) {
-			if ((p = strstr(rep->str, "master_repl_offset:")))
-				mine = strtoll(p + 19, NULL, 10);
-			if ((p = strstr(rep->str, "slave0:")) && (p = strstr(p, "offset=")))
-				theirs = strtoll(p + 7, NULL, 10);
+	snprintf(want, sizeof(want), "master_port:%d", port);
+	for (int i = 0; i < RCL_NODES; i++)
+		if (rcl.pid[i] > 0 && rcl_says(rcl.port[i], "INFO replication", want))
+			return i;
+	return -1;
+}
+
+/* A handle seeded with a running node, its writes waiting for n replicas. */
+static kvs_test_rc cb_open_wait(struct kvs_backend **b, uint32_t n)
+{
+	struct kvs_backend_config cfg;
+	char seeds[64];
+
+	rcl_seeds(seeds, sizeof(seeds), rcl_index(rcl_any()), 1);
+	cb_cfg(&cfg, seeds);
+	cfg.redis.command_timeout_ns = CB_TIMEOUT_MS * ST_MS;
+	cfg.redis.wait_replicas = n;
+	return rb_open(&cfg, b);
+}
+
+/* redis_wait_replicas=1: a write completes once the replica has it; with the
+ * replica stopped it fails (-EIO, naming the option) by its deadline, where a
+ * handle without the option reports it written. */
+static kvs_test_rc test_wait_replica(void)
+{
+	static unsigned char mem[RS_SPB * RS_SHARD];
+	int64_t res[RS_SPB];
+	struct kvs_block_id ids[2] = { st_block(39, 0), st_block(39, 1) };
+	struct kvs_backend *b = NULL, *plain = NULL;
+	int replica;
+	uint64_t t0;
+	kvs_test_rc rc;
+
+	KVS_TRY(rcl_start());
+	KVS_TRY(rcl_wait_ok(20000));
+	replica = cb_replica_of(rcl_master_of(rcl_slot(&ids[0])));
+	KVS_CHECK(replica >= 0);
+	KVS_TRY(cb_open_wait(&b, 1));
+	KVS_TRY(cb_open(&plain, CB_TIMEOUT_MS));
+	KVS_TRY(cb_write_read(b, &ids[0], 1, mem, res));
+
+	kill(rcl.pid[replica], SIGSTOP);
+	t0 = kvs_now_ns();
+	rc = cb_blocks(b, &ids[0], 1, true, mem, res, 20000);
+	if (rc.code == 0) { /* WAITs hold their socket: the later ones may time out */
+		for (uint32_t i = 0; i < RS_SPB && rc.code == 0; i++)
+			if (res[i] != -EIO && res[i] != -ETIMEDOUT)
+				rc = KVS_TEST_FAIL;
+		if (res[0] != -EIO)
+			rc = KVS_TEST_FAIL;
+		if (rc.code || !strstr(rb_logs, "0 of 1 replicas acknowledged it") ||
+		    kvs_now_ns() - t0 > CB_TIMEOUT_MS * ST_MS + ST_SEC) {
+			printf("  writes with the replica stopped: %lld, %.0f ms; log:\n%s\n",
+			       (long long)res[0], (double)(kvs_now_ns() - t0) / 1e6, rb_logs);
+			rc = KVS_TEST_FAIL;
 		}
-		freeReplyObject(rep);
-		if (mine == theirs)
-			return KVS_TEST_PASS;
-		if (kvs_now_ns() > deadline)
-			KVS_FAILF("master %d: replica at %lld of %lld after 10 s", port, theirs, mine);
-		usleep(10000); /* replication of an external server: wait, bounded */
 	}
+	if (rc.code == 0) /* without the option: written, as far as the master knows */
+		rc = cb_blocks(plain, &ids[1], 1, true, mem, res, 20000);
+	if (rc.code == 0)
+		rc = cb_verify(&ids[1], 1, false, mem, res);
+	kill(rcl.pid[replica], SIGCONT);
+	KVS_TRY(rc);
+	kvs_backend_close(b);
+	kvs_backend_close(plain);
+	return KVS_TEST_PASS;
 }
 
 static kvs_test_rc test_failover(void)
@@ -628,13 +684,11 @@ static kvs_test_rc test_failover(void)
 	KVS_TRY(rcl_wait_ok(20000));
 	for (uint32_t i = 0; i < NB; i++)
 		ids[i] = st_block(37, i);
-	KVS_TRY(cb_open(&b, CB_TIMEOUT_MS));
+	/* Durable dumps: every write acknowledged by its master's replica. */
+	KVS_TRY(cb_open_wait(&b, 1));
 	KVS_TRY(cb_write_read(b, ids, NB, mem, res));
 	vslot = rcl_slot(&ids[0]);
 	victim = rcl_master_of(vslot);
-	for (int i = 0; i < RCL_NODES; i++)
-		if (rcl.pid[i] > 0 && rcl_says(rcl.port[i], "INFO replication", "role:master"))
-			KVS_TRY(cb_replicated(rcl.port[i]));
 
 	/* Reads in flight (queue_depth of them), then the master of block 0 killed -9. */
 	for (uint32_t i = 0; i < INFLIGHT; i++) {
@@ -714,7 +768,8 @@ static const struct kvs_test_case cases[] = {
 	{ "slots", test_slots },	 { "roundtrip", test_roundtrip }, { "conn_lost", test_conn_lost },
 	{ "seed_down", test_seed_down },
 	{ "detect", test_detect },	 { "ask", test_ask },		  { "reshard", test_reshard },
-	{ "uncovered", test_uncovered }, { "failover", test_failover },
+	{ "uncovered", test_uncovered }, { "wait_replica", test_wait_replica },
+	{ "failover", test_failover },
 };
 
 KVS_TEST_MAIN(cases)

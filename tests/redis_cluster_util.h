@@ -2,7 +2,8 @@
  * tests/redis_cluster_util.h — a Redis Cluster of the test's own (3 masters, 3
  * replicas, loopback TCP ports chosen free, `--save ""`, cluster-node-timeout
  * RCL_NODE_TIMEOUT_MS, full coverage not required so one slot can be taken
- * away), made with `redis-cli --cluster create`; the servers die with the test
+ * away), made with `redis-cli --cluster create` and ready once every replica
+ * is in sync; the servers die with the test
  * process (PR_SET_PDEATHSIG) and rcl_stop (atexit) removes them and their
  * directory, whatever the cases returned.  The test's own view of it: commands
  * to a node, a slot's master, counters summed over the nodes, a CRC16 oracle
@@ -145,6 +146,7 @@ static inline kvs_test_rc rcl_node_run(int i)
 				       "--cluster-node-timeout", RCL_NODE_TIMEOUT_TEXT,
 				       "--cluster-require-full-coverage", "no", "--dir", rcl.dir,
 				       "--save", "", "--appendonly", "no", "--daemonize", "no",
+				       "--repl-diskless-sync-delay", "0",
 				       "--logfile", logf, NULL };
 
 		kvs_test_child_dies_with(parent);
@@ -258,6 +260,19 @@ static inline kvs_test_rc rcl_start(void)
 	if (rcl_run(cli, "create.log", 60000) != 0)
 		KVS_FAILF("redis-cli --cluster create failed; see %s/create.log", rcl.dir);
 	KVS_TRY(rcl_wait_ok(30000));
+	/* Every master's replica in sync (WAIT counts only those). */
+	for (uint64_t deadline = kvs_deadline_after(30 * ST_SEC);;) {
+		int online = 0;
+
+		for (int i = 0; i < RCL_NODES; i++)
+			online += rcl_says(rcl.port[i], "INFO replication", "state=online");
+		if (online == RCL_NODES / 2)
+			break;
+		if (kvs_now_ns() > deadline)
+			KVS_FAILF("%d of %d replicas in sync after 30 s; logs in %s", online,
+				  RCL_NODES / 2, rcl.dir);
+		usleep(50000); /* the replicas' first sync: wait, bounded */
+	}
 	rcl.up = true;
 	return KVS_TEST_PASS;
 }
