@@ -723,9 +723,15 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *            shards' keys exist (pipelined EXISTS; kvs_backend_lookup_batch asks
  *            for many blocks in one round trip).  Blocks are spread over the
  *            endpoints by id; transfers are pipelined on `connections` sockets per
- *            endpoint (docs/io.md, "redis").  A server error reply fails only its
- *            shard: OOM -ENOSPC, READONLY -EROFS, NOAUTH/WRONGPASS/NOPERM -EACCES,
- *            LOADING/BUSY/MASTERDOWN/TRYAGAIN -EBUSY, others -EIO; a lost or
+ *            endpoint (docs/io.md, "redis").  With `cluster` the endpoints are
+ *            seeds of a Redis Cluster, the keys <key_prefix>{<32 hex>}:<shard>
+ *            (the block id their hash tag), each command routed to its slot's
+ *            master, MOVED/ASK followed, TRYAGAIN/CLUSTERDOWN/a lost master
+ *            retried within the command timeout; a slot no master serves
+ *            -EHOSTUNREACH (docs/io.md, "Redis Cluster").  A server error
+ *            reply fails only its shard: OOM -ENOSPC, READONLY -EROFS,
+ *            NOAUTH/WRONGPASS/NOPERM -EACCES, LOADING/BUSY/MASTERDOWN/TRYAGAIN
+ *            -EBUSY, CLUSTERDOWN -EHOSTDOWN, others -EIO; a lost or
  *            silent connection fails the transfers on it (-ECONNRESET,
  *            -ETIMEDOUT) and is reconnected with a bounded backoff.
  *
@@ -823,8 +829,8 @@ struct kvs_backend_redis_config {
 	uint64_t wait_replicas;          /* a write completes once this many replicas have
 					    it (WAIT after every SET, within the command
 					    timeout; fewer: -EIO), 0..16; 0 = when the
-					    master has it (default; docs/io.md, "Durable
-					    on a cluster") */
+					    master has it (default; docs/io.md,
+					    "Redis Cluster") */
 	uint64_t reserved[2];            /* must be zero */
 };
 
