@@ -31,17 +31,10 @@
 
 static void rb_cfg(struct kvs_backend_config *cfg, const struct rs *s)
 {
-	kvs_backend_config_init(cfg);
-	cfg->kind = KVS_BACKEND_REDIS;
-	cfg->shard_bytes = RS_SHARD;
-	cfg->shards_per_block = RS_SPB;
-	cfg->queue_depth = 64;
-	cfg->log = rb_log;
-	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", s->sock);
+	rb_cfg_at(cfg, s->sock);
 	if (s->password[0]) /* the cases' passwords are short; redis_password_file takes long ones */
 		snprintf(cfg->redis.password, sizeof(cfg->redis.password), "%.*s",
 			 (int)sizeof(cfg->redis.password) - 1, s->password);
-	rb_logs[0] = '\0';
 }
 
 /* Write (or read and verify) every shard of blocks tag/0..nblocks-1; res[] gets

@@ -10,7 +10,7 @@
  *               no MOVED or ASK at all (the backend's slots are the servers'),
  *               each key on its slot's master under the documented name
  *   conn_lost   the servers drop the backend's connections (CLIENT KILL) while
- *               reads and lookups are in flight: all sent again, all pass
+ *               writes, reads and lookups are in flight: all sent again, all pass
  *   seed_down   a dead seed before a live one: open warns and serves; only
  *               dead seeds: open fails naming redis_endpoints, or opens
  *               degraded with redis_start_degraded=1
@@ -47,15 +47,8 @@
 
 static void cb_cfg(struct kvs_backend_config *cfg, const char *seeds)
 {
-	kvs_backend_config_init(cfg);
-	cfg->kind = KVS_BACKEND_REDIS;
-	cfg->shard_bytes = RS_SHARD;
-	cfg->shards_per_block = RS_SPB;
-	cfg->queue_depth = 64;
-	cfg->log = rb_log;
+	rb_cfg_at(cfg, seeds);
 	cfg->redis.cluster = 1;
-	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", seeds);
-	rb_logs[0] = '\0';
 }
 
 /* A cluster handle seeded with a running node (command_timeout_ms 0: default). */
@@ -123,6 +116,13 @@ static kvs_test_rc cb_write_read(struct kvs_backend *b, const struct kvs_block_i
 	return cb_verify(ids, nb, true, mem, res);
 }
 
+/* ids[i] = st_block(tag, i), i < nb. */
+static void cb_ids(struct kvs_block_id *ids, uint32_t nb, uint32_t tag)
+{
+	for (uint32_t i = 0; i < nb; i++)
+		ids[i] = st_block(tag, i);
+}
+
 /* nb blocks st_block(tag, n) whose slot is in slots[0..ns) (ascending n). */
 static void cb_find(uint32_t tag, const int *slots, int ns, struct kvs_block_id *ids, uint32_t nb)
 {
@@ -146,6 +146,36 @@ static long long cb_redirects(const char *what)
 
 	snprintf(key, sizeof(key), "errorstat_%s:count=", what);
 	return rcl_sum("errorstats", key);
+}
+
+/* Write, read back and look up ids round after round until child pid ends,
+ * then once more; *rounds: how many. */
+static kvs_test_rc cb_churn(struct kvs_backend *b, const struct kvs_block_id *ids, uint32_t nb,
+			    unsigned char *mem, int64_t *res, pid_t pid, int *rounds)
+{
+	bool *hits = calloc(nb, sizeof(*hits));
+	int status = 0;
+
+	KVS_CHECK(hits != NULL);
+	*rounds = 0;
+	for (bool last = false;; (*rounds)++) {
+		kvs_test_rc rc = cb_write_read(b, ids, nb, mem, res);
+
+		memset(hits, 0, nb * sizeof(*hits));
+		if (rc.code == 0 && kvs_backend_lookup_batch(b, ids, nb, 0, hits) != (int)nb)
+			rc = KVS_TEST_FAIL;
+		if (rc.code) {
+			free(hits);
+			kvs_test_reap(pid, 60000);
+			KVS_FAILF("round %d failed; log:\n%s", *rounds, rb_logs);
+		}
+		if (last)
+			break;
+		last = waitpid(pid, &status, WNOHANG) == pid;
+	}
+	free(hits);
+	KVS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	return KVS_TEST_PASS;
 }
 
 /* ---- cases ---- */
@@ -180,8 +210,7 @@ static kvs_test_rc test_roundtrip(void)
 	int masters = 0;
 
 	KVS_TRY(rcl_start());
-	for (uint32_t i = 0; i < NB + 2; i++)
-		ids[i] = st_block(31, i);
+	cb_ids(ids, NB + 2, 31);
 	moved0 = cb_redirects("MOVED");
 	ask0 = cb_redirects("ASK");
 	KVS_TRY(cb_open(&b, 0));
@@ -238,29 +267,18 @@ static kvs_test_rc test_conn_lost(void)
 	int64_t res[NB * RS_SPB];
 	struct kvs_block_id ids[NB];
 	struct kvs_backend *b = NULL;
-	int kills = 6, status = 0, rounds = 0;
+	int kills = 6, rounds = 0;
 	pid_t pid;
 
 	KVS_TRY(rcl_start());
-	for (uint32_t i = 0; i < NB; i++)
-		ids[i] = st_block(38, i);
+	cb_ids(ids, NB, 38);
 	KVS_TRY(cb_open(&b, 0));
 	KVS_TRY(cb_write_read(b, ids, NB, mem, res));
 	pid = kvs_test_fork(cb_killer, &kills);
 	KVS_CHECK(pid > 0);
-	for (bool last = false;; rounds++) {
-		bool hits[NB] = { false };
-
-		KVS_TRY(cb_blocks(b, ids, NB, false, mem, res, 20000));
-		KVS_TRY(cb_verify(ids, NB, true, mem, res));
-		KVS_CHECK_EQ(kvs_backend_lookup_batch(b, ids, NB, 0, hits), NB);
-		if (last)
-			break;
-		last = waitpid(pid, &status, WNOHANG) == pid;
-	}
-	KVS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	printf("  %d rounds of reads and lookups through %d kills of the connections\n", rounds,
-	       kills);
+	KVS_TRY(cb_churn(b, ids, NB, mem, res, pid, &rounds));
+	printf("  %d rounds of writes, reads and lookups through %d kills of the connections\n",
+	       rounds, kills);
 	KVS_CHECK(strstr(rb_logs, "are tried again after a slot map refresh"));
 	kvs_backend_close(b);
 	return KVS_TEST_PASS;
@@ -282,8 +300,7 @@ static kvs_test_rc test_seed_down(void)
 		if (rcl_port_free(p))
 			dead = p;
 	KVS_CHECK(dead > 0);
-	for (uint32_t i = 0; i < NB; i++)
-		ids[i] = st_block(32, i);
+	cb_ids(ids, NB, 32);
 	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d;127.0.0.1:%d", dead, rcl.port[1]);
 	cb_cfg(&cfg, seeds);
 	KVS_TRY(rb_open(&cfg, &b));
@@ -496,7 +513,7 @@ static kvs_test_rc test_reshard(void)
 	struct kvs_block_id ids[NB];
 	struct kvs_backend *b = NULL;
 	struct cb_reshard arg = { .n = NS };
-	int slots[NS], ns = 0, a, to, status = 0, rounds = 0;
+	int slots[NS], ns = 0, a, to, rounds = 0;
 	long long redirects0;
 	pid_t pid;
 
@@ -520,17 +537,7 @@ static kvs_test_rc test_reshard(void)
 	KVS_TRY(rcl_id(to, arg.to));
 	pid = kvs_test_fork(cb_reshard_child, &arg);
 	KVS_CHECK(pid > 0);
-	/* Write, read and look up the blocks until the reshard is over, and once more. */
-	for (bool last = false;; rounds++) {
-		bool hits[NB] = { false };
-
-		KVS_TRY(cb_write_read(b, ids, NB, mem, res));
-		KVS_CHECK_EQ(kvs_backend_lookup_batch(b, ids, NB, 0, hits), NB);
-		if (last)
-			break;
-		last = waitpid(pid, &status, WNOHANG) == pid;
-	}
-	KVS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	KVS_TRY(cb_churn(b, ids, NB, mem, res, pid, &rounds)); /* until the reshard is over */
 	for (int i = 0; i < ns; i++)
 		KVS_CHECK_EQ(rcl_master_of(slots[i]), to);
 	printf("  %d rounds during the reshard; %lld MOVED and ASK replies to them\n", rounds,
@@ -682,8 +689,7 @@ static kvs_test_rc test_failover(void)
 
 	KVS_TRY(rcl_start());
 	KVS_TRY(rcl_wait_ok(20000));
-	for (uint32_t i = 0; i < NB; i++)
-		ids[i] = st_block(37, i);
+	cb_ids(ids, NB, 37);
 	/* Durable dumps: every write acknowledged by its master's replica. */
 	KVS_TRY(cb_open_wait(&b, 1));
 	KVS_TRY(cb_write_read(b, ids, NB, mem, res));

@@ -27,12 +27,8 @@ target_link_libraries(test_io_redis_cluster_${KVS_V} PRIVATE PkgConfig::KVS_HIRE
 kvs_test(store_redis_cluster SOURCES store_redis_cluster.c LIBS kvs_store LABELS "mp;fault"
          TIMEOUT 180)
 target_link_libraries(test_store_redis_cluster_${KVS_V} PRIVATE PkgConfig::KVS_HIREDIS)
-if(kvs_variants STREQUAL "kernel;plain")
-  if(KVS_V STREQUAL "kernel")
-    set(kvs_rcl_other plain)
-  else()
-    set(kvs_rcl_other kernel)
-  endif()
+kvs_other_variant(kvs_rcl_other)
+if(kvs_rcl_other)
   add_test(NAME ${KVS_V}.store_redis_cluster_mixed
            COMMAND test_store_redis_cluster_${KVS_V}
                    --mixed $<TARGET_FILE:test_store_redis_cluster_${kvs_rcl_other}>)

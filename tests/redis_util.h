@@ -219,6 +219,18 @@ static inline kvs_test_rc rs_ok(const struct rs *s, const char *cmd)
 	return KVS_TEST_PASS;
 }
 
+/* A store task of every shard of blocks tag/0..nb-1 (store_redis*). */
+static inline kvs_test_rc rs_task(struct st_task *t, uint32_t tag, uint32_t nb)
+{
+	KVS_TRY(st_task_whole(t, nb * RS_SPB, 1, RS_SHARD));
+	for (uint32_t i = 0; i < nb * RS_SPB; i++) {
+		struct kvs_block_id b = st_block(tag, i / RS_SPB);
+
+		st_task_set(t, i, &b, i % RS_SPB);
+	}
+	return KVS_TEST_PASS;
+}
+
 /* The key of (block, shard) under the default prefix. */
 static inline void rs_key(const struct kvs_block_id *b, uint32_t shard, char *out, size_t len)
 {
@@ -271,6 +283,20 @@ static inline kvs_test_rc rs_set_raw(const struct rs *s, const char *key, const 
 }
 
 /* ---- backend helpers (io_redis, io_redis_cluster) ---- */
+
+/* A redis backend of RS_SHARD x RS_SPB at endpoints, 64 in flight, logging
+ * into rb_logs (emptied). */
+static inline void rb_cfg_at(struct kvs_backend_config *cfg, const char *endpoints)
+{
+	kvs_backend_config_init(cfg);
+	cfg->kind = KVS_BACKEND_REDIS;
+	cfg->shard_bytes = RS_SHARD;
+	cfg->shards_per_block = RS_SPB;
+	cfg->queue_depth = 64;
+	cfg->log = rb_log;
+	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", endpoints);
+	rb_logs[0] = '\0';
+}
 
 static inline kvs_test_rc rb_open(const struct kvs_backend_config *cfg, struct kvs_backend **b)
 {

@@ -45,18 +45,6 @@ static kvs_test_rc sc_open(const char *uid, int32_t device, const char *seeds,
 	return st_open(&cfg, st);
 }
 
-/* Every shard of blocks tag/0..nb-1, in one task. */
-static kvs_test_rc sc_task(struct st_task *t, uint32_t tag, uint32_t nb)
-{
-	KVS_TRY(st_task_whole(t, nb * RS_SPB, 1, RS_SHARD));
-	for (uint32_t i = 0; i < nb * RS_SPB; i++) {
-		struct kvs_block_id b = st_block(tag, i / RS_SPB);
-
-		st_task_set(t, i, &b, i % RS_SPB);
-	}
-	return KVS_TEST_PASS;
-}
-
 /* Child (exec'd): rank `device` of node uid loads every shard of tag's blocks
  * and checks the bytes, then exits SC_EXIT_SELF (the parent checks which
  * variant ran).  argv: uid device seeds tag. */
@@ -68,7 +56,7 @@ static kvs_test_rc sc_rank(int argc, char **argv)
 
 	KVS_CHECK_EQ(argc, 4);
 	KVS_TRY(sc_open(argv[0], atoi(argv[1]), argv[2], &st));
-	rc = sc_task(&t, (uint32_t)atoi(argv[3]), SC_NB);
+	rc = rs_task(&t, (uint32_t)atoi(argv[3]), SC_NB);
 	if (rc.code == 0)
 		rc = st_load(st, &t, 30000, 0);
 	st_task_free(&t);
@@ -113,7 +101,7 @@ static kvs_test_rc test_ranks8(void)
 	rcl_seeds(seeds, sizeof(seeds), 0, 2);
 	/* Node A dumps. */
 	KVS_TRY(sc_open(kvs_test_unique_id(uid, sizeof(uid), "rclA"), 0, seeds, &a));
-	rc = sc_task(&t, 50, SC_NB);
+	rc = rs_task(&t, 50, SC_NB);
 	if (rc.code == 0)
 		rc = st_dump(a, &t, 30000);
 	st_task_free(&t);
