@@ -32,11 +32,13 @@
  *               them; with the replica stopped they fail (-EIO naming the
  *               option, or -ETIMEDOUT behind a WAIT) by their deadline; a
  *               handle without the option reports them written
- *   failover    blocks written with redis_wait_replicas=1, their master killed
- *               -9 at once, with reads in flight: every read completes
- *               by its deadline with the right bytes or an error; reads while
- *               the replica is not promoted yet fail by their deadline naming
- *               the slot; after the failover every block reads back whole
+ *   failover    blocks written with redis_wait_replicas=1; a master's replica
+ *               held (SIGSTOP), the master killed -9 with reads queued on it:
+ *               every read completes by its deadline, its own failed, the
+ *               others' with the right bytes; reads in the window (no replica
+ *               promoted yet) fail by their deadline naming the slot; the
+ *               replica let go: after its promotion every block reads back
+ *               whole
  *               (what was durable stayed durable)
  *
  * Skips (77) when redis-server or redis-cli is not installed, saying so.
@@ -676,16 +678,43 @@ static kvs_test_rc test_wait_replica(void)
 	return KVS_TEST_PASS;
 }
 
+/* The reads of ids[0..n/RS_SPB) in res and mem: each the right bytes or an
+ * error, never wrong bytes; at least one of each when both_kinds. */
+static kvs_test_rc cb_right_or_failed(const struct kvs_block_id *ids, uint32_t n,
+				      const unsigned char *mem, const int64_t *res, bool both_kinds)
+{
+	unsigned char w[RS_SHARD];
+	int failed = 0, passed = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (res[i] < 0) {
+			if (!failed++)
+				printf("  the first failed read: %s\n", kvs_strerror((int)res[i]));
+			continue;
+		}
+		KVS_CHECK_EQ(res[i], RS_SHARD);
+		kvs_pattern_fill(&ids[i / RS_SPB], i % RS_SPB, 0, w, RS_SHARD);
+		KVS_CHECK(memcmp(mem + (size_t)i * RS_SHARD, w, RS_SHARD) == 0);
+		passed++;
+	}
+	printf("  %d reads passed, %d failed\n", passed, failed);
+	if (both_kinds)
+		KVS_CHECK(passed > 0 && failed > 0);
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc test_failover(void)
 {
 	enum { NB = 48, INFLIGHT = 64 };
 	static unsigned char mem[NB * RS_SPB * RS_SHARD];
 	int64_t res[NB * RS_SPB];
 	struct kvs_block_id ids[NB];
-	struct kvs_backend *b = NULL;
-	int victim, vslot, failed = 0, passed = 0;
+	struct kvs_backend *b = NULL, *w = NULL;
+	int victim, vslot, replica;
+	uint32_t pending = INFLIGHT;
 	uint64_t t0, t_kill;
 	char want[32];
+	kvs_test_rc rc;
 
 	KVS_TRY(rcl_start());
 	KVS_TRY(rcl_wait_ok(20000));
@@ -695,8 +724,13 @@ static kvs_test_rc test_failover(void)
 	KVS_TRY(cb_write_read(b, ids, NB, mem, res));
 	vslot = rcl_slot(&ids[0]);
 	victim = rcl_master_of(vslot);
+	replica = cb_replica_of(victim);
+	KVS_CHECK(replica >= 0);
 
-	/* Reads in flight (queue_depth of them), then the master of block 0 killed -9. */
+	/* The victim's replica held (SIGSTOP: no failover until it goes on), the
+	 * victim stopped so reads queue on it, then killed -9 under them. */
+	kill(rcl.pid[replica], SIGSTOP);
+	kill(rcl.pid[rcl_index(victim)], SIGSTOP);
 	for (uint32_t i = 0; i < INFLIGHT; i++) {
 		struct kvs_backend_io io = { .block = ids[i / RS_SPB], .shard = i % RS_SPB,
 					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
@@ -710,46 +744,34 @@ static kvs_test_rc test_failover(void)
 	kill(rcl.pid[rcl_index(victim)], SIGKILL);
 	kvs_test_reap(rcl.pid[rcl_index(victim)], 10000);
 	rcl.pid[rcl_index(victim)] = 0;
-	{
-		uint32_t pending = INFLIGHT;
+	rc = rb_reap(b, res, &pending, 20000);
+	if (rc.code == 0 && kvs_now_ns() - t0 > CB_TIMEOUT_MS * ST_MS + ST_SEC)
+		rc = KVS_TEST_FAIL; /* every read by its deadline */
+	if (rc.code == 0) /* the victim's failed, the others' passed */
+		rc = cb_right_or_failed(ids, INFLIGHT, mem, res, true);
 
-		KVS_TRY(rb_reap(b, res, &pending, 20000));
-	}
-	KVS_CHECK(kvs_now_ns() - t0 < CB_TIMEOUT_MS * ST_MS + ST_SEC);
-	for (uint32_t i = 0; i < INFLIGHT; i++) {
-		unsigned char w[RS_SHARD];
-
-		if (res[i] < 0) {
-			if (!failed++)
-				printf("  the first failed read: %s\n", kvs_strerror((int)res[i]));
-			continue;
-		}
-		KVS_CHECK_EQ(res[i], RS_SHARD);
-		kvs_pattern_fill(&ids[i / RS_SPB], i % RS_SPB, 0, w, RS_SHARD);
-		KVS_CHECK(memcmp(mem + (size_t)i * RS_SHARD, w, RS_SHARD) == 0);
-		passed++;
-	}
-	printf("  reads in flight at the kill: %d passed, %d failed\n", passed, failed);
-
-	/* Before the replica takes over (cluster-node-timeout): block 0's reads
-	 * fail by their deadline, naming its slot. */
-	if (rcl_master_of(vslot) == victim) {
-		struct kvs_backend *w = NULL; /* a handle of its own: its log lines are not
-						 held back by the limit of b's */
-
-		KVS_TRY(cb_open(&w, CB_TIMEOUT_MS));
+	/* The window before a replica takes over: block 0's reads fail by their
+	 * deadline, naming its slot (a handle of its own: its log lines are not
+	 * held back by the limit of b's). */
+	if (rc.code == 0)
+		rc = cb_open(&w, CB_TIMEOUT_MS);
+	if (rc.code == 0) {
 		t0 = kvs_now_ns();
-		KVS_TRY(cb_blocks(w, ids, 1, false, mem, res, 20000));
-		kvs_backend_close(w);
-		if (rcl_master_of(vslot) == victim) { /* still not promoted: the window */
-			printf("  reads in the window failed by their deadline\n");
-			snprintf(want, sizeof(want), "(slot %d)", vslot);
-			for (uint32_t i = 0; i < RS_SPB; i++)
-				KVS_CHECK(res[i] < 0);
-			KVS_CHECK(kvs_now_ns() - t0 < CB_TIMEOUT_MS * ST_MS + ST_SEC);
-			KVS_CHECK(strstr(rb_logs, want) && strstr(rb_logs, "failing over"));
+		rc = cb_blocks(w, ids, 1, false, mem, res, 20000);
+		snprintf(want, sizeof(want), "(slot %d)", vslot);
+		for (uint32_t i = 0; i < RS_SPB && rc.code == 0; i++)
+			if (res[i] >= 0)
+				rc = KVS_TEST_FAIL;
+		if (rc.code == 0 && (kvs_now_ns() - t0 > CB_TIMEOUT_MS * ST_MS + ST_SEC ||
+				     !strstr(rb_logs, want) || !strstr(rb_logs, "failing over"))) {
+			printf("  window reads: %.0f ms; log:\n%s\n",
+			       (double)(kvs_now_ns() - t0) / 1e6, rb_logs);
+			rc = KVS_TEST_FAIL;
 		}
+		kvs_backend_close(w);
 	}
+	kill(rcl.pid[replica], SIGCONT);
+	KVS_TRY(rc);
 
 	/* After the failover (cluster_state stays ok without full coverage
 	 * required: wait for the replica's promotion itself): every block whole. */
