@@ -10,7 +10,8 @@
  *               no MOVED or ASK at all (the backend's slots are the servers'),
  *               each key on its slot's master under the documented name
  *   conn_lost   the servers drop the backend's connections (CLIENT KILL) while
- *               writes, reads and lookups are in flight: all sent again, all pass
+ *               writes, reads and lookups (the issuer's, and another thread's
+ *               on the same handle) are in flight: all sent again, all pass
  *   seed_down   a dead seed before a live one: open warns and serves; only
  *               dead seeds: open fails naming redis_endpoints, or opens
  *               degraded with redis_start_degraded=1
@@ -23,7 +24,8 @@
  *               through -TRYAGAIN until the rest moves; the slot handed over:
  *               -MOVED followed once, then the map knows
  *   reshard     `redis-cli --cluster reshard` of 24 slots running while their
- *               blocks are written, read and looked up: no error, no wrong
+ *               blocks are written, read and looked up (by the issuer and by
+ *               another thread on the same handle): no error, no wrong
  *               byte, redirections counted on the servers (errorstats)
  *   uncovered   a slot that no master serves: a submit fails -EHOSTUNREACH
  *               naming the slot and the fix, a lookup too; a handle that knew
@@ -150,32 +152,73 @@ static long long cb_redirects(const char *what)
 	return rcl_sum("errorstats", key);
 }
 
+/* A thread looking ids up on b again and again while the issuer works (the
+ * routing's map and nodes are shared between them): every lookup must find
+ * every block. */
+struct cb_looker {
+	struct kvs_backend *b;
+	const struct kvs_block_id *ids;
+	uint32_t nb;
+	int stop;     /* set by the issuer (atomic: the flag between the threads) */
+	int lookups;  /* done */
+	int bad;      /* lookups that did not find nb blocks; the first's result */
+	int first_bad;
+};
+
+static void *cb_looker_run(void *arg)
+{
+	struct cb_looker *l = arg;
+	bool *hits = calloc(l->nb, sizeof(*hits));
+
+	/* relaxed: a stop flag, nothing published with it */
+	while (hits && !__atomic_load_n(&l->stop, __ATOMIC_RELAXED)) {
+		int rc;
+
+		memset(hits, 0, l->nb * sizeof(*hits));
+		rc = kvs_backend_lookup_batch(l->b, l->ids, l->nb, 0, hits);
+		l->lookups++;
+		if (rc != (int)l->nb && !l->bad++)
+			l->first_bad = rc;
+	}
+	free(hits);
+	return NULL;
+}
+
 /* Write, read back and look up ids round after round until child pid ends,
- * then once more; *rounds: how many. */
+ * then once more, with another thread looking them up all along; *rounds: how
+ * many. */
 static kvs_test_rc cb_churn(struct kvs_backend *b, const struct kvs_block_id *ids, uint32_t nb,
 			    unsigned char *mem, int64_t *res, pid_t pid, int *rounds)
 {
+	struct cb_looker l = { .b = b, .ids = ids, .nb = nb };
 	bool *hits = calloc(nb, sizeof(*hits));
+	kvs_test_rc rc = KVS_TEST_PASS;
 	int status = 0;
+	pthread_t th;
 
 	KVS_CHECK(hits != NULL);
+	KVS_CHECK_EQ(pthread_create(&th, NULL, cb_looker_run, &l), 0);
 	*rounds = 0;
-	for (bool last = false;; (*rounds)++) {
-		kvs_test_rc rc = cb_write_read(b, ids, nb, mem, res);
-
+	for (bool last = false; rc.code == 0; (*rounds)++) {
+		rc = cb_write_read(b, ids, nb, mem, res);
 		memset(hits, 0, nb * sizeof(*hits));
 		if (rc.code == 0 && kvs_backend_lookup_batch(b, ids, nb, 0, hits) != (int)nb)
 			rc = KVS_TEST_FAIL;
-		if (rc.code) {
-			free(hits);
-			kvs_test_reap(pid, 60000);
-			KVS_FAILF("round %d failed; log:\n%s", *rounds, rb_logs);
-		}
 		if (last)
 			break;
 		last = waitpid(pid, &status, WNOHANG) == pid;
 	}
+	__atomic_store_n(&l.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
 	free(hits);
+	if (rc.code) {
+		kvs_test_reap(pid, 60000);
+		KVS_FAILF("round %d failed; log:\n%s", *rounds, rb_logs);
+	}
+	printf("  %d lookups from another thread meanwhile\n", l.lookups);
+	if (l.bad)
+		KVS_FAILF("%d of %d lookups from another thread failed, the first %d (%s); log:\n%s",
+			  l.bad, l.lookups, l.first_bad, kvs_strerror(l.first_bad), rb_logs);
 	KVS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	return KVS_TEST_PASS;
 }
