@@ -231,41 +231,19 @@ if ! command -v redis-cli >/dev/null; then
 	echo "# backend_bench: redis-cli not installed: no engine=redis-cluster lines"
 	exit 0
 fi
-# Four ports nobody answers on (and their cluster bus ports, +10000).
-for ((base = 20000 + $$ % 5000; ; base += 7)); do
-	busy=0
-	for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
-		{ exec 3<>/dev/tcp/127.0.0.1/$p; } 2>/dev/null && { exec 3>&-; busy=1; }
-		{ exec 3<>/dev/tcp/127.0.0.1/$((p + 10000)); } 2>/dev/null && { exec 3>&-; busy=1; }
-	done
-	[ $busy = 0 ] && break
-done
-opts=(--bind 127.0.0.1 --dir "$rdir" --save "" --appendonly no --daemonize no)
-redis-server --port $base "${opts[@]}" --logfile "$rdir/standalone.log" &
+. "$(dirname "$0")/redis_cluster.sh"
+rcl_up "$rdir" 3 || exit 1
+cpids=$RCL_PIDS
+base=$RCL_PORT0 # free: the standalone server's
+redis-server --port $base --bind 127.0.0.1 --dir "$rdir" --save "" --appendonly no \
+	--daemonize no --logfile "$rdir/standalone.log" &
 spid=$!
-cpids=$spid
-mpids=""
-seeds=""
-for i in 1 2 3; do
-	p=$((base + i))
-	redis-server --port $p "${opts[@]}" --cluster-enabled yes \
-		--cluster-config-file "nodes-$p.conf" --logfile "$rdir/cluster-$p.log" &
-	cpids+=" $!"
-	mpids+="${mpids:+,}$!"
-	seeds+="${seeds:+;}127.0.0.1:$p"
-done
-for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
-	for ((i = 0; i < 200; i++)); do
-		redis-cli -p $p ping >/dev/null 2>&1 && break
-		sleep 0.05
-	done
-done
-redis-cli --cluster create ${seeds//;/ } --cluster-replicas 0 --cluster-yes >"$rdir/create.log" 2>&1
-for p in $((base + 1)) $((base + 2)) $((base + 3)); do
-	for ((i = 0; i < 200; i++)); do
-		redis-cli -p $p cluster info 2>/dev/null | grep -q cluster_state:ok && break
-		sleep 0.05
-	done
+cpids+=" $spid"
+mpids=$RCL_PID_LIST
+seeds=$RCL_SEEDS
+for ((i = 0; i < 200; i++)); do
+	redis-cli -p $base ping >/dev/null 2>&1 && break
+	sleep 0.05
 done
 echo "# backend_bench: a 3-master cluster on 127.0.0.1:$((base + 1))-$((base + 3)), standalone on 127.0.0.1:$base"
 for kib in 256 1024; do
