@@ -40,7 +40,8 @@
  *               others' with the right bytes; reads in the window (no replica
  *               promoted yet) fail by their deadline naming the slot; the
  *               replica let go: after its promotion every block reads back
- *               whole
+ *               whole, and so does every durable write (redis_wait_replicas=1)
+ *               that returned 0 while in flight at the kill
  *               (what was durable stayed durable)
  *
  * Skips (77) when redis-server or redis-cli is not installed, saying so.
@@ -746,15 +747,37 @@ static kvs_test_rc cb_right_or_failed(const struct kvs_block_id *ids, uint32_t n
 	return KVS_TEST_PASS;
 }
 
+/* Submit the reads (or writes) of the first n shards of ids, shard i into
+ * mem + i * RS_SHARD with token base + i (res[base + i] unset). */
+static kvs_test_rc cb_submit(struct kvs_backend *b, const struct kvs_block_id *ids, uint32_t n,
+			     bool write, unsigned char *mem, int64_t *res, uint32_t base)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvs_backend_io io = { .block = ids[i / RS_SPB], .shard = i % RS_SPB,
+					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
+					     .token = base + i };
+
+		if (write)
+			kvs_pattern_fill(&io.block, io.shard, 0, io.buf, RS_SHARD);
+		else
+			memset(io.buf, ST_POISON, RS_SHARD);
+		res[base + i] = INT64_MIN;
+		KVS_CHECK_OK(write ? kvs_backend_submit_write(b, &io) : kvs_backend_submit_read(b, &io));
+	}
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc test_failover(void)
 {
-	enum { NB = 48, INFLIGHT = 64 };
-	static unsigned char mem[NB * RS_SPB * RS_SHARD];
-	int64_t res[NB * RS_SPB];
-	struct kvs_block_id ids[NB];
+	/* In flight at the kill: INFLIGHT reads and NW blocks' durable writes. */
+	enum { NB = 48, INFLIGHT = 32, NW = 8 };
+	static unsigned char mem[NB * RS_SPB * RS_SHARD], wmem[NW * RS_SPB * RS_SHARD];
+	int64_t res[NB * RS_SPB], *wres = res + INFLIGHT, wgot[NW * RS_SPB];
+	struct kvs_block_id ids[NB], wids[NW];
 	struct kvs_backend *b = NULL, *w = NULL;
+	uint32_t wok = 0;
 	int victim, vslot, replica;
-	uint32_t pending = INFLIGHT;
+	uint32_t pending = INFLIGHT + NW * RS_SPB;
 	uint64_t t0, t_kill;
 	char want[32];
 	kvs_test_rc rc;
@@ -762,6 +785,7 @@ static kvs_test_rc test_failover(void)
 	KVS_TRY(rcl_start());
 	KVS_TRY(rcl_wait_ok(20000));
 	cb_ids(ids, NB, 37);
+	cb_ids(wids, NW, 40);
 	/* Durable dumps: every write acknowledged by its master's replica. */
 	KVS_TRY(cb_open_wait(&b, 1));
 	KVS_TRY(cb_write_read(b, ids, NB, mem, res));
@@ -771,23 +795,21 @@ static kvs_test_rc test_failover(void)
 	KVS_CHECK(replica >= 0);
 
 	/* The victim's replica held (SIGSTOP: no failover until it goes on), the
-	 * victim stopped so reads queue on it, then killed -9 under them. */
+	 * victim stopped so reads and durable writes queue on it, then killed -9
+	 * under them. */
 	kill(rcl.pid[replica], SIGSTOP);
 	kill(rcl.pid[rcl_index(victim)], SIGSTOP);
-	for (uint32_t i = 0; i < INFLIGHT; i++) {
-		struct kvs_backend_io io = { .block = ids[i / RS_SPB], .shard = i % RS_SPB,
-					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
-					     .token = i };
-
-		memset(io.buf, ST_POISON, RS_SHARD);
-		res[i] = INT64_MIN;
-		KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
-	}
+	KVS_TRY(cb_submit(b, ids, INFLIGHT, false, mem, res, 0));
+	KVS_TRY(cb_submit(b, wids, NW * RS_SPB, true, wmem, res, INFLIGHT));
 	t0 = t_kill = kvs_now_ns();
 	kill(rcl.pid[rcl_index(victim)], SIGKILL);
 	kvs_test_reap(rcl.pid[rcl_index(victim)], 10000);
 	rcl.pid[rcl_index(victim)] = 0;
 	rc = rb_reap(b, res, &pending, 20000);
+	memcpy(wgot, wres, sizeof(wgot));
+	for (uint32_t i = 0; i < NW * RS_SPB; i++)
+		wok += wgot[i] == RS_SHARD;
+	printf("  durable writes in flight at the kill: %u of %u returned 0\n", wok, NW * RS_SPB);
 	if (rc.code == 0 && kvs_now_ns() - t0 > CB_TIMEOUT_MS * ST_MS + ST_SEC)
 		rc = KVS_TEST_FAIL; /* every read by its deadline */
 	if (rc.code == 0) /* the victim's failed, the others' passed */
@@ -831,6 +853,21 @@ static kvs_test_rc test_failover(void)
 	printf("  failover %.1f s after the kill\n", (double)(kvs_now_ns() - t_kill) / 1e9);
 	KVS_TRY(cb_blocks(b, ids, NB, false, mem, res, 20000));
 	KVS_TRY(cb_verify(ids, NB, true, mem, res));
+	/* Every durable write that returned 0 mid-kill reads back whole. */
+	KVS_TRY(cb_blocks(b, wids, NW, false, wmem, res, 20000));
+	for (uint32_t i = 0; i < NW * RS_SPB; i++) {
+		unsigned char want[RS_SHARD];
+
+		if (wgot[i] != RS_SHARD)
+			continue;
+		kvs_pattern_fill(&wids[i / RS_SPB], i % RS_SPB, 0, want, RS_SHARD);
+		if (res[i] != RS_SHARD || memcmp(wmem + (size_t)i * RS_SHARD, want, RS_SHARD))
+			KVS_FAILF("shard %u of block %u: written durably (0) before the failover, "
+				  "read after it: %lld (%s)%s", i % RS_SPB, i / RS_SPB,
+				  (long long)res[i], kvs_strerror((int)res[i]),
+				  res[i] == RS_SHARD ? ", other bytes" : "");
+	}
+	KVS_CHECK(wok > 0 && wok < NW * RS_SPB); /* the victim's failed, the others' passed */
 	kvs_backend_close(b);
 	return KVS_TEST_PASS;
 }
