@@ -47,7 +47,6 @@
  * descriptor's timer is armed for it too.  A lookup's EXISTS is retried within
  * the lookup's own wait (lookup_locked, io/redis.c).
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -217,12 +216,17 @@ static redisReply *slots_fetch(struct redis *r, const struct endpoint *ep, int *
 					       "redis_user / redis_password / redis_password_file",
 				      ep->name, rep->str);
 			*err = -EACCES;
+		} else if (strncmp(rep->str, "NOAUTH", 6) == 0) {
+			kvs_log_error(&r->log, "backend: redis cluster node %s wants a password (%s): "
+					       "set redis_password or redis_password_file", ep->name,
+				      rep->str);
+			*err = -EACCES;
 		} else {
 			kvs_log_error(&r->log, "backend: redis %s answered CLUSTER SLOTS with '%s': "
 					       "redis_cluster=1 wants Redis Cluster nodes in "
 					       "redis_endpoints; for a standalone server set "
 					       "redis_cluster=0", ep->name, rep->str);
-			*err = strncmp(rep->str, "NOAUTH", 6) == 0 ? -EACCES : -EINVAL;
+			*err = -EINVAL;
 		}
 		freeReplyObject(rep);
 		rep = NULL;

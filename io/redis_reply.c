@@ -204,7 +204,7 @@ static void *on_string(const redisReadTask *t, char *s, size_t n)
 			conn_log(c, KVS_LOG_ERROR, "redis %s: %s %.*s: server replied: %.*s",
 				 c->ep->name, what, (int)cmd->key_len, cmd->hdr + cmd->key_off,
 				 (int)(n < 200 ? n : 200), s);
-		else
+		else if (cmd->kind != CMD_INFO) /* INFO may be refused (an ACL): best effort */
 			conn_log(c, KVS_LOG_ERROR, "redis %s: %s failed: server replied: %.*s",
 				 c->ep->name, what, (int)(n < 200 ? n : 200), s);
 	} else if (t->type == REDIS_REPLY_STATUS) {

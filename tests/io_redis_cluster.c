@@ -34,6 +34,8 @@
  *               them; with the replica stopped they fail (-EIO naming the
  *               option, or -ETIMEDOUT behind a WAIT) by their deadline; a
  *               handle without the option reports them written
+ *   password    every node wants a password: none or a wrong one refused at
+ *               open naming the keys, the right one round-trips on every node
  *   failover    blocks written with redis_wait_replicas=1; a master's replica
  *               held (SIGSTOP), the master killed -9 with reads queued on it:
  *               every read completes by its deadline, its own failed, the
@@ -649,6 +651,67 @@ static kvs_test_rc test_uncovered(void)
 	return KVS_TEST_PASS;
 }
 
+/* A command on a fresh connection to the node at port, after AUTH pw. */
+static redisReply *cb_cmd_auth(int port, const char *pw, const char *fmt, const char *arg)
+{
+	struct timeval tv = { 5, 0 };
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+	redisReply *rep = NULL;
+
+	if (c && !c->err) {
+		freeReplyObject(redisCommand(c, "AUTH %s", pw));
+		rep = redisCommand(c, fmt, arg);
+	}
+	redisFree(c);
+	return rep;
+}
+
+/* Every node wants a password: a handle without it or with a wrong one is
+ * refused at open (-EACCES) naming the keys to fix; with it, every node's
+ * sockets authenticate and blocks round-trip. */
+static kvs_test_rc test_password(void)
+{
+	static const char pw[] = "cluster-s3cret";
+	static unsigned char mem[8 * RS_SPB * RS_SHARD];
+	int64_t res[8 * RS_SPB];
+	struct kvs_block_id ids[8];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	kvs_test_rc rc = KVS_TEST_PASS;
+	char seeds[64];
+
+	KVS_TRY(rcl_start());
+	cb_ids(ids, 8, 41);
+	for (int i = 0; i < RCL_NODES; i++)
+		if (rcl.pid[i] > 0) {
+			freeReplyObject(rcl_cmd(rcl.port[i], "CONFIG SET masterauth %s", pw));
+			freeReplyObject(rcl_cmd(rcl.port[i], "CONFIG SET requirepass %s", pw));
+		}
+	rcl_seeds(seeds, sizeof(seeds), rcl_index(rcl_any()), 1);
+	cb_cfg(&cfg, seeds);
+	if (kvs_backend_open(&cfg, &b) != -EACCES || !strstr(rb_logs, "redis_password_file"))
+		rc = KVS_TEST_FAIL;
+	cb_cfg(&cfg, seeds);
+	snprintf(cfg.redis.password, sizeof(cfg.redis.password), "wrong");
+	if (rc.code == 0 &&
+	    (kvs_backend_open(&cfg, &b) != -EACCES || !strstr(rb_logs, "refused AUTH")))
+		rc = KVS_TEST_FAIL;
+	if (rc.code)
+		printf("  refusals: log:\n%s\n", rb_logs);
+	cb_cfg(&cfg, seeds);
+	snprintf(cfg.redis.password, sizeof(cfg.redis.password), "%s", pw);
+	if (rc.code == 0)
+		rc = rb_open(&cfg, &b);
+	if (rc.code == 0) {
+		rc = cb_write_read(b, ids, 8, mem, res);
+		kvs_backend_close(b);
+	}
+	for (int i = 0; i < RCL_NODES; i++)
+		if (rcl.pid[i] > 0)
+			freeReplyObject(cb_cmd_auth(rcl.port[i], pw, "CONFIG SET requirepass %s", ""));
+	return rc;
+}
+
 /* The node index of the replica of the master at port, -1: none. */
 static int cb_replica_of(int port)
 {
@@ -877,6 +940,7 @@ static const struct kvs_test_case cases[] = {
 	{ "seed_down", test_seed_down },
 	{ "detect", test_detect },	 { "ask", test_ask },		  { "reshard", test_reshard },
 	{ "uncovered", test_uncovered }, { "wait_replica", test_wait_replica },
+	{ "password", test_password },
 	{ "failover", test_failover },
 };
 
