@@ -111,13 +111,15 @@ static inline void rcl_stop(void)
 static inline int rcl_run(const char *const *argv, const char *log, int timeout_ms)
 {
 	char path[200];
-	pid_t pid;
+	pid_t parent = getpid(), pid;
 
 	snprintf(path, sizeof(path), "%s/%s", rcl.dir, log);
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
 		int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+		kvs_test_child_dies_with(parent);
 
 		if (fd >= 0) {
 			dup2(fd, 1);
