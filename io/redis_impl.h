@@ -168,7 +168,7 @@ struct redis {
 	uint64_t refresh_ns;    /* no map refresh before this */
 	uint32_t good_node;     /* the node whose map was read last: asked first */
 	struct cmd *parked;     /* issuer: data commands waiting to be sent again */
-	struct kvs_log_limit cluster_log_limit;
+	struct kvs_log_limit cluster_log_limit; /* the routing's error lines, under map_mu */
 };
 
 /* ------------------------------------------------------------------ logs */
@@ -185,7 +185,7 @@ struct redis {
 int endpoint_parse(struct redis *r, struct endpoint *ep, const char *s, size_t len);
 /* Initialise ep's sockets (DOWN).  0 or -ENOMEM. */
 int endpoint_init(struct redis *r, struct endpoint *ep);
-/* The endpoints there are now (acquire: pairs with cluster_node_add's release). */
+/* The endpoints there are now (acquire: pairs with node_find_add's release). */
 uint32_t endpoint_count(const struct redis *r);
 
 /* ------------------------------------------------------ io/redis_reply.c */
