@@ -300,7 +300,7 @@ static uint32_t busy_conns(struct redis *r, struct conn **v)
 static uint32_t poll_done(struct redis *r, struct kvs_backend_completion *out, uint32_t max,
 			  uint64_t deadline)
 {
-	struct conn *v[KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS];
+	struct conn *v[SOCKETS_MAX];
 
 	for (;;) {
 		const struct kvs_io_fifo_entry *e;
@@ -453,7 +453,7 @@ static struct conn *lookup_conn(struct redis *r, struct cmd *cmd,
 static void lookup_round(struct redis *r, const struct kvs_block_id *blocks, struct cmd *cmds,
 			 size_t k, uint64_t deadline)
 {
-	struct conn *v[KVS_REDIS_MAX_ENDPOINTS] = { NULL };
+	struct conn *v[CLUSTER_NODES_MAX] = { NULL }; /* >= KVS_REDIS_MAX_ENDPOINTS */
 	uint32_t nv = 0;
 
 	for (size_t j = 0; j < k; j++) {
@@ -826,7 +826,11 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	if (rc)
 		goto fail;
 
-	r->eps = calloc(KVS_REDIS_MAX_ENDPOINTS, sizeof(*r->eps));
+	r->max_nodes = KVS_REDIS_MAX_ENDPOINTS;
+	if (r->cluster)
+		r->max_nodes = SOCKETS_MAX / r->nconn < CLUSTER_NODES_MAX ? SOCKETS_MAX / r->nconn
+									  : CLUSTER_NODES_MAX;
+	r->eps = calloc(r->max_nodes, sizeof(*r->eps));
 	r->cmds = calloc(r->qd, sizeof(*r->cmds));
 	if (!r->eps || !r->cmds) {
 		rc = -ENOMEM;
@@ -880,7 +884,7 @@ fail:
 static void redis_close(void *state)
 {
 	struct redis *r = state;
-	struct conn *v[KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS];
+	struct conn *v[SOCKETS_MAX];
 	uint64_t deadline;
 	uint32_t n;
 

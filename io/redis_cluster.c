@@ -16,7 +16,9 @@
  * redirection names, added as they appear (by address, so a seed that is a
  * master is not added twice) and never removed: a cluster's addresses are its
  * masters and replicas, a failover moves the slots to an address already
- * there.  At most KVS_REDIS_MAX_ENDPOINTS of them (an error names the limit).
+ * there.  At most max_nodes of them: CLUSTER_NODES_MAX, fewer with many
+ * connections per node (their data sockets fit one wait; an error names the
+ * limit).
  *
  * The slot map (slot -> node) is read with CLUSTER SLOTS from the node read
  * last, else from every known node in turn, on a connection of its own
@@ -116,10 +118,12 @@ static int node_find_add(struct redis *r, const char *s, size_t len)
 		if (r->eps[i].addrlen == tmp.addrlen &&
 		    memcmp(&r->eps[i].addr, &tmp.addr, tmp.addrlen) == 0)
 			return (int)i;
-	if (n == KVS_REDIS_MAX_ENDPOINTS) {
-		kvs_log_error(&r->log, "backend: redis cluster: node %s would be node %d: at most %d "
-				       "nodes (seeds and masters seen) per handle; name fewer seeds "
-				       "in redis_endpoints", tmp.name, n + 1, KVS_REDIS_MAX_ENDPOINTS);
+	if (n == r->max_nodes) {
+		kvs_log_error(&r->log, "backend: redis cluster: node %s would be node %u: at most %u "
+				       "nodes (seeds and masters seen) per handle with "
+				       "redis_connections=%u (%d data sockets in all); name fewer "
+				       "seeds, or lower redis_connections", tmp.name, n + 1,
+			      r->max_nodes, r->nconn, SOCKETS_MAX);
 		return -ENOSPC;
 	}
 	ep = &r->eps[n];

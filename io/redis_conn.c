@@ -477,8 +477,9 @@ uint64_t conn_due(const struct conn *c)
  */
 void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 {
-	struct pollfd pfd[KVS_REDIS_MAX_ENDPOINTS * (KVS_REDIS_MAX_CONNECTIONS + 1)];
-	struct conn *who[KVS_REDIS_MAX_ENDPOINTS * (KVS_REDIS_MAX_CONNECTIONS + 1)];
+	/* data sockets, or lookup sockets (one per node) */
+	struct pollfd pfd[SOCKETS_MAX + CLUSTER_NODES_MAX];
+	struct conn *who[SOCKETS_MAX + CLUSTER_NODES_MAX];
 	uint64_t now = kvs_now_ns(), wake = deadline;
 	struct timespec ts;
 	nfds_t np = 0;

@@ -39,6 +39,11 @@
 #define HDR_MAX (ASKING_LEN + KEY_MAX + 64 + KVS_IO_VALUE_HDR)
 #define TAIL_MAX 128 /* [PX <ttl>] [WAIT <replicas> <ms>] */
 #define LOG_INTERVAL_NS KVS_NSEC_PER_SEC
+/* Data sockets of a handle, at most (poll's wait watches them all at once). */
+#define SOCKETS_MAX (KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS)
+/* Cluster mode: nodes of a handle (seeds and masters seen), at most; and no more
+ * than SOCKETS_MAX / connections, so their data sockets fit one wait. */
+#define CLUSTER_NODES_MAX 64
 
 enum cmd_kind {
 	CMD_GET,    /* a read: the value goes to dst */
@@ -142,6 +147,8 @@ struct redis {
 	uint32_t nconn;         /* data sockets per endpoint */
 	uint32_t nep;           /* endpoints; cluster mode: nodes, only grows (atomic: a
 				   lookup thread may add one while the issuer reads it) */
+	uint32_t max_nodes;     /* entries of eps: KVS_REDIS_MAX_ENDPOINTS, or (cluster)
+				   CLUSTER_NODES_MAX within SOCKETS_MAX / nconn */
 	uint64_t connect_timeout_ns, command_timeout_ns, ttl_ms;
 	uint32_t wait_replicas; /* WAIT after every SET for this many replicas, 0: none */
 	uint64_t wait_ms;       /* WAIT's timeout: half the command timeout */

@@ -14,7 +14,8 @@
  *               on the same handle) are in flight: all sent again, all pass
  *   seed_down   a dead seed before a live one: open warns and serves; only
  *               dead seeds: open fails naming redis_endpoints, or opens
- *               degraded with redis_start_degraded=1
+ *               degraded with redis_start_degraded=1; 16 seeds at 64
+ *               connections each: one node too many, -ENOSPC naming the limit
  *   detect      a cluster node without redis_cluster=1 and a standalone
  *               server with it are refused at open naming the key; db and
  *               a braced prefix refused by validation
@@ -340,7 +341,7 @@ static kvs_test_rc test_seed_down(void)
 	struct kvs_block_id ids[NB];
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
-	char seeds[128];
+	char seeds[KVS_REDIS_ENDPOINTS_LEN];
 	int dead = 0;
 
 	KVS_TRY(rcl_start());
@@ -364,6 +365,24 @@ static kvs_test_rc test_seed_down(void)
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
 	KVS_CHECK(strstr(rb_logs, "opened degraded"));
 	kvs_backend_close(b);
+
+	/* 64 connections per node leave room for 16 nodes: 15 dead seeds, a live
+	 * one, and the masters the map names are more. */
+	{
+		size_t n = 0;
+
+		for (int i = 0, p = dead; i < 15 && p < 16999; p++)
+			if (rcl_port_free(p)) {
+				n += (size_t)snprintf(seeds + n, sizeof(seeds) - n, "127.0.0.1:%d;", p);
+				i++;
+			}
+		snprintf(seeds + n, sizeof(seeds) - n, "127.0.0.1:%d", rcl.port[1]);
+	}
+	cb_cfg(&cfg, seeds);
+	cfg.redis.connections = KVS_REDIS_MAX_CONNECTIONS;
+	KVS_CHECK_ERR(kvs_backend_open(&cfg, &b), -ENOSPC);
+	KVS_CHECK(strstr(rb_logs, "would be node 17: at most 16 nodes") &&
+		  strstr(rb_logs, "lower redis_connections"));
 	return KVS_TEST_PASS;
 }
 
