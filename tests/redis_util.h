@@ -242,13 +242,17 @@ static inline void rs_key(const struct kvs_block_id *b, uint32_t shard, char *ou
 }
 
 static char rb_logs[8192]; /* every line of the current case */
+static pthread_mutex_t rb_logs_mu = PTHREAD_MUTEX_INITIALIZER; /* lines come from any thread */
 
 static inline void rb_log(void *arg, int level, const char *msg)
 {
-	size_t n = strlen(rb_logs);
+	size_t n;
 
 	(void)arg;
+	pthread_mutex_lock(&rb_logs_mu);
+	n = strlen(rb_logs);
 	snprintf(rb_logs + n, sizeof(rb_logs) - n, "%s\n", msg);
+	pthread_mutex_unlock(&rb_logs_mu);
 	if (level <= KVS_LOG_WARN)
 		fprintf(stderr, "  [log %d] %s\n", level, msg);
 }
