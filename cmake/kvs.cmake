@@ -154,6 +154,20 @@ function(kvs_test name)
   endif()
 endfunction()
 
+# kvs_other_variant(<var>): the variant other than ${KVS_V} when both are built,
+# else empty (a mixed-node test runs the other variant's build of its program).
+function(kvs_other_variant var)
+  set(other "")
+  if(kvs_variants STREQUAL "kernel;plain")
+    if(KVS_V STREQUAL "kernel")
+      set(other plain)
+    else()
+      set(other kernel)
+    endif()
+  endif()
+  set(${var} "${other}" PARENT_SCOPE)
+endfunction()
+
 # kvs_bench(<name> SOURCES <src...> [LIBS <targets...>]): ${KVS_VDIR}/perf/<name>.
 function(kvs_bench name)
   cmake_parse_arguments(B "" "" "SOURCES;LIBS" ${ARGN})

@@ -723,9 +723,15 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *            shards' keys exist (pipelined EXISTS; kvs_backend_lookup_batch asks
  *            for many blocks in one round trip).  Blocks are spread over the
  *            endpoints by id; transfers are pipelined on `connections` sockets per
- *            endpoint (docs/io.md, "redis").  A server error reply fails only its
- *            shard: OOM -ENOSPC, READONLY -EROFS, NOAUTH/WRONGPASS/NOPERM -EACCES,
- *            LOADING/BUSY/MASTERDOWN/TRYAGAIN -EBUSY, others -EIO; a lost or
+ *            endpoint (docs/io.md, "redis").  With `cluster` the endpoints are
+ *            seeds of a Redis Cluster, the keys <key_prefix>{<32 hex>}:<shard>
+ *            (the block id their hash tag), each command routed to its slot's
+ *            master, MOVED/ASK followed, TRYAGAIN/CLUSTERDOWN/a lost master
+ *            retried within the command timeout; a slot no master serves
+ *            -EHOSTUNREACH (docs/io.md, "Redis Cluster").  A server error
+ *            reply fails only its shard: OOM -ENOSPC, READONLY -EROFS,
+ *            NOAUTH/WRONGPASS/NOPERM -EACCES, LOADING/BUSY/MASTERDOWN/TRYAGAIN
+ *            -EBUSY, CLUSTERDOWN -EHOSTDOWN, others -EIO; a lost or
  *            silent connection fails the transfers on it (-ECONNRESET,
  *            -ETIMEDOUT) and is reconnected with a bounded backoff.
  *
@@ -792,6 +798,8 @@ enum kvs_io_engine {
 /* Most endpoints and connections per endpoint. */
 #define KVS_REDIS_MAX_ENDPOINTS 16
 #define KVS_REDIS_MAX_CONNECTIONS 64
+/* Most replicas a write may wait for (kvs_backend_redis_config.wait_replicas). */
+#define KVS_REDIS_MAX_WAIT_REPLICAS 16
 
 /* The redis backend's settings (kvs_backend_config.redis; strings NUL-terminated). */
 struct kvs_backend_redis_config {
@@ -813,8 +821,17 @@ struct kvs_backend_redis_config {
 	uint32_t start_degraded;         /* 0: open fails when an endpoint does not answer
 					    (default); 1: open anyway, logged, and transfers
 					    to it fail until it answers */
-	uint32_t reserved32;             /* must be zero */
-	uint64_t reserved[3];            /* must be zero */
+	uint32_t cluster;                /* 0: endpoints are independent servers (default);
+					    1: a Redis Cluster, endpoints are seed nodes
+					    (slots routed, MOVED/ASK followed; docs/io.md,
+					    "Redis Cluster"); db must be 0 and key_prefix
+					    free of '{' and '}' */
+	uint64_t wait_replicas;          /* a write completes once this many replicas have
+					    it (WAIT after every SET, within the command
+					    timeout; fewer: -EIO), 0..16; 0 = when the
+					    master has it (default; docs/io.md,
+					    "Redis Cluster") */
+	uint64_t reserved[2];            /* must be zero */
 };
 
 struct kvs_backend_ops;
@@ -1227,6 +1244,7 @@ KVS_API void kvs_store_config_init(struct kvs_store_config *cfg);
  *   redis_endpoints(h:p;/sock) redis_db redis_user redis_password
  *   redis_password_file redis_connections redis_connect_timeout_ms
  *   redis_command_timeout_ms redis_key_prefix redis_ttl_s redis_start_degraded
+ *   redis_cluster redis_wait_replicas
  *   layout_tag fault_short_ppm fault_delay_us fault_seed copy_engine(auto|host|cuda)
  *   cache_stream_number dispatch_order(rotated|natural) dump_wait(durable|cached)
  *   prealloc waiting_queue_depth running_queue_depth timeout_ms copy_delay_us

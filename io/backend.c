@@ -52,7 +52,8 @@ _Static_assert(RCFG_SIZE(endpoints) + RCFG_SIZE(user) + RCFG_SIZE(password) +
 		       RCFG_SIZE(password_file) + RCFG_SIZE(key_prefix) + RCFG_SIZE(db) +
 		       RCFG_SIZE(connections) + RCFG_SIZE(connect_timeout_ns) +
 		       RCFG_SIZE(command_timeout_ns) + RCFG_SIZE(ttl_ms) +
-		       RCFG_SIZE(start_degraded) + RCFG_SIZE(reserved32) + RCFG_SIZE(reserved) ==
+		       RCFG_SIZE(start_degraded) + RCFG_SIZE(cluster) + RCFG_SIZE(wait_replicas) +
+		       RCFG_SIZE(reserved) ==
 	       sizeof(struct kvs_backend_redis_config),
 	       "struct kvs_backend_redis_config has implicit padding");
 
@@ -154,8 +155,18 @@ static int validate_redis(const struct kvs_backend_config *cfg, const struct kvs
 	for (size_t i = 0; i < sizeof(r->reserved) / sizeof(r->reserved[0]); i++)
 		if (r->reserved[i])
 			BAD(log, "backend: invalid redis.reserved = non-zero (must be zero)");
-	if (r->reserved32)
-		BAD(log, "backend: invalid redis.reserved32 = %u (must be zero)", r->reserved32);
+	if (r->wait_replicas > KVS_REDIS_MAX_WAIT_REPLICAS)
+		BAD(log, "backend: redis.wait_replicas %llu out of range 0..%d",
+		    (unsigned long long)r->wait_replicas, KVS_REDIS_MAX_WAIT_REPLICAS);
+	if (r->cluster > 1)
+		BAD(log, "backend: redis.cluster %u out of range 0..1", r->cluster);
+	if (r->cluster && r->db)
+		BAD(log, "backend: redis.db %u with redis.cluster=1: a Redis Cluster has only db 0 "
+			 "(set redis_db=0)", r->db);
+	if (r->cluster && strpbrk(r->key_prefix, "{}"))
+		BAD(log, "backend: redis.key_prefix '%s' with redis.cluster=1 holds '{' or '}': the "
+			 "keys' hash tag must be the block id (remove the braces from "
+			 "redis_key_prefix)", r->key_prefix);
 	if (r->start_degraded > 1)
 		BAD(log, "backend: redis.start_degraded %u out of range 0..1", r->start_degraded);
 	if (r->db > INT32_MAX)

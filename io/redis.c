@@ -21,6 +21,9 @@
  * (-KVS_ECONFIG).
  * With several endpoints a block lives on endpoint (first 8 bytes of its id) %
  * count, all its shards together (client-side partitioning, as posix roots).
+ * With redis_cluster=1 the endpoints are seeds of a Redis Cluster instead, the
+ * keys <key_prefix>{<32 hex>}:<s> (the block id their hash tag: one slot per
+ * block), and io/redis_cluster.c routes each command to its slot's master.
  *
  * Connections and pipelining.  Each endpoint has `connections` data sockets,
  * used only by the handle's issuer (the store's dispatcher), and one lookup
@@ -84,7 +87,15 @@ static size_t key_of(const struct redis *r, const struct kvs_block_id *block, ui
 	char hex[33];
 
 	kvs_io_block_hex(block, hex);
-	return (size_t)snprintf(out, len, "%s%s:%u", r->prefix, hex, shard);
+	return (size_t)snprintf(out, len, r->cluster ? "%s{%s}:%u" : "%s%s:%u", r->prefix, hex,
+				shard);
+}
+
+uint32_t endpoint_count(const struct redis *r)
+{
+	/* acquire: pairs with the release in node_find_add (io/redis_cluster.c), so the
+	 * entries below the count are complete. */
+	return __atomic_load_n(&r->nep, __ATOMIC_ACQUIRE);
 }
 
 static struct endpoint *endpoint_of(const struct redis *r, const struct kvs_block_id *b)
@@ -95,8 +106,10 @@ static struct endpoint *endpoint_of(const struct redis *r, const struct kvs_bloc
 	return &r->eps[h % r->nep];
 }
 
-/* GET <key>, or SET <key> <value header + shard> [PX <ttl>]: header (with the
- * value header) and tail into cmd; the shard's bytes stay in the caller's buffer. */
+/* GET <key>, or SET <key> <value header + shard> [PX <ttl>] (and then, with
+ * redis_wait_replicas, WAIT <replicas> <ms> pipelined behind it): header (with
+ * the value header) and tail into cmd; the shard's bytes stay in the caller's
+ * buffer. */
 static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_backend_io *io,
 		       bool write)
 {
@@ -128,6 +141,16 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
 		cmd->tail_len = (uint32_t)(r->ttl_ms ? snprintf(cmd->tail, sizeof(cmd->tail),
 								"\r\n$2\r\nPX\r\n$%d\r\n%s\r\n", tl, ttl)
 						     : snprintf(cmd->tail, sizeof(cmd->tail), "\r\n"));
+		if (r->wait_replicas) {
+			char n[24], ms[24];
+			int nl = snprintf(n, sizeof(n), "%u", r->wait_replicas);
+			int ml = snprintf(ms, sizeof(ms), "%llu", (unsigned long long)r->wait_ms);
+
+			cmd->tail_len += (uint32_t)snprintf(cmd->tail + cmd->tail_len,
+							    sizeof(cmd->tail) - cmd->tail_len,
+							    "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n"
+							    "%s\r\n", nl, n, ml, ms);
+		}
 		cmd->val = io->buf;
 		cmd->val_len = io->len;
 	} else {
@@ -142,6 +165,12 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
 	cmd->token = io->token;
 	cmd->result = -EPROTO; /* until a reply says otherwise */
 	cmd->done = false;
+	cmd->wait_state = write && r->wait_replicas ? WAIT_SET : WAIT_NONE;
+	cmd->redirect = REDIR_NONE; /* cluster mode: a fresh command, no redirection yet */
+	cmd->asking = cmd->ask_pending = false;
+	cmd->redirects = 0;
+	cmd->tries = 0;
+	cmd->last_err = 0;
 }
 
 /* --------------------------------------------------- the wait descriptor */
@@ -156,9 +185,10 @@ static void cmd_format(const struct redis *r, struct cmd *cmd, const struct kvs_
  */
 static void wait_sync(struct redis *r)
 {
-	uint64_t due = kvs_io_fifo_head(&r->done) ? 1 : 0;
+	uint64_t due = kvs_io_fifo_head(&r->done) ? 1 : cluster_parked_due(r);
+	uint32_t nep = endpoint_count(r);
 
-	for (uint32_t e = 0; e < r->nep; e++) {
+	for (uint32_t e = 0; e < nep; e++) {
 		for (uint32_t i = 0; i < r->nconn; i++) {
 			struct conn *c = &r->eps[e].data[i];
 			uint32_t events = conn_events(c);
@@ -184,28 +214,56 @@ static void wait_sync(struct redis *r)
 
 /* ------------------------------------------------------------- the ops */
 
+/* Cluster mode: cmd to its slot's master now, or parked while that master is
+ * down (backing off).  0, or -errno when no node serves the slot (logged). */
+static int cluster_submit(struct redis *r, struct cmd *cmd, const struct kvs_block_id *block)
+{
+	struct endpoint *ep;
+	struct conn *c;
+	int err;
+
+	cmd->slot = cluster_slot(block);
+	ep = cluster_route(r, cmd, &err);
+	if (!ep)
+		return err;
+	r->inflight++;
+	c = conn_pick(r, ep, &err);
+	if (c) {
+		conn_send(c, cmd);
+	} else { /* down: another try after a map refresh, within the deadline */
+		cmd->redirect = REDIR_RETRY;
+		cmd->last_err = err;
+		if (!cluster_park(r, cmd))
+			cmd_finish(r, cmd);
+	}
+	return 0;
+}
+
 static int redis_submit(struct redis *r, const struct kvs_backend_io *io, bool write)
 {
-	struct endpoint *ep = endpoint_of(r, &io->block);
 	struct cmd *cmd;
-	struct conn *c;
-	int err, rc;
+	struct conn *c = NULL;
+	int err;
 
 	if (r->inflight >= r->qd || !r->free_cmds)
 		return -EAGAIN;
-	c = conn_pick(r, ep, &err);
-	if (!c)
-		return err; /* logged when the socket failed; retried after the backoff */
+	if (!r->cluster) {
+		c = conn_pick(r, endpoint_of(r, &io->block), &err);
+		if (!c)
+			return err; /* logged when the socket failed; retried after the backoff */
+	}
 	cmd = r->free_cmds;
 	r->free_cmds = cmd->next;
 	cmd_format(r, cmd, io, write);
 	cmd->deadline_ns = kvs_now_ns() + r->command_timeout_ns;
-	conn_push(c, cmd);
-	c->inflight++;
-	r->inflight++;
-	rc = conn_flush(c);
-	if (rc)
-		conn_fail(c, rc, "sending"); /* completes cmd with rc too */
+	if (c) {
+		r->inflight++;
+		conn_send(c, cmd);
+	} else if ((err = cluster_submit(r, cmd, &io->block)) < 0) {
+		cmd->next = r->free_cmds;
+		r->free_cmds = cmd;
+		return err;
+	}
 	if (r->epfd >= 0)
 		wait_sync(r);
 	return 0;
@@ -225,9 +283,9 @@ static int redis_submit_write(void *state, const struct kvs_backend_io *io)
  * Returns the count. */
 static uint32_t busy_conns(struct redis *r, struct conn **v)
 {
-	uint32_t n = 0;
+	uint32_t n = 0, nep = endpoint_count(r);
 
-	for (uint32_t e = 0; e < r->nep; e++) {
+	for (uint32_t e = 0; e < nep; e++) {
 		for (uint32_t i = 0; i < r->nconn; i++) {
 			struct conn *c = &r->eps[e].data[i];
 
@@ -242,12 +300,15 @@ static uint32_t busy_conns(struct redis *r, struct conn **v)
 static uint32_t poll_done(struct redis *r, struct kvs_backend_completion *out, uint32_t max,
 			  uint64_t deadline)
 {
-	struct conn *v[KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS];
+	struct conn *v[SOCKETS_MAX];
 
 	for (;;) {
 		const struct kvs_io_fifo_entry *e;
+		uint64_t wake = deadline, due;
 		uint32_t k = 0, n;
 
+		if (r->parked)
+			cluster_resend(r);
 		while (k < max && (e = kvs_io_fifo_head(&r->done))) {
 			out[k].token = e->token;
 			out[k].result = e->result;
@@ -257,9 +318,18 @@ static uint32_t poll_done(struct redis *r, struct kvs_backend_completion *out, u
 		if (k > 0)
 			return k;
 		n = busy_conns(r, v);
-		if (n == 0)
+		due = cluster_parked_due(r);
+		if (n == 0 && due == 0)
 			return 0; /* nothing in flight: nothing to wait for */
-		conns_step(v, n, deadline);
+		if (due && due < wake)
+			wake = due; /* a parked command is sent again then */
+		if (n) {
+			conns_step(v, n, wake);
+		} else {
+			struct timespec ts = kvs_ns_to_timespec(wake);
+
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		}
 		if (kvs_now_ns() >= deadline && !kvs_io_fifo_head(&r->done))
 			return 0;
 	}
@@ -346,39 +416,56 @@ static int lookup_format(const struct redis *r, const struct kvs_block_id *block
 	return 0;
 }
 
-/* Ask EXISTS for every asked block, pipelined on the endpoints' lookup sockets,
- * and wait for the replies (command_timeout_ns at most).  Under lookup_mu. */
-static int lookup_locked(struct redis *r, const struct kvs_block_id *blocks, size_t n,
-			 bool *hits)
+/* The lookup socket that cmd (the EXISTS of block) goes to: its endpoint's,
+ * or in cluster mode its slot's master's; NULL and cmd done with an error when
+ * there is none (cluster mode: to be tried again, cluster_lookup_again). */
+static struct conn *lookup_conn(struct redis *r, struct cmd *cmd,
+				const struct kvs_block_id *block)
 {
-	struct conn *v[KVS_REDIS_MAX_ENDPOINTS] = { NULL };
-	uint64_t deadline = kvs_now_ns() + r->command_timeout_ns;
-	size_t asked = 0, k = 0;
-	struct cmd *cmds;
-	char *text = NULL;
-	uint32_t nv = 0;
-	int rc, hit = 0;
+	struct endpoint *ep;
+	struct conn *c;
+	int err = 0;
 
-	for (size_t i = 0; i < n; i++)
-		asked += !hits[i];
-	cmds = calloc(asked ? asked : 1, sizeof(*cmds));
-	if (!cmds)
-		return -ENOMEM;
-	rc = lookup_format(r, blocks, n, hits, cmds, &k, &text);
-	for (size_t j = 0; j < k && !rc; j++) {
+	ep = r->cluster ? cluster_route(r, cmd, &err) : endpoint_of(r, block);
+	if (!ep) {
+		cmd->result = err;
+		cmd->done = true;
+		return NULL;
+	}
+	c = &ep->lookup;
+	conn_check_idle(c);
+	if (c->state == CONN_DOWN && kvs_now_ns() >= c->retry_ns)
+		conn_connect(c);
+	if (c->state == CONN_DOWN) {
+		cmd->result = c->last_err ? c->last_err : -ECONNREFUSED;
+		cmd->done = true;
+		if (r->cluster) {
+			cmd->redirect = REDIR_RETRY; /* down: after a map refresh */
+			cmd->last_err = (int)cmd->result;
+		}
+		return NULL;
+	}
+	return c;
+}
+
+/* One round of a lookup: every command of cmds[0..k) not done yet, pipelined
+ * on the lookup sockets, and their replies (until deadline). */
+static void lookup_round(struct redis *r, const struct kvs_block_id *blocks, struct cmd *cmds,
+			 size_t k, uint64_t deadline)
+{
+	struct conn *v[CLUSTER_NODES_MAX] = { NULL }; /* >= KVS_REDIS_MAX_ENDPOINTS */
+	uint32_t nv = 0;
+
+	for (size_t j = 0; j < k; j++) {
 		struct cmd *cmd = &cmds[j];
-		struct conn *c = &endpoint_of(r, &blocks[cmd->token])->lookup;
+		struct conn *c;
 		uint32_t m = 0;
 
-		cmd->deadline_ns = deadline;
-		conn_check_idle(c);
-		if (c->state == CONN_DOWN && kvs_now_ns() >= c->retry_ns)
-			conn_connect(c);
-		if (c->state == CONN_DOWN) {
-			cmd->result = c->last_err ? c->last_err : -ECONNREFUSED;
-			cmd->done = true;
+		if (cmd->done)
 			continue;
-		}
+		c = lookup_conn(r, cmd, &blocks[cmd->token]);
+		if (!c)
+			continue;
 		conn_push(c, cmd);
 		while (m < nv && v[m] != c)
 			m++;
@@ -392,6 +479,45 @@ static int lookup_locked(struct redis *r, const struct kvs_block_id *blocks, siz
 			conn_fail(v[m], err, "sending");
 	}
 	conns_drain(v, nv, deadline, "no lookup reply within the command timeout");
+}
+
+/* Ask EXISTS for every asked block, pipelined on the lookup sockets, and wait
+ * for the replies (command_timeout_ns at most); in cluster mode again for
+ * those redirected or retried, while the deadline allows.  Under lookup_mu. */
+static int lookup_locked(struct redis *r, const struct kvs_block_id *blocks, size_t n,
+			 bool *hits)
+{
+	uint64_t deadline = kvs_now_ns() + r->command_timeout_ns;
+	size_t asked = 0, k = 0;
+	struct cmd *cmds;
+	char *text = NULL;
+	int rc, hit = 0;
+
+	for (size_t i = 0; i < n; i++)
+		asked += !hits[i];
+	cmds = calloc(asked ? asked : 1, sizeof(*cmds));
+	if (!cmds)
+		return -ENOMEM;
+	rc = lookup_format(r, blocks, n, hits, cmds, &k, &text);
+	for (size_t j = 0; j < k && !rc; j++) {
+		cmds[j].deadline_ns = deadline;
+		if (r->cluster)
+			cmds[j].slot = cluster_slot(&blocks[cmds[j].token]);
+	}
+	for (size_t again = k; again > 0 && !rc;) {
+		uint64_t wait_ns = 0;
+
+		lookup_round(r, blocks, cmds, k, deadline);
+		again = 0;
+		for (size_t j = 0; j < k; j++)
+			again += cluster_lookup_again(r, &cmds[j], deadline, &wait_ns);
+		if (again && wait_ns) { /* CLUSTERDOWN, TRYAGAIN, a node down: a backoff */
+			uint64_t until = kvs_now_ns() + wait_ns;
+			struct timespec ts = kvs_ns_to_timespec(until < deadline ? until : deadline);
+
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		}
+	}
 	for (size_t j = 0; j < k && !rc; j++) {
 		if (cmds[j].result < 0)
 			rc = (int)cmds[j].result;
@@ -428,7 +554,7 @@ static int redis_lookup(void *state, const struct kvs_block_id *block)
 /* ------------------------------------------------------------- open/close */
 
 /* "host:port", "[v6]:port" or "/unix/path" into ep.  0 or -EINVAL (logged). */
-static int endpoint_parse(struct redis *r, struct endpoint *ep, const char *s, size_t len)
+int endpoint_parse(struct redis *r, struct endpoint *ep, const char *s, size_t len)
 {
 	char host[KVS_REDIS_ENDPOINTS_LEN], *end;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
@@ -589,22 +715,38 @@ static int handshake_format(struct redis *r, const struct kvs_backend_redis_conf
 	return 0;
 }
 
-/* Connect the lookup socket of ep, run its handshake and a PING: -EACCES /
- * -EINVAL when the server refuses them (a wrong or missing password, a bad db);
- * the connect's error when the server does not answer, unless start_degraded
+int endpoint_init(struct redis *r, struct endpoint *ep)
+{
+	ep->data = calloc(r->nconn, sizeof(*ep->data));
+	if (!ep->data)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < r->nconn; i++)
+		conn_init(&ep->data[i], r, ep);
+	conn_init(&ep->lookup, r, ep);
+	return 0;
+}
+
+/* Connect the lookup socket of ep, run its handshake, a PING and INFO cluster:
+ * -EACCES / -EINVAL when the server refuses them (a wrong or missing password,
+ * a bad db) or is a Redis Cluster node (redis_cluster=1 is for those); the
+ * connect's error when the server does not answer, unless start_degraded
  * (then it is logged, and its transfers fail until it answers); 0 otherwise. */
 static int endpoint_check(struct redis *r, struct endpoint *ep)
 {
 	static const char ping_text[] = "*1\r\n$4\r\nPING\r\n";
+	static const char info_text[] = "*2\r\n$4\r\nINFO\r\n$7\r\ncluster\r\n";
 	struct cmd ping = { .kind = CMD_PING, .val = ping_text, .val_len = sizeof(ping_text) - 1,
+			    .result = -EPROTO };
+	struct cmd info = { .kind = CMD_INFO, .val = info_text, .val_len = sizeof(info_text) - 1,
 			    .result = -EPROTO };
 	struct conn *c = &ep->lookup;
 	struct conn *v[1] = { c };
 	uint64_t deadline = kvs_now_ns() + r->connect_timeout_ns + r->command_timeout_ns;
 
 	if (conn_connect(c) == 0) {
-		ping.deadline_ns = deadline;
+		ping.deadline_ns = info.deadline_ns = deadline;
 		conn_push(c, &ping);
+		conn_push(c, &info);
 		if (c->state == CONN_UP) {
 			int rc = conn_flush(c);
 
@@ -616,6 +758,12 @@ static int endpoint_check(struct redis *r, struct endpoint *ep)
 			return -EACCES; /* logged with the server's reply */
 		if (c->hs[1].val && c->hs[1].done && c->hs[1].result < 0)
 			return -EINVAL;
+		if (info.result == 1) {
+			kvs_log_error(&r->log, "backend: redis %s is a Redis Cluster node "
+					       "(cluster_enabled:1): set redis_cluster=1 (the endpoints "
+					       "are then seeds: any nodes of the cluster)", ep->name);
+			return -EINVAL;
+		}
 	}
 	if (c->state != CONN_DOWN)
 		return 0;
@@ -655,10 +803,18 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	r->command_timeout_ns = rcfg->command_timeout_ns;
 	r->ttl_ms = rcfg->ttl_ms;
 	r->start_degraded = rcfg->start_degraded;
+	r->cluster = rcfg->cluster;
+	r->wait_replicas = (uint32_t)rcfg->wait_replicas;
+	/* Half the command timeout: a server notices a WAIT's end in its event loop
+	 * (up to 1/hz late), and the reply must come before the socket's deadline. */
+	r->wait_ms = rcfg->command_timeout_ns / KVS_NSEC_PER_MSEC / 2;
+	if (r->wait_ms == 0)
+		r->wait_ms = 1;
 	memcpy(r->prefix, rcfg->key_prefix, sizeof(r->prefix));
 	r->epfd = -1;
 	r->timer.fd = -1;
 	pthread_mutex_init(&r->lookup_mu, NULL);
+	pthread_mutex_init(&r->map_mu, NULL);
 	*state = r;
 
 	memcpy(password, rcfg->password, sizeof(rcfg->password)); /* NUL-terminated: checked */
@@ -670,7 +826,11 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 	if (rc)
 		goto fail;
 
-	r->eps = calloc(KVS_REDIS_MAX_ENDPOINTS, sizeof(*r->eps));
+	r->max_nodes = KVS_REDIS_MAX_ENDPOINTS;
+	if (r->cluster)
+		r->max_nodes = SOCKETS_MAX / r->nconn < CLUSTER_NODES_MAX ? SOCKETS_MAX / r->nconn
+									  : CLUSTER_NODES_MAX;
+	r->eps = calloc(r->max_nodes, sizeof(*r->eps));
 	r->cmds = calloc(r->qd, sizeof(*r->cmds));
 	if (!r->eps || !r->cmds) {
 		rc = -ENOMEM;
@@ -697,15 +857,10 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 			goto fail;
 		}
 		ep = &r->eps[r->nep];
-		ep->data = calloc(r->nconn, sizeof(*ep->data));
-		if (!ep->data) {
-			rc = -ENOMEM;
+		rc = endpoint_init(r, ep);
+		if (rc)
 			goto fail;
-		}
 		r->nep++;
-		for (uint32_t i = 0; i < r->nconn; i++)
-			conn_init(&ep->data[i], r, ep);
-		conn_init(&ep->lookup, r, ep);
 		rc = endpoint_parse(r, ep, s, len);
 		if (rc)
 			goto fail;
@@ -713,7 +868,9 @@ static int redis_open(const struct kvs_backend_config *cfg, void **state)
 		if (!*s)
 			break;
 	}
-	for (uint32_t e = 0; e < r->nep && !rc; e++)
+	if (r->cluster)
+		rc = cluster_open(r);
+	for (uint32_t e = 0; e < r->nep && !rc && !r->cluster; e++)
 		rc = endpoint_check(r, &r->eps[e]);
 	if (rc)
 		goto fail;
@@ -727,13 +884,16 @@ fail:
 static void redis_close(void *state)
 {
 	struct redis *r = state;
-	struct conn *v[KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS];
+	struct conn *v[SOCKETS_MAX];
 	uint64_t deadline;
 	uint32_t n;
 
 	if (!r)
 		return;
-	/* Finish what is in flight (bounded by the command timeout), then drop it. */
+	/* Parked commands end, and lost ones are no longer retried; finish what is
+	 * in flight (bounded by the command timeout), then drop it. */
+	r->closing = true;
+	cluster_close(r, -ECANCELED);
 	deadline = kvs_now_ns() + r->command_timeout_ns;
 	n = r->eps ? busy_conns(r, v) : 0;
 	conns_drain(v, n, deadline, "closing: no reply within the command timeout");
@@ -760,6 +920,7 @@ static void redis_close(void *state)
 	}
 	redisFreeCommand(r->select_cmd);
 	pthread_mutex_destroy(&r->lookup_mu);
+	pthread_mutex_destroy(&r->map_mu);
 	free(r);
 }
 

@@ -62,18 +62,19 @@ static bool cmd_is_data(const struct cmd *cmd)
 	return cmd->kind == CMD_GET || cmd->kind == CMD_SET;
 }
 
-/* A data command's end: its completion for poll, its memory back to the pool. */
-static void cmd_complete(struct redis *r, struct conn *c, struct cmd *cmd)
+void cmd_finish(struct redis *r, struct cmd *cmd)
 {
-	struct kvs_io_fifo_entry e = { .token = cmd->token, .result = cmd->result };
+	struct kvs_io_fifo_entry e;
 
+	if (r->cluster && cluster_park(r, cmd))
+		return;
+	e = (struct kvs_io_fifo_entry){ .token = cmd->token, .result = cmd->result };
 	if (kvs_io_fifo_push(&r->done, &e) < 0) {
 		/* Cannot happen in practice (the FIFO grows by doubling and holds at most
 		 * qd entries); say so rather than lose a completion silently. */
-		kvs_log_error(&r->log, "redis %s: out of memory queueing a completion: the "
-				       "transfer's task will time out", c->ep->name);
+		kvs_log_error(&r->log, "redis: out of memory queueing a completion: the "
+				       "transfer's task will time out");
 	}
-	c->inflight--;
 	r->inflight--;
 	cmd->next = r->free_cmds;
 	r->free_cmds = cmd;
@@ -111,10 +112,23 @@ static void conn_pop(struct conn *c)
 	c->head = cmd->next;
 	if (!c->head)
 		c->tail = NULL;
-	if (cmd_is_data(cmd))
-		cmd_complete(c->r, c, cmd);
-	else
+	if (cmd_is_data(cmd)) {
+		c->inflight--;
+		cmd_finish(c->r, cmd);
+	} else {
 		cmd->done = true;
+	}
+}
+
+void conn_send(struct conn *c, struct cmd *cmd)
+{
+	int rc;
+
+	conn_push(c, cmd);
+	c->inflight++;
+	rc = conn_flush(c);
+	if (rc)
+		conn_fail(c, rc, "sending"); /* finishes cmd with rc too */
 }
 
 /* The socket failed with err (why: for the log line; NULL: quietly, at close):
@@ -126,11 +140,19 @@ void conn_fail(struct conn *c, int err, const char *why)
 
 	if (why)
 		conn_log(c, KVS_LOG_ERROR, "redis %s: connection %s: %s (%s); %u transfers on it "
-			 "failed; reconnecting after a backoff", c->ep->name,
+			 "%s; reconnecting after a backoff", c->ep->name,
 			 c->state == CONN_CONNECTING ? "not established" : "lost", why,
-			 kvs_strerror(err), c->inflight);
+			 kvs_strerror(err), c->inflight,
+			 c->r->cluster && !c->r->closing
+				 ? "are tried again after a slot map refresh, within their deadline"
+				 : "failed");
 	while (c->head) {
 		c->head->result = err;
+		if (c->r->cluster && !c->r->closing &&
+		    (cmd_is_data(c->head) || c->head->kind == CMD_EXISTS)) {
+			c->head->redirect = REDIR_RETRY; /* another try, after a map refresh */
+			c->head->last_err = err;
+		}
 		conn_pop(c);
 	}
 	c->unsent = NULL;
@@ -244,6 +266,14 @@ static int conn_replies(struct conn *c)
 		}
 		struct cmd *cmd = c->head;
 
+		if (cmd->ask_pending) { /* ASKING's +OK: its command's reply comes next */
+			cmd->ask_pending = false;
+			continue;
+		}
+		if (cmd->wait_state == WAIT_SET) { /* the SET's reply: WAIT's comes next */
+			cmd->wait_state = WAIT_WAIT;
+			continue;
+		}
 		if ((cmd->kind == CMD_AUTH || cmd->kind == CMD_SELECT) && cmd->result < 0) {
 			int err = cmd->kind == CMD_SELECT ? -EINVAL : (int)cmd->result;
 
@@ -422,10 +452,21 @@ uint32_t conn_events(const struct conn *c)
 }
 
 /* The deadline of a socket with conn_events(): its connect's, or its oldest
- * command's (later commands were submitted later, with the same timeout). */
+ * command's (later commands were submitted later, with the same timeout);
+ * in cluster mode the earliest of its commands' (one sent again after a
+ * redirection or a retry sits behind later ones). */
 uint64_t conn_due(const struct conn *c)
 {
-	return c->state == CONN_CONNECTING ? c->connect_deadline_ns : c->head->deadline_ns;
+	uint64_t due;
+
+	if (c->state == CONN_CONNECTING)
+		return c->connect_deadline_ns;
+	due = c->head->deadline_ns;
+	if (c->r->cluster)
+		for (const struct cmd *cmd = c->head->next; cmd; cmd = cmd->next)
+			if (cmd->deadline_ns < due)
+				due = cmd->deadline_ns;
+	return due;
 }
 
 /*
@@ -436,8 +477,9 @@ uint64_t conn_due(const struct conn *c)
  */
 void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 {
-	struct pollfd pfd[KVS_REDIS_MAX_ENDPOINTS * (KVS_REDIS_MAX_CONNECTIONS + 1)];
-	struct conn *who[KVS_REDIS_MAX_ENDPOINTS * (KVS_REDIS_MAX_CONNECTIONS + 1)];
+	/* data sockets, or lookup sockets (one per node) */
+	struct pollfd pfd[SOCKETS_MAX + CLUSTER_NODES_MAX];
+	struct conn *who[SOCKETS_MAX + CLUSTER_NODES_MAX];
 	uint64_t now = kvs_now_ns(), wake = deadline;
 	struct timespec ts;
 	nfds_t np = 0;

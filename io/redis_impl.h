@@ -9,6 +9,8 @@
  *                     several sockets
  *   io/redis_reply.c  what a reply means to its command: the reply-object
  *                     functions of every socket's hiredis reader
+ *   io/redis_cluster.c  Redis Cluster: slots, the slot map and its nodes,
+ *                     following MOVED/ASK, retrying within a command's deadline
  *
  * Everything here is one handle's process-local state, on the heap, pointers
  * included: nothing is in shared memory (only core/layout.h defines that).  A
@@ -28,12 +30,20 @@
 #include "io/fifo.h"
 #include "io/internal.h"
 
-/* <prefix><32 hex>:<shard up to 65535> */
-#define KEY_MAX (KVS_REDIS_PREFIX_LEN + 32 + 1 + 5)
-/* The command's framing and key, then (SET) the value header. */
-#define HDR_MAX (KEY_MAX + 64 + KVS_IO_VALUE_HDR)
-#define TAIL_MAX 64
+/* <prefix><32 hex>:<shard up to 65535>, or (cluster) <prefix>{<32 hex>}:<shard> */
+#define KEY_MAX (KVS_REDIS_PREFIX_LEN + 2 + 32 + 1 + 5)
+/* The ASKING that precedes a command sent after an -ASK redirection. */
+#define ASKING_TEXT "*1\r\n$6\r\nASKING\r\n"
+#define ASKING_LEN (sizeof(ASKING_TEXT) - 1)
+/* [ASKING] the command's framing and key, then (SET) the value header. */
+#define HDR_MAX (ASKING_LEN + KEY_MAX + 64 + KVS_IO_VALUE_HDR)
+#define TAIL_MAX 128 /* [PX <ttl>] [WAIT <replicas> <ms>] */
 #define LOG_INTERVAL_NS KVS_NSEC_PER_SEC
+/* Data sockets of a handle, at most (poll's wait watches them all at once). */
+#define SOCKETS_MAX (KVS_REDIS_MAX_ENDPOINTS * KVS_REDIS_MAX_CONNECTIONS)
+/* Cluster mode: nodes of a handle (seeds and masters seen), at most; and no more
+ * than SOCKETS_MAX / connections, so their data sockets fit one wait. */
+#define CLUSTER_NODES_MAX 64
 
 enum cmd_kind {
 	CMD_GET,    /* a read: the value goes to dst */
@@ -42,6 +52,23 @@ enum cmd_kind {
 	CMD_SELECT, /* handshake */
 	CMD_EXISTS, /* lookup: the integer is the result */
 	CMD_PING,   /* open: is the endpoint usable with our credentials? */
+	CMD_INFO,   /* open (not cluster mode): INFO cluster; result 1: a cluster node */
+};
+
+/* What a cluster's reply asked of a command (enum redirect, cmd.redirect). */
+enum redirect {
+	REDIR_NONE,  /* a final reply (or not cluster mode) */
+	REDIR_MOVED, /* -MOVED <slot> <node>: the slot lives there now */
+	REDIR_ASK,   /* -ASK <slot> <node>: this key is there for now (a migration) */
+	REDIR_RETRY, /* -CLUSTERDOWN, -TRYAGAIN, or the socket lost: try again later */
+};
+#define TARGET_MAX 64 /* "host:port" of a redirection */
+
+/* A SET followed by WAIT (redis_wait_replicas): which of its two replies is next. */
+enum wait_state {
+	WAIT_NONE,  /* no WAIT sent */
+	WAIT_SET,   /* the SET's own reply, then WAIT's */
+	WAIT_WAIT,  /* WAIT's: the replicas that acknowledged the write */
 };
 
 /* One command on a socket: bytes hdr[hdr_len] + val[val_len] + tail[tail_len]. */
@@ -60,6 +87,17 @@ struct cmd {
 	uint64_t deadline_ns;
 	int64_t result;    /* set by the reply functions: bytes, EXISTS count, -errno */
 	bool done;         /* EXISTS: its reply arrived (or its socket failed) */
+	uint8_t wait_state; /* SET with redis_wait_replicas (enum wait_state) */
+	/* Cluster mode (io/redis_cluster.c). */
+	uint8_t redirect;  /* enum redirect: what its last reply asked */
+	bool asking;       /* hdr starts with ASKING (sent after -ASK) */
+	bool ask_pending;  /* ASKING's own reply (+OK) has not arrived yet */
+	uint8_t redirects; /* MOVED/ASK followed so far (bounded) */
+	uint16_t slot;     /* its key's hash slot */
+	uint32_t tries;    /* retries after REDIR_RETRY: the backoff's exponent */
+	int last_err;      /* REDIR_RETRY: the error it got; its result at the deadline */
+	uint64_t retry_ns; /* parked: sent again at this time */
+	char target[TARGET_MAX]; /* MOVED/ASK: the node named */
 	char hdr[HDR_MAX];
 	char tail[TAIL_MAX];
 };
@@ -90,8 +128,10 @@ struct conn {
 	struct cmd hs[2];       /* AUTH, SELECT */
 };
 
+/* A server: an endpoint as configured, or (cluster mode) a seed or a node that
+ * the slot map or a redirection named. */
 struct endpoint {
-	char name[KVS_REDIS_ENDPOINTS_LEN]; /* as configured (logs) */
+	char name[KVS_REDIS_ENDPOINTS_LEN]; /* as configured or named (logs) */
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
 	struct conn *data;      /* connections sockets */
@@ -105,8 +145,13 @@ struct redis {
 	struct kvs_io_geom geom; /* stored in every value's header, checked at every GET */
 	uint32_t qd;            /* data commands in flight per handle */
 	uint32_t nconn;         /* data sockets per endpoint */
-	uint32_t nep;
+	uint32_t nep;           /* endpoints; cluster mode: nodes, only grows (atomic: a
+				   lookup thread may add one while the issuer reads it) */
+	uint32_t max_nodes;     /* entries of eps: KVS_REDIS_MAX_ENDPOINTS, or (cluster)
+				   CLUSTER_NODES_MAX within SOCKETS_MAX / nconn */
 	uint64_t connect_timeout_ns, command_timeout_ns, ttl_ms;
+	uint32_t wait_replicas; /* WAIT after every SET for this many replicas, 0: none */
+	uint64_t wait_ms;       /* WAIT's timeout: half the command timeout */
 	bool start_degraded; /* open even when an endpoint does not answer */
 	char prefix[KVS_REDIS_PREFIX_LEN];
 	char *auth_cmd;         /* formatted AUTH (holds the password), or NULL */
@@ -121,6 +166,16 @@ struct redis {
 	int epfd;               /* wait descriptor: busy data sockets + timer, -1 until asked */
 	struct kvs_io_timer timer; /* nearest deadline, or at once while done holds any */
 	pthread_mutex_t lookup_mu;
+	/* Cluster mode (io/redis_cluster.c). */
+	bool cluster;
+	bool closing;           /* close: lost commands end, no retry */
+	pthread_mutex_t map_mu; /* slot_node, refresh_ns, good_node, adding nodes */
+	uint8_t *slot_node;     /* node index of each of the 16384 slots, NO_NODE: none;
+				   then as many bytes of scratch (a map being read) */
+	uint64_t refresh_ns;    /* no map refresh before this */
+	uint32_t good_node;     /* the node whose map was read last: asked first */
+	struct cmd *parked;     /* issuer: data commands waiting to be sent again */
+	struct kvs_log_limit cluster_log_limit; /* the routing's error lines, under map_mu */
 };
 
 /* ------------------------------------------------------------------ logs */
@@ -129,6 +184,16 @@ struct redis {
  * counted and the count is appended to the next line). */
 #define conn_log(c, level, ...) \
 	kvs_log_limited(&(c)->r->log, &(c)->log_limit, LOG_INTERVAL_NS, (level), __VA_ARGS__)
+
+/* ------------------------------------------------------------ io/redis.c */
+
+/* "host:port", "[v6]:port" or "/unix/path" into ep (name and address).  0 or
+ * -EINVAL / -ENOENT (logged). */
+int endpoint_parse(struct redis *r, struct endpoint *ep, const char *s, size_t len);
+/* Initialise ep's sockets (DOWN).  0 or -ENOMEM. */
+int endpoint_init(struct redis *r, struct endpoint *ep);
+/* The endpoints there are now (acquire: pairs with node_find_add's release). */
+uint32_t endpoint_count(const struct redis *r);
 
 /* ------------------------------------------------------ io/redis_reply.c */
 
@@ -142,6 +207,11 @@ extern redisReplyObjectFunctions redis_reply_fns;
 void conn_init(struct conn *c, struct redis *r, const struct endpoint *ep);
 /* Queue cmd on c, behind what is there; conn_flush writes it. */
 void conn_push(struct conn *c, struct cmd *cmd);
+/* Queue data command cmd on c and write what c can take (a failure fails c). */
+void conn_send(struct conn *c, struct cmd *cmd);
+/* A data command's end (its socket let go of it): parked for another try
+ * (cluster mode), or its completion queued for poll and its memory freed. */
+void cmd_finish(struct redis *r, struct cmd *cmd);
 /* End every command on c with err, close it, back off (why: for the log; NULL: quiet). */
 void conn_fail(struct conn *c, int err, const char *why);
 /* An idle UP socket the server closed meanwhile: dropped, for a reconnect now. */
@@ -160,5 +230,32 @@ uint64_t conn_due(const struct conn *c);
 void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline);
 /* Wait until nothing of v[0..n) is outstanding; at deadline fail the rest. */
 void conns_drain(struct conn *const *v, uint32_t n, uint64_t deadline, const char *why);
+
+/* ---------------------------------------------------- io/redis_cluster.c */
+
+#define NO_NODE 0xff
+#define CLUSTER_SLOTS 16384
+
+/* The hash slot of block's keys: CRC16 (XMODEM) of its 32 hex, the hash tag. */
+uint16_t cluster_slot(const struct kvs_block_id *block);
+/* Open in cluster mode: the slot map from the first seed that answers.  0 or
+ * -errno (logged, naming the key to fix). */
+int cluster_open(struct redis *r);
+/* The node cmd goes to next: the slot's (cmd->redirect NONE or RETRY: after a
+ * map refresh), the one a MOVED named (the map updated) or an ASK named (cmd
+ * then starts with ASKING).  NULL and *err: none (logged). */
+struct endpoint *cluster_route(struct redis *r, struct cmd *cmd, int *err);
+/* A data command finished on a socket with a redirection or lost: parked for
+ * another try (true), or to be completed as it is (false). */
+bool cluster_park(struct redis *r, struct cmd *cmd);
+/* Send the parked commands that are due, complete those past their deadline. */
+void cluster_resend(struct redis *r);
+/* When the first parked command is due, 0: none parked. */
+uint64_t cluster_parked_due(const struct redis *r);
+/* A lookup's EXISTS after its reply: true when it must be asked again (after a
+ * backoff for REDIR_RETRY, *wait_ns). */
+bool cluster_lookup_again(struct redis *r, struct cmd *cmd, uint64_t deadline, uint64_t *wait_ns);
+/* Close: end every parked command with err. */
+void cluster_close(struct redis *r, int err);
 
 #endif

@@ -18,7 +18,10 @@
  *
  * An error reply fails its own shard only: OOM -ENOSPC, READONLY -EROFS,
  * NOAUTH/WRONGPASS/NOPERM -EACCES, LOADING/BUSY/MASTERDOWN/TRYAGAIN -EBUSY,
- * anything else -EIO; a nil GET is -ENOENT.
+ * CLUSTERDOWN -EHOSTDOWN, anything else -EIO; a nil GET is -ENOENT.  In cluster
+ * mode MOVED, ASK, CLUSTERDOWN and TRYAGAIN are not ends but redirections
+ * (cmd->redirect, io/redis_cluster.c follows them); outside it a MOVED or ASK
+ * says the server is a cluster node, and the log line names redis_cluster=1.
  */
 #include <errno.h>
 #include <string.h>
@@ -26,7 +29,8 @@
 #include "io/redis_impl.h"
 
 /* Indexed by enum cmd_kind (io/redis_impl.h). */
-static const char *const cmd_names[] = { "GET", "SET", "AUTH", "SELECT", "EXISTS", "PING" };
+static const char *const cmd_names[] = { "GET", "SET", "AUTH", "SELECT", "EXISTS", "PING",
+					 "INFO" };
 
 /* ------------------------------------------------------- reply functions */
 
@@ -40,6 +44,7 @@ static int reply_errno(const char *s, size_t n)
 		{ "OOM", -ENOSPC },	   { "READONLY", -EROFS },  { "NOAUTH", -EACCES },
 		{ "WRONGPASS", -EACCES }, { "NOPERM", -EACCES },   { "LOADING", -EBUSY },
 		{ "BUSY", -EBUSY },	   { "MASTERDOWN", -EBUSY }, { "TRYAGAIN", -EBUSY },
+		{ "CLUSTERDOWN", -EHOSTDOWN },
 	};
 	size_t w = 0;
 
@@ -96,12 +101,80 @@ static void get_value(struct conn *c, struct cmd *cmd, const char *s, size_t n)
 	cmd->result = (int64_t)cmd->len;
 }
 
-/* The command whose reply is being parsed: the socket's oldest. */
+/* The command whose reply is being parsed: the socket's oldest; NULL while
+ * the reply is its ASKING's (io/redis_conn.c skips it). */
 static struct cmd *parsing(const redisReadTask *t)
 {
 	const struct conn *c = t->privdata;
 
-	return c->head;
+	return c->head && !c->head->ask_pending ? c->head : NULL;
+}
+
+/* What an error reply (n bytes at s) asks of a cluster client: MOVED, ASK,
+ * RETRY (CLUSTERDOWN, TRYAGAIN), or NONE (an error of its own). */
+static enum redirect redirect_kind(const char *s, size_t n)
+{
+	if (n > 6 && memcmp(s, "MOVED ", 6) == 0)
+		return REDIR_MOVED;
+	if (n > 4 && memcmp(s, "ASK ", 4) == 0)
+		return REDIR_ASK;
+	if ((n >= 11 && memcmp(s, "CLUSTERDOWN", 11) == 0) ||
+	    (n >= 8 && memcmp(s, "TRYAGAIN", 8) == 0))
+		return REDIR_RETRY;
+	return REDIR_NONE;
+}
+
+/*
+ * Cluster mode: an error reply (n bytes at s) that redirects cmd -- "MOVED
+ * <slot> <host:port>", "ASK <slot> <host:port>", "CLUSTERDOWN ...",
+ * "TRYAGAIN ..." -- noted in cmd (its redirect, and target or last_err);
+ * false for any other reply.
+ */
+static bool redirected(struct cmd *cmd, const char *s, size_t n)
+{
+	enum redirect kind = redirect_kind(s, n);
+
+	if (kind == REDIR_MOVED || kind == REDIR_ASK) {
+		size_t word = kind == REDIR_MOVED ? 6 : 4;
+		const char *sp = memchr(s + word, ' ', n - word); /* after the slot */
+		size_t len = sp ? n - (size_t)(sp + 1 - s) : 0;
+
+		if (len == 0 || len >= TARGET_MAX)
+			return false;
+		memcpy(cmd->target, sp + 1, len);
+		cmd->target[len] = '\0';
+	} else if (kind == REDIR_RETRY) {
+		cmd->last_err = reply_errno(s, n);
+	} else {
+		return false;
+	}
+	cmd->redirect = (uint8_t)kind;
+	return true;
+}
+
+/* WAIT's reply to a SET (redis_wait_replicas): acknowledged by `acked`
+ * replicas, or (err_text) refused.  Fewer than asked fail a SET that the
+ * master took: -EIO, logged; a SET that failed or is redirected keeps that. */
+static void wait_reply(struct conn *c, struct cmd *cmd, long long acked, const char *err_text,
+		       size_t n)
+{
+	const struct redis *r = c->r;
+
+	if (cmd->result < 0 || cmd->redirect != REDIR_NONE)
+		return;
+	if (err_text) {
+		conn_log(c, KVS_LOG_ERROR, "redis %s: SET %.*s: WAIT failed: %.*s: the write is not "
+			 "known durable (redis_wait_replicas=%u)", c->ep->name, (int)cmd->key_len,
+			 cmd->hdr + cmd->key_off, (int)(n < 200 ? n : 200), err_text,
+			 r->wait_replicas);
+		cmd->result = -EIO;
+	} else if (acked < (long long)r->wait_replicas) {
+		conn_log(c, KVS_LOG_ERROR, "redis %s: SET %.*s: %lld of %u replicas acknowledged it "
+			 "within %llu ms (redis_wait_replicas): the write is not known durable; it "
+			 "failed", c->ep->name, (int)cmd->key_len, cmd->hdr + cmd->key_off, acked,
+			 r->wait_replicas, (unsigned long long)r->wait_ms);
+		cmd->result = -EIO;
+	}
 }
 
 static void *on_string(const redisReadTask *t, char *s, size_t n)
@@ -112,14 +185,26 @@ static void *on_string(const redisReadTask *t, char *s, size_t n)
 
 	if (!cmd || t->parent)
 		return c; /* unsolicited or nested: cmd keeps -EPROTO (or there is none) */
+	if (cmd->wait_state == WAIT_WAIT) {
+		wait_reply(c, cmd, 0, t->type == REDIS_REPLY_ERROR ? s : "not an integer", n);
+		return c;
+	}
 	what = cmd_names[cmd->kind];
 	if (t->type == REDIS_REPLY_ERROR) {
+		bool keyed = cmd->kind == CMD_GET || cmd->kind == CMD_SET;
+
 		cmd->result = cmd->kind == CMD_AUTH ? -EACCES : reply_errno(s, n);
-		if (cmd->kind == CMD_GET || cmd->kind == CMD_SET)
+		if (c->r->cluster && (keyed || cmd->kind == CMD_EXISTS) && redirected(cmd, s, n))
+			return c;
+		if (keyed && (redirect_kind(s, n) == REDIR_MOVED || redirect_kind(s, n) == REDIR_ASK))
+			conn_log(c, KVS_LOG_ERROR, "redis %s: %s %.*s: server replied: %.*s: it is "
+				 "a Redis Cluster node; set redis_cluster=1", c->ep->name, what,
+				 (int)cmd->key_len, cmd->hdr + cmd->key_off, (int)(n < 200 ? n : 200), s);
+		else if (keyed)
 			conn_log(c, KVS_LOG_ERROR, "redis %s: %s %.*s: server replied: %.*s",
 				 c->ep->name, what, (int)cmd->key_len, cmd->hdr + cmd->key_off,
 				 (int)(n < 200 ? n : 200), s);
-		else
+		else if (cmd->kind != CMD_INFO) /* INFO may be refused (an ACL): best effort */
 			conn_log(c, KVS_LOG_ERROR, "redis %s: %s failed: server replied: %.*s",
 				 c->ep->name, what, (int)(n < 200 ? n : 200), s);
 	} else if (t->type == REDIS_REPLY_STATUS) {
@@ -127,6 +212,8 @@ static void *on_string(const redisReadTask *t, char *s, size_t n)
 										 : (int64_t)cmd->val_len;
 	} else if (cmd->kind == CMD_GET && t->type == REDIS_REPLY_STRING) {
 		get_value(c, cmd, s, n);
+	} else if (cmd->kind == CMD_INFO && t->type == REDIS_REPLY_STRING) {
+		cmd->result = memmem(s, n, "cluster_enabled:1", 17) != NULL;
 	}
 	return c;
 }
@@ -137,6 +224,8 @@ static void *on_integer(const redisReadTask *t, long long v)
 
 	if (cmd && !t->parent && cmd->kind == CMD_EXISTS)
 		cmd->result = v;
+	else if (cmd && !t->parent && cmd->wait_state == WAIT_WAIT)
+		wait_reply(t->privdata, cmd, v, NULL, 0);
 	return t->privdata;
 }
 

@@ -25,6 +25,10 @@
  *       sleeps: the client's voluntary context switches (getrusage ru_nvcsw), i.e.
  *       the times it waited for the server — about one per GET without
  *       pipelining: the round trips, which a shared machine's wall time hides)
+ *   An endpoint "cluster:<seeds>" is a Redis Cluster (redis_cluster=1, the
+ *   seeds as redis_endpoints; writes and reads alike), its server_pid a
+ *   comma-separated list (server_cpu sums them), and the line says
+ *   engine=redis-cluster.
  *
  * gbps is 10^9 bytes per second of wall time over the read phase; CPU is this
  * process's user + system time over the same phase (getrusage(RUSAGE_SELF): every
@@ -95,6 +99,23 @@ static uint64_t proc_cpu_ns(long pid)
 			 &st) != 2)
 		return 0;
 	return (ut + st) * (KVS_NSEC_PER_SEC / (uint64_t)sysconf(_SC_CLK_TCK));
+}
+
+/* User + system time of the processes of a comma-separated pid list. */
+static uint64_t procs_cpu_ns(const char *pids)
+{
+	uint64_t sum = 0;
+
+	for (const char *p = pids; *p;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		sum += pid > 0 ? proc_cpu_ns(pid) : 0;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return sum;
 }
 
 static int fail(const char *what, int rc)
@@ -181,9 +202,9 @@ int main(int argc, char **argv)
 	char *bufs = NULL;
 	int rc;
 
-	bool redis;
+	bool redis, cluster = false;
 	uint32_t conns = 4;
-	long server_pid = 0;
+	const char *server_pids = "", *endpoint;
 
 	/* the writes take 4 arguments, the reads 7 */
 	if (argc < 2 ||
@@ -209,7 +230,7 @@ int main(int argc, char **argv)
 		qd = write ? 32 : (uint32_t)strtoul(argv[6], NULL, 0);
 		if (!write) {
 			conns = (uint32_t)strtoul(argv[7], NULL, 0);
-			server_pid = strtol(argv[8], NULL, 10);
+			server_pids = argv[8];
 		}
 	} else {
 		shard_bytes = strtoull(argv[write ? 5 : 6], NULL, 0) << 10;
@@ -225,8 +246,11 @@ int main(int argc, char **argv)
 	kvs_backend_config_init(&cfg);
 	if (redis) {
 		cfg.kind = KVS_BACKEND_REDIS;
-		snprintf(cfg.redis.endpoints, sizeof(cfg.redis.endpoints), "%s", argv[2]);
+		cluster = strncmp(argv[2], "cluster:", 8) == 0;
+		endpoint = cluster ? argv[2] + 8 : argv[2];
+		snprintf(cfg.redis.endpoints, sizeof(cfg.redis.endpoints), "%s", endpoint);
 		cfg.redis.connections = conns;
+		cfg.redis.cluster = cluster;
 	} else {
 		cfg.nroots = 1;
 		cfg.roots[0] = argv[2];
@@ -264,11 +288,11 @@ int main(int argc, char **argv)
 		return fail("register_buffers", rc);
 	kvs_backend_info(b, &info);
 
-	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns(), s0 = server_pid ? proc_cpu_ns(server_pid) : 0;
+	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns(), s0 = procs_cpu_ns(server_pids);
 	uint64_t w0 = sleeps();
 	rc = run(b, write, nblocks, cfg.shards_per_block, shard_bytes, qd, bufs);
 	uint64_t wall = kvs_now_ns() - t0, cpu = cpu_ns() - c0;
-	uint64_t server_cpu = server_pid ? proc_cpu_ns(server_pid) - s0 : 0;
+	uint64_t server_cpu = procs_cpu_ns(server_pids) - s0;
 	uint64_t waits = sleeps() - w0;
 	if (rc < 0)
 		return fail(write ? "write" : "read", rc);
@@ -277,9 +301,9 @@ int main(int argc, char **argv)
 	if (!write && redis) {
 		double bytes = (double)nblocks * (double)block_bytes, gib = bytes / (double)(1u << 30);
 
-		printf("backend engine=redis shard_kib=%llu qd=%u gbps=%.2f cpu_ms_per_gib=%.1f "
+		printf("backend engine=%s shard_kib=%llu qd=%u gbps=%.2f cpu_ms_per_gib=%.1f "
 		       "variant=%s direct=0 mem=%s conns=%u server_cpu_ms_per_gib=%.1f "
-		       "sleeps_per_gib=%.0f\n",
+		       "sleeps_per_gib=%.0f\n", cluster ? "redis-cluster" : "redis",
 		       (unsigned long long)(shard_bytes >> 10), qd, bytes / (double)wall,
 		       (double)cpu / 1e6 / gib, KVS_BENCH_VARIANT, mem, conns,
 		       (double)server_cpu / 1e6 / gib, (double)waits / gib);

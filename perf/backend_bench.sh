@@ -33,6 +33,17 @@
 # read phase; sleeps: the client's waits for the server, about one per GET without
 # pipelining).  KVS_BENCH_POSIX=0 skips the posix and fio part.
 #
+# Then a Redis Cluster (engine=redis-cluster; KVS_BENCH_CLUSTER=0 skips it,
+# KVS_BENCH_REDIS=cluster runs it alone of the redis parts; it needs
+# redis-cli): 3 masters without replicas on loopback TCP ports against one
+# standalone server on another TCP port, the same block set at 256 KiB and 1 MiB
+# shards, qd 8 and 32, the kernel build: the cluster with 2 sockets per node (6
+# in all), the standalone server with 2 and with 6 (engine=redis conns=2|6, after
+# the "a 3-master cluster" line: compare those, not the unix-socket ones; the
+# socket count costs by itself, so conns=6 is the like-for-like line);
+# server_cpu sums the three masters.  The servers share this machine's cores:
+# the point is what routing costs the client, not scaling.
+#
 # Smoke mode (KVS_PERF_SMOKE=1; the perf.backend_bench CTest entry,
 # tests/perf_smoke.sh): every loop and every line as above, on 4 blocks x 4 MiB
 # per set, one run per line (KVS_BENCH_REPEAT still wins), and the cache dropped
@@ -56,7 +67,8 @@ done
 root=""
 rdir=""
 rpid=""
-trap '[ -n "$rpid" ] && kill "$rpid" 2>/dev/null; rm -rf ${root:+"$root"} ${rdir:+"$rdir"}' EXIT
+cpids="" # the cluster part's servers
+trap 'kill $rpid $cpids 2>/dev/null; rm -rf ${root:+"$root"} ${rdir:+"$rdir"}' EXIT
 
 # Median of $repeat runs per point (runs of the readers interleaved): this kind of
 # machine (shared VM disk) swings +-30 % from run to run.
@@ -184,7 +196,7 @@ done
 }
 [ "${KVS_BENCH_POSIX:-1}" = 1 ] && posix_bench
 
-[ "${KVS_BENCH_REDIS:-1}" = 1 ] || exit 0
+[ "${KVS_BENCH_REDIS:-1}" != 0 ] || exit 0
 if ! command -v redis-server >/dev/null; then
 	echo "# backend_bench: redis-server not installed: no engine=redis lines"
 	exit 0
@@ -199,7 +211,8 @@ for ((i = 0; i < 200; i++)); do
 	sleep 0.05
 done
 echo "# backend_bench: redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on $sock (pid $rpid)"
-for kib in 16 256 1024; do
+[ "${KVS_BENCH_REDIS:-1}" = cluster ] && kibs_unix=() || kibs_unix=(16 256 1024)
+for kib in "${kibs_unix[@]}"; do
 	redis-cli -s "$sock" flushall >/dev/null
 	"$kern" redis-write "$sock" $nblocks $block_mib $kib
 	for point in "1 1" "8 1" "32 1" "32 4"; do
@@ -210,5 +223,42 @@ for kib in 16 256 1024; do
 			p+=$("$plain" redis-read "$sock" $nblocks $block_mib $kib $qd $conns $rpid)$'\n'
 		done
 		for lines in "$k" "$p"; do median <<<"$lines"; done
+	done
+done
+
+[ "${KVS_BENCH_CLUSTER:-1}" = 1 ] || exit 0
+if ! command -v redis-cli >/dev/null; then
+	echo "# backend_bench: redis-cli not installed: no engine=redis-cluster lines"
+	exit 0
+fi
+. "$(dirname "$0")/redis_cluster.sh"
+rcl_up "$rdir" 3 || exit 1
+cpids=$RCL_PIDS
+base=$RCL_PORT0 # free: the standalone server's
+redis-server --port $base --bind 127.0.0.1 --dir "$rdir" --save "" --appendonly no \
+	--daemonize no --logfile "$rdir/standalone.log" &
+spid=$!
+cpids+=" $spid"
+mpids=$RCL_PID_LIST
+seeds=$RCL_SEEDS
+for ((i = 0; i < 200; i++)); do
+	redis-cli -p $base ping >/dev/null 2>&1 && break
+	sleep 0.05
+done
+echo "# backend_bench: a 3-master cluster on 127.0.0.1:$((base + 1))-$((base + 3)), standalone on 127.0.0.1:$base"
+for kib in 256 1024; do
+	for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
+		redis-cli -p $p flushall >/dev/null
+	done
+	"$kern" redis-write 127.0.0.1:$base $nblocks $block_mib $kib
+	"$kern" redis-write "cluster:$seeds" $nblocks $block_mib $kib
+	for qd in 8 32; do
+		s2=""; s6=""; c=""
+		for ((r = 0; r < repeat; r++)); do
+			s2+=$("$kern" redis-read 127.0.0.1:$base $nblocks $block_mib $kib $qd 2 $spid)$'\n'
+			s6+=$("$kern" redis-read 127.0.0.1:$base $nblocks $block_mib $kib $qd 6 $spid)$'\n'
+			c+=$("$kern" redis-read "cluster:$seeds" $nblocks $block_mib $kib $qd 2 "$mpids")$'\n'
+		done
+		for lines in "$s2" "$s6" "$c"; do median <<<"$lines"; done
 	done
 done

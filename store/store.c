@@ -150,8 +150,9 @@ static bool backend_identity(const struct kvs_backend_config *b, char *buf, size
 		break;
 	case KVS_BACKEND_REDIS:
 		n = (size_t)snprintf(buf, len, "backend=redis redis_endpoints=%s redis_db=%u "
-					       "redis_key_prefix=%s",
-				     b->redis.endpoints, b->redis.db, b->redis.key_prefix);
+					       "redis_key_prefix=%s%s",
+				     b->redis.endpoints, b->redis.db, b->redis.key_prefix,
+				     b->redis.cluster ? " redis_cluster=1" : ""); /* other keys */
 		break;
 	case KVS_BACKEND_NONE:
 		n = (size_t)snprintf(buf, len, "backend=none");

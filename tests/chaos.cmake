@@ -20,12 +20,8 @@
 kvs_test(chaos SOURCES chaos.c LIBS kvshare LABELS "mp;fault;chaos" TIMEOUT 180
          ARGS --seconds 8 --seed 1301)
 
-if(kvs_variants STREQUAL "kernel;plain")
-  if(KVS_V STREQUAL "kernel")
-    set(kvs_chaos_other plain)
-  else()
-    set(kvs_chaos_other kernel)
-  endif()
+kvs_other_variant(kvs_chaos_other)
+if(kvs_chaos_other)
   add_test(NAME ${KVS_V}.chaos_mixed
            COMMAND test_chaos_${KVS_V} --seconds 8 --seed 1302
                    --mixed $<TARGET_FILE:test_chaos_${kvs_chaos_other}>)

@@ -31,69 +31,10 @@
 
 static void rb_cfg(struct kvs_backend_config *cfg, const struct rs *s)
 {
-	kvs_backend_config_init(cfg);
-	cfg->kind = KVS_BACKEND_REDIS;
-	cfg->shard_bytes = RS_SHARD;
-	cfg->shards_per_block = RS_SPB;
-	cfg->queue_depth = 64;
-	cfg->log = rb_log;
-	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", s->sock);
+	rb_cfg_at(cfg, s->sock);
 	if (s->password[0]) /* the cases' passwords are short; redis_password_file takes long ones */
 		snprintf(cfg->redis.password, sizeof(cfg->redis.password), "%.*s",
 			 (int)sizeof(cfg->redis.password) - 1, s->password);
-	rb_logs[0] = '\0';
-}
-
-static kvs_test_rc rb_open(const struct kvs_backend_config *cfg, struct kvs_backend **b)
-{
-	int rc = kvs_backend_open(cfg, b);
-
-	if (rc)
-		KVS_FAILF("kvs_backend_open: %d (%s); log:\n%s", rc, kvs_strerror(rc), rb_logs);
-	return KVS_TEST_PASS;
-}
-
-/* Submit io (read or write), retrying -EAGAIN by reaping into res[token]. */
-static int rb_submit(struct kvs_backend *b, const struct kvs_backend_io *io, bool write,
-		     int64_t *res, uint32_t *pending)
-{
-	for (;;) {
-		int rc = write ? kvs_backend_submit_write(b, io) : kvs_backend_submit_read(b, io);
-		struct kvs_backend_completion c[64];
-
-		if (rc != -EAGAIN) {
-			if (rc == 0)
-				(*pending)++;
-			return rc;
-		}
-		int n = kvs_backend_poll(b, c, 64, ST_SEC);
-
-		for (int i = 0; i < n; i++) {
-			res[c[i].token] = c[i].result;
-			(*pending)--;
-		}
-	}
-}
-
-/* Reap until nothing is pending; fail after ms. */
-static kvs_test_rc rb_reap(struct kvs_backend *b, int64_t *res, uint32_t *pending, uint64_t ms)
-{
-	uint64_t deadline = kvs_deadline_after(ms * ST_MS);
-
-	while (*pending) {
-		struct kvs_backend_completion c[64];
-		int n = kvs_backend_poll(b, c, 64, 100 * ST_MS);
-
-		KVS_CHECK_OK(n);
-		for (int i = 0; i < n; i++) {
-			res[c[i].token] = c[i].result;
-			(*pending)--;
-		}
-		if (kvs_now_ns() > deadline)
-			KVS_FAILF("%u transfers still pending after %llu ms", *pending,
-				  (unsigned long long)ms);
-	}
-	return KVS_TEST_PASS;
 }
 
 /* Write (or read and verify) every shard of blocks tag/0..nblocks-1; res[] gets

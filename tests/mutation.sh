@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/mutation.sh SRC_DIR — prove the core, wait and store-dump suites can fail.
+# tests/mutation.sh SRC_DIR — prove the core, wait, store-dump and Redis Cluster
+# suites can fail.
 #
 # Copies SRC_DIR's tree (tracked and untracked-but-not-ignored files, as they are
 # in the working tree) to a scratch dir, configures the kernel variant and builds
@@ -38,7 +39,7 @@ fi
 
 # The suites mutants are judged by: only their binaries are built (and relinked
 # after each mutant), not the whole tree.
-SUITES="core_attach core_slot core_race core_claim store_dump"
+SUITES="core_attach core_slot core_race core_claim store_dump io_redis_cluster"
 SUITE="^kernel\.($(echo $SUITES | tr ' ' '|'))\$"
 TARGETS=$(for t in $SUITES; do printf 'test_%s_kernel ' "$t"; done)
 
@@ -203,6 +204,79 @@ mutant durable-at-cached store/dump.c 'store_dump:partial_block split_shards' \
 		acked_add(s, d, sh);' \
 	'	if (1) {
 		acked_add(s, d, sh);'
+
+# i..s. the redis backend on a Redis Cluster (io/redis_cluster.c and its callers;
+#    each case starts a cluster of its own).  Without redis-server and redis-cli
+#    its cases skip (77), which would read as caught: the mutants are left out,
+#    saying so.
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	echo "mutation: Redis Cluster mutants left out: redis-server or redis-cli not installed"
+else
+# i. slots computed with another CRC: every command redirected
+mutant cluster-crc io/redis_cluster.c 'io_redis_cluster:roundtrip' \
+	'(uint16_t)((crc << 1) ^ 0x1021)' \
+	'(uint16_t)((crc << 1) ^ 0x1022)'
+
+# j. -MOVED followed but the map left stale
+mutant moved-map-stale io/redis_cluster.c 'io_redis_cluster:ask' \
+	'			r->slot_node[cmd->slot] = (uint8_t)node;' \
+	'			(void)node;'
+
+# k. -ASK followed without ASKING
+mutant ask-no-asking io/redis_cluster.c 'io_redis_cluster:ask' \
+	'			cmd_asking(cmd, true);
+			cmd->ask_pending = true;' \
+	'			(void)0;'
+
+# l. -MOVED not followed at all
+mutant moved-not-followed io/redis_reply.c 'io_redis_cluster:reshard' \
+	'	if (n > 6 && memcmp(s, "MOVED ", 6) == 0)
+		return REDIR_MOVED;' \
+	''
+
+# m. -TRYAGAIN not retried
+mutant tryagain-not-retried io/redis_reply.c 'io_redis_cluster:ask' \
+	'(n >= 8 && memcmp(s, "TRYAGAIN", 8) == 0)' \
+	'(n >= 8 && memcmp(s, "TRYAGAIX", 8) == 0)'
+
+# n. a lost socket's commands fail instead of being sent again
+mutant lost-not-retried io/redis_conn.c 'io_redis_cluster:conn_lost' \
+	'			c->head->redirect = REDIR_RETRY; /* another try, after a map refresh */' \
+	'			(void)0;'
+
+# o. a cluster node taken for a standalone server
+mutant no-cluster-detection io/redis.c 'io_redis_cluster:detect' \
+	'		if (info.result == 1) {' \
+	'		if (info.result == 2) {'
+
+# p. open gives up at the first seed that does not answer
+mutant first-seed-only io/redis_cluster.c 'io_redis_cluster:seed_down' \
+	'				     kvs_strerror(rc));
+			continue;' \
+	'				     kvs_strerror(rc));
+			return rc;'
+
+# q. a slot no master serves reported as a generic I/O error
+mutant uncovered-errno io/redis_cluster.c 'io_redis_cluster:uncovered' \
+	'		*err = -EHOSTUNREACH;' \
+	'		*err = -EIO;'
+
+# r. a write completes without WAIT for the replica
+mutant no-wait-replicas io/redis.c 'io_redis_cluster:wait_replica' \
+	'		if (r->wait_replicas) {
+			char n[24], ms[24];' \
+	'		if (0) {
+			char n[24], ms[24];'
+
+# s. a submit to a master that is down fails at once instead of waiting for
+#    the failover within its deadline
+mutant down-master-fails-at-once io/redis.c 'io_redis_cluster:failover' \
+	'		cmd->redirect = REDIR_RETRY;
+		cmd->last_err = err;
+		if (!cluster_park(r, cmd))
+			cmd_finish(r, cmd);' \
+	'		return err;'
+fi
 
 if [ $survived -ne 0 ]; then
 	echo "mutation: some mutants SURVIVED"

@@ -97,7 +97,8 @@ static const struct field backend_redis_config[] = {
 	F(kvs_backend_redis_config, command_timeout_ns, "c_uint64"),
 	F(kvs_backend_redis_config, ttl_ms, "c_uint64"),
 	F(kvs_backend_redis_config, start_degraded, "c_uint32"),
-	F(kvs_backend_redis_config, reserved32, "c_uint32"),
+	F(kvs_backend_redis_config, cluster, "c_uint32"),
+	F(kvs_backend_redis_config, wait_replicas, "c_uint64"),
 	F(kvs_backend_redis_config, reserved, "c_uint64"),
 };
 

@@ -219,6 +219,18 @@ static inline kvs_test_rc rs_ok(const struct rs *s, const char *cmd)
 	return KVS_TEST_PASS;
 }
 
+/* A store task of every shard of blocks tag/0..nb-1 (store_redis*). */
+static inline kvs_test_rc rs_task(struct st_task *t, uint32_t tag, uint32_t nb)
+{
+	KVS_TRY(st_task_whole(t, nb * RS_SPB, 1, RS_SHARD));
+	for (uint32_t i = 0; i < nb * RS_SPB; i++) {
+		struct kvs_block_id b = st_block(tag, i / RS_SPB);
+
+		st_task_set(t, i, &b, i % RS_SPB);
+	}
+	return KVS_TEST_PASS;
+}
+
 /* The key of (block, shard) under the default prefix. */
 static inline void rs_key(const struct kvs_block_id *b, uint32_t shard, char *out, size_t len)
 {
@@ -230,13 +242,17 @@ static inline void rs_key(const struct kvs_block_id *b, uint32_t shard, char *ou
 }
 
 static char rb_logs[8192]; /* every line of the current case */
+static pthread_mutex_t rb_logs_mu = PTHREAD_MUTEX_INITIALIZER; /* lines come from any thread */
 
 static inline void rb_log(void *arg, int level, const char *msg)
 {
-	size_t n = strlen(rb_logs);
+	size_t n;
 
 	(void)arg;
+	pthread_mutex_lock(&rb_logs_mu);
+	n = strlen(rb_logs);
 	snprintf(rb_logs + n, sizeof(rb_logs) - n, "%s\n", msg);
+	pthread_mutex_unlock(&rb_logs_mu);
 	if (level <= KVS_LOG_WARN)
 		fprintf(stderr, "  [log %d] %s\n", level, msg);
 }
@@ -270,5 +286,72 @@ static inline kvs_test_rc rs_set_raw(const struct rs *s, const char *key, const 
 	return KVS_TEST_PASS;
 }
 
+/* ---- backend helpers (io_redis, io_redis_cluster) ---- */
+
+/* A redis backend of RS_SHARD x RS_SPB at endpoints, 64 in flight, logging
+ * into rb_logs (emptied). */
+static inline void rb_cfg_at(struct kvs_backend_config *cfg, const char *endpoints)
+{
+	kvs_backend_config_init(cfg);
+	cfg->kind = KVS_BACKEND_REDIS;
+	cfg->shard_bytes = RS_SHARD;
+	cfg->shards_per_block = RS_SPB;
+	cfg->queue_depth = 64;
+	cfg->log = rb_log;
+	snprintf(cfg->redis.endpoints, sizeof(cfg->redis.endpoints), "%s", endpoints);
+	rb_logs[0] = '\0';
+}
+
+static inline kvs_test_rc rb_open(const struct kvs_backend_config *cfg, struct kvs_backend **b)
+{
+	int rc = kvs_backend_open(cfg, b);
+
+	if (rc)
+		KVS_FAILF("kvs_backend_open: %d (%s); log:\n%s", rc, kvs_strerror(rc), rb_logs);
+	return KVS_TEST_PASS;
+}
+
+/* Submit io (read or write), retrying -EAGAIN by reaping into res[token]. */
+static inline int rb_submit(struct kvs_backend *b, const struct kvs_backend_io *io, bool write,
+		     int64_t *res, uint32_t *pending)
+{
+	for (;;) {
+		int rc = write ? kvs_backend_submit_write(b, io) : kvs_backend_submit_read(b, io);
+		struct kvs_backend_completion c[64];
+
+		if (rc != -EAGAIN) {
+			if (rc == 0)
+				(*pending)++;
+			return rc;
+		}
+		int n = kvs_backend_poll(b, c, 64, ST_SEC);
+
+		for (int i = 0; i < n; i++) {
+			res[c[i].token] = c[i].result;
+			(*pending)--;
+		}
+	}
+}
+
+/* Reap until nothing is pending; fail after ms. */
+static inline kvs_test_rc rb_reap(struct kvs_backend *b, int64_t *res, uint32_t *pending, uint64_t ms)
+{
+	uint64_t deadline = kvs_deadline_after(ms * ST_MS);
+
+	while (*pending) {
+		struct kvs_backend_completion c[64];
+		int n = kvs_backend_poll(b, c, 64, 100 * ST_MS);
+
+		KVS_CHECK_OK(n);
+		for (int i = 0; i < n; i++) {
+			res[c[i].token] = c[i].result;
+			(*pending)--;
+		}
+		if (kvs_now_ns() > deadline)
+			KVS_FAILF("%u transfers still pending after %llu ms", *pending,
+				  (unsigned long long)ms);
+	}
+	return KVS_TEST_PASS;
+}
 
 #endif

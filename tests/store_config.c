@@ -50,7 +50,7 @@ static const char *const all_keys[] = {
 	"redis_password",
 	"redis_password_file", "redis_connections", "redis_connect_timeout_ms",
 	"redis_command_timeout_ms", "redis_key_prefix", "redis_ttl_s", "redis_start_degraded",
-	"layout_tag",
+	"redis_cluster", "redis_wait_replicas", "layout_tag",
 };
 
 /* Keys whose value is an integer (sizes included). */
@@ -62,11 +62,12 @@ static const char *const int_keys[] = {
 	"timeout_ms", "copy_delay_us", "prefault_threads", "register_chunk_size",
 	"register_delay_us", "copy_land_delay_us", "redis_db", "redis_connections",
 	"redis_connect_timeout_ms",
-	"redis_command_timeout_ms", "redis_ttl_s", "layout_tag",
+	"redis_command_timeout_ms", "redis_ttl_s", "redis_wait_replicas", "layout_tag",
 };
 
 static const char *const bool_keys[] = {
 	"share_buffer_enable", "persist", "io_direct", "fsync", "prealloc", "redis_start_degraded",
+	"redis_cluster",
 };
 
 static const char *const enum_keys[] = {
@@ -289,6 +290,8 @@ static const struct good_case good[] = {
 	{ "redis_ttl_s=86400", AT(backend.redis.ttl_ms), 86400000 },
 	{ "redis_start_degraded=1", AT(backend.redis.start_degraded), 1 },
 	{ "redis_start_degraded=false", AT(backend.redis.start_degraded), 0 },
+	{ "redis_cluster=1", AT(backend.redis.cluster), 1 },
+	{ "redis_wait_replicas=1", AT(backend.redis.wait_replicas), 1 },
 	{ "layout_tag=0", AT(backend.layout_tag), 0 },
 	{ "layout_tag=18446744073709551615", AT(backend.layout_tag), UINT64_MAX },
 };
@@ -430,6 +433,7 @@ static kvs_test_rc test_int_range(void)
 		{ "redis_connect_timeout_ms=3600001", "redis_connect_timeout_ms" },
 		{ "redis_command_timeout_ms=0", "redis_command_timeout_ms" },
 		{ "redis_ttl_s=9007199254741", "redis_ttl_s" },
+		{ "redis_wait_replicas=17", "redis_wait_replicas" },
 	};
 
 	for (size_t i = 0; i < KVS_ARRAY_LEN(cases); i++)
@@ -707,7 +711,8 @@ static kvs_test_rc test_all_keys_at_once(void)
 		"redis_endpoints=/r.sock;h:1,"
 		"redis_db=3,redis_user=u,redis_password=p,redis_password_file=/pw,"
 		"redis_connections=4,redis_connect_timeout_ms=5,redis_command_timeout_ms=6,"
-		"redis_key_prefix=kv:,redis_ttl_s=9,redis_start_degraded=1,layout_tag=77";
+		"redis_key_prefix=kv:,redis_ttl_s=9,redis_start_degraded=1,redis_cluster=1,"
+		"redis_wait_replicas=2,layout_tag=77";
 	struct kvs_store_config cfg;
 	size_t items = 1;
 
@@ -769,6 +774,8 @@ static kvs_test_rc test_all_keys_at_once(void)
 	KVS_CHECK(strcmp(cfg.backend.redis.key_prefix, "kv:") == 0);
 	KVS_CHECK_EQ(cfg.backend.redis.ttl_ms, 9000);
 	KVS_CHECK_EQ(cfg.backend.redis.start_degraded, 1);
+	KVS_CHECK_EQ(cfg.backend.redis.cluster, 1);
+	KVS_CHECK_EQ(cfg.backend.redis.wait_replicas, 2);
 	KVS_CHECK_EQ(cfg.backend.layout_tag, 77);
 	return KVS_TEST_PASS;
 }

@@ -78,18 +78,6 @@ static kvs_test_rc sr_open(const char *uid, int32_t device, const struct rs *s,
 	return st_open(&cfg, st);
 }
 
-/* Every shard of blocks tag/0..nb-1, in one task. */
-static kvs_test_rc sr_task(struct st_task *t, uint32_t tag, uint32_t nb)
-{
-	KVS_TRY(st_task_whole(t, nb * RS_SPB, 1, RS_SHARD));
-	for (uint32_t i = 0; i < nb * RS_SPB; i++) {
-		struct kvs_block_id b = st_block(tag, i / RS_SPB);
-
-		st_task_set(t, i, &b, i % RS_SPB);
-	}
-	return KVS_TEST_PASS;
-}
-
 /* Node A (a cache of its own) dumps blocks tag/0..nb-1 to the server. */
 static kvs_test_rc sr_node_dump(const struct rs *s, const char *tag_name, uint32_t tag,
 				uint32_t nb)
@@ -100,7 +88,7 @@ static kvs_test_rc sr_node_dump(const struct rs *s, const char *tag_name, uint32
 	kvs_test_rc rc;
 
 	KVS_TRY(sr_open(kvs_test_unique_id(uid, sizeof(uid), tag_name), 0, s, NULL, &a));
-	rc = sr_task(&t, tag, nb);
+	rc = rs_task(&t, tag, nb);
 	if (rc.code == 0)
 		rc = st_dump(a, &t, 20000);
 	st_task_free(&t);
@@ -123,7 +111,7 @@ static kvs_test_rc sr_rank_load(void *arg)
 	kvs_test_rc rc;
 
 	KVS_TRY(sr_open(r->uid, r->device, r->s, NULL, &st));
-	rc = sr_task(&t, 20, SR_NB);
+	rc = rs_task(&t, 20, SR_NB);
 	if (rc.code == 0)
 		rc = st_load(st, &t, 20000, 0);
 	st_task_free(&t);
@@ -199,7 +187,7 @@ static kvs_test_rc kill_body(struct rs *s)
 	/* The copy engine's registration logs when it ends: let it end first, so
 	 * the last line logged below is the backend's. */
 	KVS_CHECK_EQ(kvs_store_ready(b, 30 * ST_SEC), 1);
-	KVS_TRY(sr_task(&t, 22, SR_NB));
+	KVS_TRY(rs_task(&t, 22, SR_NB));
 	kill(s->pid, SIGSTOP);
 	KVS_CHECK_OK(kvs_store_load(b, t.shards, t.n, &task));
 	t0 = kvs_now_ns();
@@ -247,7 +235,7 @@ static kvs_test_rc store_errors_body(struct rs *s)
 	rep = rs_cmd(s, "SET %s short", key);
 	freeReplyObject(rep);
 	KVS_TRY(sr_open(kvs_test_unique_id(uid, sizeof(uid), "redisEB"), 0, s, NULL, &b));
-	KVS_TRY(sr_task(&one, 23, 1));
+	KVS_TRY(rs_task(&one, 23, 1));
 	KVS_TRY(st_load(b, &one, 20000, -EIO));
 	KVS_CHECK(strstr(st_last_log, "publishing") == NULL);
 	KVS_TRY(st_task_whole(&rest, 3 * RS_SPB, 1, RS_SHARD));
@@ -350,7 +338,7 @@ static kvs_test_rc password_files(struct rs *s, const char *dir)
 	KVS_TRY(pw_write(path, long_pw, strlen(long_pw)));
 	KVS_CHECK_OK(kvs_store_config_check(&cfg));
 	KVS_TRY(st_open(&cfg, &st));
-	KVS_TRY(sr_task(&t, 31, 1));
+	KVS_TRY(rs_task(&t, 31, 1));
 	KVS_TRY(st_dump(st, &t, 20000));
 	st_task_free(&t);
 	kvs_store_close(st);
@@ -428,7 +416,7 @@ static kvs_test_rc ready_shard_body(struct rs *s)
 	KVS_TRY(st_task_whole(&one, 1, 1, RS_SHARD));
 	st_task_set(&one, 0, &x, 0);
 	KVS_TRY(st_load(r, &one, 20000, 0)); /* X:0 READY in the cache */
-	KVS_TRY(sr_task(&all, 30, 1));
+	KVS_TRY(rs_task(&all, 30, 1));
 	KVS_TRY(st_dump(r, &all, 20000)); /* durable: every shard of X stored */
 	for (uint32_t i = 0; i < RS_SPB; i++) {
 		rs_key(&x, i, key, sizeof(key));
@@ -469,7 +457,7 @@ static kvs_test_rc ra_rank(void *arg)
 	KVS_TRY(st_load(r, &one, 20000, 0));
 	KVS_TRY(st_write_full(a->up, &ch, 1));
 	KVS_TRY(st_read_full(a->down, &ch, 1, 20000));
-	KVS_TRY(sr_task(&all, 32, 1));
+	KVS_TRY(rs_task(&all, 32, 1));
 	KVS_TRY(st_dump(r, &all, 20000)); /* acknowledged: X:0 counts, 1..3 gathered */
 	ch = 'd';
 	KVS_TRY(st_write_full(a->up, &ch, 1));

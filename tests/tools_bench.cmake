@@ -5,7 +5,8 @@
 # shards (from --json, and --check), shared and private caches on the same
 # memory (also with a hugepage pool that holds one cache, not one per rank),
 # Mooncake traces whole and capped, --backend redis against a redis-server of its
-# own (skipped without one), bad input, nothing left behind.
+# own (skipped without one) and --redis-cluster against a cluster of its own,
+# bad input, nothing left behind.
 #
 # Included once per variant by tests/CMakeLists.txt, but the CLI is built once
 # (${CMAKE_BINARY_DIR}/bin/kvshare, against the first variant's library:

@@ -19,7 +19,9 @@
 #     by --blocks; one too large for the machine refused naming --blocks;
 #   - --backend redis against a redis-server of its own on a unix socket (--check;
 #     skipped, saying so, without redis-server), and an endpoint nobody serves:
-#     one line naming it;
+#     one line naming it; --redis-cluster against a 3-master cluster of its own
+#     on loopback (perf/redis_cluster.sh; skipped without redis-cli): --check,
+#     the JSON says cluster, every master holds keys of the run;
 #   - bad input: unknown flags, bad numbers, a capacity too small, a malformed
 #     trace line (named by its number): a one-line message and exit 2 (1 for a
 #     trace that cannot be used); --help exits 0;
@@ -34,8 +36,10 @@ BIN=${1:?usage: tools_bench.sh KVSHARE RUNS}
 RUNS=${2:?usage: tools_bench.sh KVSHARE RUNS}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvs-bench-test.XXXXXX")
 REDIS_PID=
+RCL_PIDS= # the cluster's (perf/redis_cluster.sh)
 cleanup() {
 	[ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null && wait "$REDIS_PID" 2>/dev/null
+	[ -n "$RCL_PIDS" ] && kill $RCL_PIDS 2>/dev/null && wait $RCL_PIDS 2>/dev/null
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -331,6 +335,37 @@ else
 	[ "$rc" = 1 ] || fail "unreachable redis: exit $rc, want 1 (stderr: $err)"
 	[ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && grep -q "none.sock" <<<"$err" ||
 		fail "unreachable redis: want one line naming the endpoint, got: $err"
+fi
+
+# ---- --backend redis --redis-cluster: a 3-master cluster of our own on loopback ----
+usage_error --redis-cluster
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	echo "SKIP: --redis-cluster: redis-server or redis-cli is not installed (Debian: apt-get install redis-server)"
+else
+	. "$(dirname "$0")/../perf/redis_cluster.sh"
+	mkdir -p "$WORK/cluster"
+	if ! rcl_up "$WORK/cluster" 3; then
+		fail "--redis-cluster: the cluster did not come up (above)"
+	else
+		run --backend redis --redis-cluster --redis-endpoint "${RCL_SEEDS%%;*}" "${TINY[@]}" \
+			--check --json
+		if [ "$rc" != 0 ]; then
+			fail "redis cluster --check --json: exit $rc: $err"
+		else
+			printf '%s\n' "$out" >"$WORK/cluster.json"
+			check_json "$WORK/cluster.json" 3 "redis cluster --check --json"
+			python3 -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1]))["config"]["redis"]["cluster"])' \
+				"$WORK/cluster.json" 2>/dev/null || ! command -v python3 >/dev/null ||
+				fail "redis cluster --json: config.redis.cluster is not true"
+			keys=0
+			for p in ${RCL_SEEDS//;/ }; do
+				n=$(redis-cli -p "${p##*:}" dbsize)
+				[ "$n" -gt 0 ] || fail "redis cluster: master $p holds no key of the run"
+				keys=$((keys + n))
+			done
+			[ "$keys" -gt 0 ] || fail "redis cluster: no keys stored"
+		fi
+	fi
 fi
 
 # ---- --root and --keep ----

@@ -115,6 +115,8 @@ static void usage(FILE *f)
 "  --redis-endpoint E the server, as the library's redis_endpoints takes it:\n"
 "                     host:port, [v6addr]:port or an absolute unix socket path\n"
 "                     (/run/redis/redis.sock); several separated by ';'\n"
+"  --redis-cluster    the endpoints are seeds of a Redis Cluster (the library's\n"
+"                     redis_cluster=1: blocks placed by the cluster's slots)\n"
 "  --latency-us N     added to every backend read, 0..1000000 (2000; redis: 0)\n"
 "  --qd N             backend reads in flight per rank, 0 = unbounded (2)\n"
 "  --workload NAME    prefix (default) or scan\n"
@@ -200,7 +202,7 @@ static int parse_num(const char *s, bool size, uint64_t lo, uint64_t hi, uint64_
 enum {
 	O_RANKS = 256, O_BLOCKS, O_SHARDS, O_SHARD_SIZE, O_CAPACITY, O_BACKEND, O_LATENCY, O_QD,
 	O_WORKLOAD, O_TRACE, O_JSON, O_KEEP, O_ROOT, O_SEED, O_CHECK, O_ENGINE, O_DROP, O_VERBOSE,
-	O_INTERNAL, O_REPEAT, O_REDIS,
+	O_INTERNAL, O_REPEAT, O_REDIS, O_REDIS_CLUSTER,
 };
 
 static int parse_opts(int argc, char **argv, struct b_opts *o, bool *help)
@@ -227,6 +229,7 @@ static int parse_opts(int argc, char **argv, struct b_opts *o, bool *help)
 		{ "internal-run", required_argument, NULL, O_INTERNAL },
 		{ "repeat", required_argument, NULL, O_REPEAT },
 		{ "redis-endpoint", required_argument, NULL, O_REDIS },
+		{ "redis-cluster", no_argument, NULL, O_REDIS_CLUSTER },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -357,6 +360,9 @@ static int parse_opts(int argc, char **argv, struct b_opts *o, bool *help)
 					       KVS_REDIS_ENDPOINTS_LEN - 1);
 			o->redis_endpoint = optarg;
 			break;
+		case O_REDIS_CLUSTER:
+			o->redis_cluster = true;
+			break;
 		default:
 			return bad_opt("unknown option '%s'", name);
 		}
@@ -378,6 +384,8 @@ static int parse_opts(int argc, char **argv, struct b_opts *o, bool *help)
 			       "path)");
 	if (o->redis_endpoint && o->backend != BACKEND_REDIS)
 		return bad_opt("--redis-endpoint is for --backend redis");
+	if (o->redis_cluster && o->backend != BACKEND_REDIS)
+		return bad_opt("--redis-cluster is for --backend redis");
 	if (o->backend == BACKEND_REDIS && !o->latency_set)
 		o->latency_us = 0; /* a real remote store: nothing added to its reads */
 	return 0;
@@ -781,7 +789,7 @@ int kvs_cli_bench(int argc, char **argv)
 		snprintf(sh->p.root, sizeof(sh->p.root), "%s", root);
 	}
 	if (o.backend == BACKEND_REDIS)
-		b_redis_setup(&sh->p, o.redis_endpoint, tag, o.keep);
+		b_redis_setup(&sh->p, o.redis_endpoint, o.redis_cluster, tag, o.keep);
 	if (o.backend != BACKEND_LATENCY) {
 		if (progress)
 			fprintf(stderr, "  filling the store...");

@@ -108,6 +108,7 @@ struct b_params {
 	char redis_endpoints[KVS_REDIS_ENDPOINTS_LEN]; /* the redis store (--redis-endpoint) */
 	char redis_prefix[KVS_REDIS_PREFIX_LEN];       /* this invocation's keys */
 	uint64_t redis_ttl_ms;    /* its keys expire (0: never, --keep) */
+	uint32_t redis_cluster;   /* the endpoints are Redis Cluster seeds (--redis-cluster) */
 	/* Offsets from the start of the mapping. */
 	uint64_t off_ids;         /* struct kvs_block_id[nblocks] */
 	uint64_t off_task;        /* uint32_t[ntasks + 1]: first access of each task */
@@ -162,7 +163,7 @@ struct b_work {
 struct b_opts {
 	uint32_t ranks, blocks, shards, qd, backend, workload, engine, repeat;
 	uint64_t shard_bytes, capacity, latency_us, seed;
-	bool blocks_set, latency_set, json, keep, check, verbose, drop_cache;
+	bool blocks_set, latency_set, json, keep, check, verbose, drop_cache, redis_cluster;
 	const char *trace, *root, *internal, *redis_endpoint;
 };
 
@@ -253,7 +254,8 @@ int b_probe_engine(struct b_shm *sh, uint32_t want, char *note, size_t nn);
  * (process-local) before the ranks fork; wired into a rank's backend config. */
 void b_backend_set(struct b_shm *sh, struct b_run *run);
 void b_backend_wire(struct kvs_backend_config *c);
-void b_redis_setup(struct b_params *p, const char *endpoints, const char *uid, bool keep);
+void b_redis_setup(struct b_params *p, const char *endpoints, bool cluster, const char *uid,
+		   bool keep);
 int b_run_fill(struct b_shm *sh, char *err, double *secs);
 void b_store_drop_cache(const char *root);
 void b_store_remove(const char *root);

@@ -53,6 +53,7 @@ static void store_backend(const struct b_params *p, uint32_t qd, struct kvs_back
 		snprintf(c->redis.endpoints, sizeof(c->redis.endpoints), "%s", p->redis_endpoints);
 		snprintf(c->redis.key_prefix, sizeof(c->redis.key_prefix), "%s", p->redis_prefix);
 		c->redis.ttl_ms = p->redis_ttl_ms;
+		c->redis.cluster = p->redis_cluster;
 		return;
 	}
 	c->kind = KVS_BACKEND_POSIX;
@@ -61,9 +62,11 @@ static void store_backend(const struct b_params *p, uint32_t qd, struct kvs_back
 	c->roots[0] = p->root;
 }
 
-void b_redis_setup(struct b_params *p, const char *endpoints, const char *uid, bool keep)
+void b_redis_setup(struct b_params *p, const char *endpoints, bool cluster, const char *uid,
+		   bool keep)
 {
 	snprintf(p->redis_endpoints, sizeof(p->redis_endpoints), "%s", endpoints);
+	p->redis_cluster = cluster;
 	snprintf(p->redis_prefix, sizeof(p->redis_prefix), "kvshare-bench:%.48s:", uid);
 	p->redis_ttl_ms = keep ? 0 : B_REDIS_TTL_MS;
 }

@@ -264,8 +264,9 @@ static void print_header(const struct b_report *rp)
 		printf("store: posix %s (%s), %" PRIu64 " shards dumped by one process in %.3f s\n",
 		       p->root, rp->o->keep ? "kept" : "removed at exit", rp->unique_shards, rp->fill_s);
 	else if (p->backend == BACKEND_REDIS)
-		printf("store: redis %s, keys %s* (%s), %" PRIu64 " shards dumped by one process in "
-		       "%.3f s\n", p->redis_endpoints, p->redis_prefix,
+		printf("store: redis %s%s, keys %s* (%s), %" PRIu64 " shards dumped by one process "
+		       "in %.3f s\n", p->redis_cluster ? "cluster seeded by " : "", p->redis_endpoints,
+		       p->redis_prefix,
 		       p->redis_ttl_ms ? "expire in 1 h" : "kept", rp->unique_shards, rp->fill_s);
 	if (p->backend == BACKEND_LATENCY) {
 		printf("backend: latency (synthetic: the dumped pattern, no fill), %" PRIu64
@@ -517,10 +518,11 @@ void b_print_json(const struct b_report *rp, bool ok)
 	if (p->backend == BACKEND_POSIX)
 		json_object_set_new(cfg, "root", json_string(p->root));
 	if (p->backend == BACKEND_REDIS)
-		json_object_set_new(cfg, "redis", json_pack("{s:s,s:s,s:I}", "endpoints",
+		json_object_set_new(cfg, "redis", json_pack("{s:s,s:s,s:I,s:b}", "endpoints",
 							    p->redis_endpoints, "key_prefix",
 							    p->redis_prefix, "ttl_ms",
-							    (json_int_t)p->redis_ttl_ms));
+							    (json_int_t)p->redis_ttl_ms, "cluster",
+							    (int)p->redis_cluster));
 	json_object_set_new(root, "config", cfg);
 	json_object_set_new(root, "workload", json_pack(
 		"{s:s,s:i,s:i,s:i,s:I,s:I,s:i,s:I,s:s?}",

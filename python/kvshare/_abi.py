@@ -75,8 +75,9 @@ class kvs_backend_redis_config(ctypes.Structure):
         ("command_timeout_ns", ctypes.c_uint64),
         ("ttl_ms", ctypes.c_uint64),
         ("start_degraded", ctypes.c_uint32),
-        ("reserved32", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 3),
+        ("cluster", ctypes.c_uint32),
+        ("wait_replicas", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
@@ -229,7 +230,7 @@ class kvs_cache_stats(ctypes.Structure):
 LAYOUT = {
     "kvs_block_id": (16, {"bytes": 0}),
     "kvs_cache_config": (2328, {"unique_id": 0, "device_id": 72, "local_rank_size": 76, "slot_bytes": 80, "slot_count": 88, "shards_per_block": 96, "tensor_count": 100, "tensor_bytes": 104, "reserved_slots": 2152, "hugetlb": 2156, "hugepage_bytes": 2160, "numa": 2168, "numa_node": 2172, "pci_bus_id": 2176, "wait": 2208, "spin_ns": 2212, "file_mode": 2216, "flags": 2220, "gid": 2224, "attach_timeout_ns": 2232, "lock_timeout_ns": 2240, "log": 2248, "log_arg": 2256, "prefault_threads": 2264, "reserved32": 2268, "reserved": 2272}),
-    "kvs_backend_redis_config": (1216, {"endpoints": 0, "user": 512, "password": 576, "password_file": 832, "key_prefix": 1088, "db": 1152, "connections": 1156, "connect_timeout_ns": 1160, "command_timeout_ns": 1168, "ttl_ms": 1176, "start_degraded": 1184, "reserved32": 1188, "reserved": 1192}),
+    "kvs_backend_redis_config": (1216, {"endpoints": 0, "user": 512, "password": 576, "password_file": 832, "key_prefix": 1088, "db": 1152, "connections": 1156, "connect_timeout_ns": 1160, "command_timeout_ns": 1168, "ttl_ms": 1176, "start_degraded": 1184, "cluster": 1188, "wait_replicas": 1192, "reserved": 1200}),
     "kvs_backend_config": (1456, {"kind": 0, "flags": 4, "io_engine": 8, "shards_per_block": 12, "shard_bytes": 16, "queue_depth": 24, "pool_threads": 28, "nroots": 32, "latency_queue_depth": 36, "roots": 40, "latency_ns": 104, "fault_error_ppm": 112, "fault_short_ppm": 116, "fault_delay_ns": 120, "fault_seed": 128, "fault_inner": 136, "user_ops": 144, "user_arg": 152, "log": 160, "log_arg": 168, "redis": 176, "tensor_count": 1392, "reserved32": 1396, "tensor_bytes": 1400, "layout_tag": 1408, "reserved": 1416}),
     "kvs_store_config": (5088, {"cache": 0, "backend": 2328, "capacity_bytes": 3784, "block_bytes": 3792, "tensor_bytes": 3800, "timeout_ns": 3808, "copy_delay_ns": 3816, "copy_engine": 3824, "dispatch_order": 3828, "dump_wait": 3832, "prealloc": 3836, "share_buffer": 3840, "waiting_queue_depth": 3844, "running_queue_depth": 3848, "cache_stream_number": 3852, "cpu_affinity": 3856, "backend_roots": 3984, "log": 5008, "log_arg": 5016, "register_chunk_bytes": 5024, "register_delay_ns": 5032, "copy_land_delay_ns": 5040, "reserved": 5048}),
     "kvs_store_tensor": (24, {"addr": 0, "offset": 8, "len": 16}),
