@@ -69,6 +69,8 @@
  * store/dump.c waits on (the rank's bell, the claim table's). */
 #define WAIT_EXTRA 3u
 #define WORK_MAX (KVS_WAIT_ANY_MAX - WAIT_EXTRA)
+_Static_assert(KVS_STORE_OWNED_READS_MAX <= WORK_MAX - WORK_MAX / 4,
+	       "owned reads in flight leave a quarter of the working set to other shards");
 /* Copies queued between two syncs. */
 #define BATCH_MAX 256u
 /* Idle sleep bound (the wake is the bell or condition; this only bounds it). */

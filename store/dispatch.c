@@ -26,7 +26,10 @@
  * Transfers.  Reads and writes have their own queues.  Reads go first and are
  * submitted whatever their task's deadline (a read is useful to every rank
  * waiting on its slot: a task past its deadline reports at the deadline, the
- * read drains into the cache).  Writes (the blocks this rank writes as their
+ * read drains into the cache), at most read_cap in flight
+ * (KVS_STORE_OWNED_READS_MAX: each holds a place of the copier's working set
+ * until it completes; past the cap reads wait in the queue, so the visits own
+ * no more misses and the peers own them).  Writes (the blocks this rank writes as their
  * claim's holder, store/dump.c) may take at most write_cap of the backend's
  * queue, so reads always find room.  A block write has no deadline (its dumps
  * may be acknowledged already): it waits in the queue as long as the backend
@@ -85,6 +88,7 @@ struct disp {
 	struct kvs_store_job *wq_head, *wq_tail;  /* block writes with shards to submit */
 	struct kvs_store_job *retries;   /* block writes waiting out a retry's backoff */
 	uint32_t reads_inflight, writes_inflight, write_cap;
+	uint32_t read_cap;               /* reads in flight at most (KVS_STORE_OWNED_READS_MAX) */
 	uint32_t jobs;                   /* block writes not finished */
 	bool blocked;                    /* visits wait for pins or ring room */
 	/* The visits of this pass, handed to the copier together (flush_visits):
@@ -517,7 +521,7 @@ static bool submit_reads(struct disp *d)
 	struct kvs_store_xfer *xf;
 	bool progress = false;
 
-	while ((xf = d->rq_head)) {
+	while ((xf = d->rq_head) && d->reads_inflight < d->read_cap) {
 		struct kvs_backend_io io = {
 			.block = xf->block, .shard = xf->shard, .buf = xf->buf,
 			.len = s->slot_bytes, .token = (uint64_t)(uintptr_t)xf,
@@ -813,6 +817,7 @@ static int disp_init(struct disp *d, struct kvs_store *s)
 			? s->cfg.backend.latency_queue_depth
 			: s->cfg.backend.queue_depth;
 	d->write_cap = depth > 1 ? depth - (depth / 4 ? depth / 4 : 1) : 1;
+	d->read_cap = depth < KVS_STORE_OWNED_READS_MAX ? depth : KVS_STORE_OWNED_READS_MAX;
 	d->epfd = kvs_fd_above_stdio(epoll_create1(EPOLL_CLOEXEC));
 	if (d->epfd < 0)
 		return -errno;

@@ -39,6 +39,14 @@
 #define KVS_STORE_WAITING_QD_MAX 4096u
 #define KVS_STORE_RUNNING_QD_DEFAULT 256u
 #define KVS_STORE_RUNNING_QD_MAX 65536u
+/* Most owned reads a rank has in flight, whatever the backend's queue depth:
+ * each holds a place of the copier's working set (store/copy.c, WORK_MAX: 125)
+ * until it completes, so three quarters of it at most, and a dump or a hit
+ * queued behind a burst of slow reads still finds room (before: the backend's
+ * default 128 filled all 125, and a cached dump waited for a wave of reads:
+ * 217 ms behind 100 ms reads).  Half of it cost a 512-shard load of such
+ * reads 1.6x its time; three quarters, 1.1x. */
+#define KVS_STORE_OWNED_READS_MAX 93u
 #define KVS_STORE_STREAMS_MAX 16u
 /* Registration chunks (register_chunk_size): a few GiB by default, always far
  * below the single-registration sizes cudaHostRegister is reported to refuse

@@ -22,7 +22,11 @@
  *                 pinned until then), leaks nothing; check 1
  *                 while running; wait with a short timeout 1; unknown ids -ENOENT;
  *                 closing a store with a task running drains it; a task reports
- *                 only once its slots are released (hits and failed reads);
+ *                 only once its slots are released (hits and failed reads); a
+ *                 cached dump submitted behind a load of 128 slow reads (the
+ *                 backend's default queue depth) completes while that load
+ *                 still runs (before: the reads' shards filled the copier's
+ *                 working set and the dump waited for them);
  *   watcher       lookup / lookup_prefix from a watcher agree with the rank (in
  *                 cache, only in the backend after eviction or on a fresh cache,
  *                 absent); load/dump/prefetch from a watcher -EOPNOTSUPP;
@@ -604,6 +608,45 @@ static kvs_test_rc one_block_task(struct st_task *t, uint32_t tag, uint64_t n)
 	return KVS_TEST_PASS;
 }
 
+/* A load of 128 shards whose reads take 300 ms (latency backend: all of them
+ * would be in flight at once, the backend's default depth), then a cached dump
+ * of another block: the dump completes while the load still runs.  The owned
+ * reads in flight are capped (KVS_STORE_OWNED_READS_MAX), so the copier always
+ * has room for shards that are ready. */
+static kvs_test_rc test_slow_reads_leave_room(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct st_task l, d;
+	uint64_t load = 0;
+	char uid[96];
+	struct kvs_block_id b;
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "room"), 0, SHARD, 512, 16);
+	/* one rank: a pin budget of 256 (slots / 2), room for all 128 reads */
+	KVS_TRY(st_parse(&cfg, "backend=latency,latency_us=300000,dump_wait=cached,"
+			       "local_rank_size=1"));
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&l, 128, 1, SHARD));
+	for (uint32_t i = 0; i < 128; i++) {
+		b = st_block(40, i / 16);
+		st_task_set(&l, i, &b, i % 16);
+	}
+	KVS_TRY(st_task_whole(&d, 16, 1, SHARD));
+	b = st_block(41, 0);
+	for (uint32_t i = 0; i < 16; i++)
+		st_task_set(&d, i, &b, i);
+	KVS_CHECK_OK(kvs_store_load(s, l.shards, l.n, &load));
+	KVS_TRY(st_dump(s, &d, WAIT_MS));
+	KVS_CHECK_EQ(kvs_store_check(s, load), 1); /* the dump was not held behind the reads */
+	KVS_TRY(st_wait_expect(s, load, WAIT_MS, 0, "load"));
+	KVS_TRY(st_task_verify(&l)); /* the latency backend's pattern */
+	kvs_store_close(s);
+	st_task_free(&l);
+	st_task_free(&d);
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc test_queue_full(void)
 {
 	struct kvs_store_config cfg;
@@ -1169,6 +1212,7 @@ static const struct kvs_test_case cases[] = {
 	{ "head_slices", test_head_slices },
 	{ "queue_full", test_queue_full },
 	{ "task_timeout", test_task_timeout },
+	{ "slow_reads_leave_room", test_slow_reads_leave_room },
 	{ "task_ids", test_task_ids },
 	{ "close_running", test_close_running },
 	{ "release_before_done", test_release_before_done },
