@@ -23,7 +23,7 @@
 
 #include "kvshare.h"
 
-/* splitmix64's finaliser: also the seeded generator of io/fault.c and io/posix.c. */
+/* splitmix64's finaliser: also the seeded generator of io/fault.c and io/posix_roots.c. */
 static inline uint64_t kvs_mix64(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ull;

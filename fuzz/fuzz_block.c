@@ -1,6 +1,6 @@
 /*
  * fuzz/fuzz_block.c — libFuzzer target: a corrupt or truncated block file on
- * disk, read through the posix backend (io/posix.c) and through a store load
+ * disk, read through the posix backend (io/posix_read.c) and through a store load
  * into a shared cache (store/).
  *
  * A block store is a directory anyone with the uid (or a careless admin, or a

@@ -2,11 +2,12 @@
  * io/internal.h — private to io/: the built-in backends' ops tables, the engines
  * under the posix backend, and small helpers they share.
  *
- * The posix backend (posix.c) owns files and naming; it hands transfers on open
- * file descriptors to an engine: io_uring (uring.c, kernel build) or a pthread
- * pool (pool.c).  An engine moves exactly req->len bytes or fails: it retries
- * short transfers for the remainder itself and reports end of file before len
- * as -EIO, so every layer above sees "all bytes or -errno".  The calls that
+ * The posix backend (posix.c, with posix_roots.c, posix_read.c, posix_write.c)
+ * owns files and naming; it hands transfers on open file descriptors to an
+ * engine: io_uring (uring.c, kernel build) or a pthread pool (pool.c).  An
+ * engine moves exactly req->len bytes or fails: it retries short transfers for
+ * the remainder itself and reports end of file before len as -EIO, so every
+ * layer above sees "all bytes or -errno".  The calls that
  * finish a dumped block (fdatasync, close, renameat) go through the engine too,
  * so that the issuer never waits for storage on a write's behalf.
  */

@@ -1,4 +1,4 @@
-# Tests of the backend stores (io/backend.c, posix.c, uring.c, pool.c, none.c,
+# Tests of the backend stores (io/backend.c, posix*.c, uring.c, pool.c, none.c,
 # latency.c, fault.c, notify.c).  io_wait: every backend's wait descriptor, with
 # io_wait_uring (--uring) the posix cases on io_uring, Skipped like io_posix_uring.  io_posix is two CTest tests of one binary: io_posix (the
 # pool engine and everything engine-neutral) and io_posix_uring (--uring: the same

@@ -6,7 +6,7 @@ The backend is posix under tmp_path behind the fault backend (fault_delay_us
 holds every write's completion, io_queue_depth bounds how many are in
 flight), so a cached dump returns well before its blocks are written: a flush
 that did not wait would find the block files missing.  The files are looked
-for where io/posix.c names them: <root>/<hex[0:2]>/<hex[2:4]>/<hex> of the
+for where io/posix_roots.c names them: <root>/<hex[0:2]>/<hex[2:4]>/<hex> of the
 16-byte id."""
 import errno
 import math
@@ -48,7 +48,7 @@ def content(seed):
 
 
 def block_files(root, blocks):
-    """The posix backend's file of each block (io/posix.c, Naming)."""
+    """The posix backend's file of each block (io/posix_roots.c, Naming)."""
     out = []
     for b in blocks:
         h = kvshare.block_id(b).hex()

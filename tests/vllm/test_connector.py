@@ -428,7 +428,7 @@ def test_cache_of_other_weights_refused(node, monkeypatch, tmp_path):
 
 
 def block_files(root, kids):
-    """The posix backend's file of each kvshare id (io/posix.c, Naming)."""
+    """The posix backend's file of each kvshare id (io/posix_roots.c, Naming)."""
     return [os.path.join(str(root), k.hex()[0:2], k.hex()[2:4], k.hex()) for k in kids]
 
 
