@@ -31,7 +31,7 @@ out=$work/stdout err=$work/stderr
 case $name in
 chaos.sh) cmd=("$root/$script" --build "$build") ;;
 gpu_check.sh) cmd=("$root/$script" "$build") KVS_GPU_CHECK_OUT=$work/gpu_check ;;
-vllm_ttft.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
+vllm_ttft.py | vllm_itl.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	KVSHARE_LIBRARY=$build/lib/libkvshare.so.1 ;;
 weights_fingerprint.py) cmd=("${KVS_PYTHON:-python3}" "$root/$script")
 	PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} ;;
