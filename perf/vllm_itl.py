@@ -5,8 +5,8 @@ vLLM 0.32, dummy weights): the decoders' inter-token latency (ITL) and the
 loading request's time to first token, with the connector's loads
 asynchronous, synchronous and with no load at all (issue 39's benchmark;
 docs/vllm.md, "Asynchronous loads").  Each engine is its own process: this
-script re-runs itself as `--child SPEC.json OUT.json`, as perf/vllm_ttft.py
-does.
+script re-runs itself as `--child SPEC.json OUT.json` (perf/vllm_engines.py,
+shared with perf/vllm_ttft.py).
 
 Per TP degree (--tp, default 1,2; TP=2 with VLLM_CPU_OMP_THREADS_BIND="0|1"),
 on the posix backend in a temp dir (kv_role kv_both, one kvshare_unique_id):
@@ -101,34 +101,21 @@ import importlib.util
 import json
 import math
 import os
-import random
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BLOCK = 32
-WARMUP_TOKENS = 2 * BLOCK + 8     # two full blocks (the save path runs too) + 8
+import vllm_engines
+from vllm_engines import BLOCK, WARMUP_TOKENS, Engine
+
 TAG = "vllm_itl"
 MODES = ("async", "hybrid", "sync")
 
 
 def options(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--heads", type=int, default=8, help="attention heads")
-    p.add_argument("--head-dim", type=int, default=None, help="default hidden / heads")
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--intermediate", type=int, default=None,
-                   help="default 2816 x hidden / 1024")
-    p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--prompt-tokens", type=int, default=2048, help="the loaded prefix P")
-    p.add_argument("--suffix-tokens", type=int, default=32)
+    vllm_engines.add_model_options(p, layers=4, hidden=512, prompt_tokens=2048,
+                                   intermediate_help="default 2816 x hidden / 1024",
+                                   prompt_help="the loaded prefix P")
     p.add_argument("--decoders", type=int, default=4)
     p.add_argument("--decoder-prompt-tokens", type=int, default=16)
     p.add_argument("--decode-tokens", type=int, default=256,
@@ -153,38 +140,19 @@ def options(argv):
                    help="more kvshare_config keys of every engine")
     p.add_argument("--connector-extra", default="{}", metavar="JSON",
                    help="more kv_connector_extra_config keys of the measuring engines")
-    p.add_argument("--child", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
-    o = p.parse_args(argv)
-    if o.head_dim is None:
-        o.head_dim = o.hidden // o.heads
-    if o.intermediate is None:
-        o.intermediate = 2816 * o.hidden // 1024
-    return o
+    return vllm_engines.parse_options(p, argv)
 
 
 # -- the child: one engine ------------------------------------------------------
 
-def child(spec_path, out_path):
-    t0 = time.monotonic()
-    with open(spec_path) as f:
-        spec = json.load(f)
-    from vllm import LLM, SamplingParams
+def serve(spec, t0):
+    """The --child's engine (vllm_engines.child): its warm-up, then engine A's
+    store or the measurement; the result for the parent."""
+    from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    extra = {**spec.get("connector_extra", {}), "kvshare_config": spec["kvshare_config"],
-             "kvshare_unique_id": spec["unique_id"]}
-    if spec.get("load_mode"):
-        extra["kvshare_load_mode"] = spec["load_mode"]
-    transfer = {"kv_connector": "KVShareConnector", "kv_connector_module_path": "kvshare.vllm",
-                "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                "kv_connector_extra_config": extra}
-    llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
-              enforce_eager=True, dtype="float32", block_size=BLOCK,
-              max_model_len=spec["max_model_len"],
-              max_num_batched_tokens=spec["max_model_len"],
-              kv_cache_memory_bytes=spec["kv_cache_memory_bytes"],
-              tensor_parallel_size=spec["tp"], enable_prefix_caching=True, seed=0,
-              kv_transfer_config=transfer)
+    mode = {"kvshare_load_mode": spec["load_mode"]} if spec.get("load_mode") else {}
+    llm = vllm_engines.open_llm(spec, vllm_engines.kv_transfer(spec, **mode))
     started = time.monotonic()
     warm = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, detokenize=False)
     llm.generate([{"prompt_token_ids": w} for w in spec["warmup"]], warm, use_tqdm=False)
@@ -198,8 +166,7 @@ def child(spec_path, out_path):
                       cached_tokens=outs[0].num_cached_tokens)
     else:
         result.update(drive(llm.llm_engine, spec, SamplingParams, RequestOutputKind))
-    with open(out_path, "w") as f:
-        json.dump(result, f)
+    return result
 
 
 def drive(eng, spec, SamplingParams, RequestOutputKind):
@@ -280,130 +247,6 @@ def run_phase(eng, spec, SamplingParams, RequestOutputKind, phase, loader):
 
 # -- the parent ---------------------------------------------------------------
 
-class EngineFailed(Exception):
-    pass
-
-
-def log_tail(path, n=60):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError as e:
-        return f"(no log: {e})\n"
-
-
-class Engine:
-    """One child engine process (its own session: its engine core and workers
-    die with it); perf/vllm_ttft.py's Engine."""
-
-    def __init__(self, run, name, spec):
-        self.name, self.run = name, run
-        d = run.tmp
-        self.spec_path = os.path.join(d, f"{name}.json")
-        self.out = os.path.join(d, f"{name}.out")
-        self.log = os.path.join(d, f"{name}.log")
-        spec = {"name": name, **run.engine_base, **spec}
-        with open(self.spec_path, "w") as f:
-            json.dump(spec, f)
-        env = dict(run.env)
-        if spec["tp"] > 1:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-                str(c % os.cpu_count()) for c in range(spec["tp"]))
-        self.t0 = time.monotonic()
-        self.shm, self.next_scan = set(), 0.0
-        with open(self.log, "w") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--child", self.spec_path,
-                 self.out], env=env, stdout=logf, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
-        run.engines.append(self)
-
-    def session(self):
-        """Pids of the processes still in the child's session."""
-        out = []
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/stat") as f:
-                        st = f.read().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-                if int(st[3]) == self.proc.pid:   # session id
-                    out.append(int(d))
-        return out
-
-    def settle(self, grace=30.0):
-        """Let the child's workers exit by themselves (a worker killed mid-exit
-        leaves vLLM's /dev/shm/vllm_dist_* segments behind), then kill the rest."""
-        deadline = time.monotonic() + grace
-        while self.session() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.kill()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-        for pid in self.session():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for path in self.shm:
-            try:
-                os.unlink(path)
-                self.run.vllm_shm_left.append(path)
-            except OSError:
-                pass
-        self.shm = set()
-
-    def failed(self, why):
-        return EngineFailed(f"engine {self.name} {why}; its log's tail:\n"
-                            + log_tail(self.log))
-
-    def scan(self):
-        """Note the /dev/shm/vllm_dist_* segments its processes map; at most
-        every 2 s."""
-        if time.monotonic() < self.next_scan:
-            return
-        self.next_scan = time.monotonic() + 2.0
-        for pid in self.session():
-            try:
-                with open(f"/proc/{pid}/maps") as f:
-                    for line in f:
-                        i = line.find("/dev/shm/vllm_dist_")
-                        if i >= 0:
-                            self.shm.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
-            except OSError:
-                pass
-
-    def wait(self):
-        deadline = self.t0 + self.run.o.engine_timeout
-        while True:
-            try:
-                rc = self.proc.wait(timeout=2.0)
-                break
-            except subprocess.TimeoutExpired:
-                self.scan()
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise self.failed(f"ran past {self.run.o.engine_timeout:.0f} s")
-        self.settle()
-        if rc != 0:
-            raise self.failed(f"exited {rc}")
-        with open(self.out) as f:
-            r = json.load(f)
-        r["wall_s"] = time.monotonic() - self.t0
-        with open(self.log, errors="replace") as f:
-            text = f.read()
-        r["load_errors_logged"] = (text.count("blocks are recomputed") +
-                                   text.count("not submitted"))
-        return r
-
-
 def percentile(xs, p):
     """Nearest rank."""
     s = sorted(xs)
@@ -419,27 +262,11 @@ def itls(r):
     return out
 
 
-def kvshare_files():
-    out = set()
-    for d in ("/dev/shm", "/dev/hugepages"):
-        try:
-            out |= {os.path.join(d, n) for n in os.listdir(d) if "kvshare" in n}
-        except OSError:
-            pass
-    return out
-
-
-class Run:
+class Run(vllm_engines.Run):
     def __init__(self, o):
-        self.o = o
-        self.engines = []
-        self.tmp = tempfile.mkdtemp(prefix="kvs-vllm-itl.")
-        self.uid = f"perf-itl-{os.getpid()}"
-        self.flags = []
-        self.vllm_shm_left = []
+        super().__init__(o, __file__, TAG, "itl")
         self.modes = [m for m in o.modes.split(",") if m.strip()]
-        rng = random.Random(2048)
-        self.tok = lambda n: [rng.randrange(3, o.vocab) for _ in range(n)]  # noqa: E731
+        self.tok = vllm_engines.tokens(2048, o.vocab)
         self.prefix = self.tok(o.prompt_tokens)
         self.full_blocks = o.prompt_tokens // BLOCK
         self.shard_bytes = 2 * BLOCK * o.head_dim * 4 * o.layers   # a head, every layer
@@ -456,31 +283,7 @@ class Run:
         # suffix, the decoders, the warm-ups), x 1.5
         node_blocks = vllm_blocks + self.full_blocks
         self.cache_gb = round(node_blocks * self.spb * self.shard_bytes * 1.5 / 2**30 + 0.02, 3)
-        model = os.path.join(self.tmp, "model")
-        os.makedirs(model)
-        with open(os.path.join(model, "config.json"), "w") as f:
-            json.dump({
-                "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                "hidden_size": o.hidden, "intermediate_size": o.intermediate,
-                "num_hidden_layers": o.layers, "num_attention_heads": o.heads,
-                "num_key_value_heads": o.kv_heads, "head_dim": o.head_dim,
-                "hidden_act": "silu", "max_position_embeddings": max_model_len,
-                "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "vocab_size": o.vocab,
-                "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
-                "torch_dtype": "float32"}, f)
-        self.max_model_len = max_model_len
-        self.engine_base = {"model": model, "max_model_len": max_model_len,
-                            "kv_cache_memory_bytes": self.kv_bytes}
-        lib = os.environ.get("KVSHARE_LIBRARY") or os.path.join(ROOT, "build", "lib",
-                                                                 "libkvshare.so.1")
-        self.env = dict(os.environ, KVSHARE_LIBRARY=lib, HF_HUB_OFFLINE="1",
-                        VLLM_NO_USAGE_STATS="1", PYTHONDONTWRITEBYTECODE="1")
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [os.path.join(ROOT, "python")] + [p for p in
-                                              os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                              if p])
-        self.env.pop("PYTHONHASHSEED", None)
-        self.lib = lib
+        self.write_model(max_model_len, self.kv_bytes)
 
     def engine(self, name, tp, store, uid, **spec):
         o = self.o
@@ -602,20 +405,11 @@ class Run:
                       if None not in (at, st, step) else "target_ttft_sync+step=na")
         print(f"{TAG} tp={tp} ratio " + " ".join(fields), flush=True)
 
-    def close(self):
-        for e in self.engines:
-            e.kill()
-        if self.o.keep:
-            print(f"# {TAG}: kept {self.tmp}", flush=True)
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
 
 def main(argv):
     o = options(argv)
     if o.child:
-        child(*o.child)
-        return 0
+        return vllm_engines.child(*o.child, serve)
     tps = [int(t) for t in o.tp.split(",") if t.strip()]
     modes = [m for m in o.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES] or not modes
@@ -625,78 +419,31 @@ def main(argv):
               f"kv-heads == 0, --modes of {','.join(MODES)}, --decoders, "
               f"--decoder-prompt-tokens and --warm-steps >= 1", file=sys.stderr)
         return 2
-    shm0 = kvshare_files()
-    t0 = time.monotonic()
     run = Run(o)
     if not os.path.exists(run.lib):
         run.close()
         print(f"{TAG}: no library at {run.lib} (make, or set KVSHARE_LIBRARY)",
               file=sys.stderr)
         return 1
-    try:
-        load = open("/proc/loadavg").read().split()[:3]
-    except OSError:
-        load = ["?"] * 3
-    print(f"{TAG} config layers={o.layers} hidden={o.hidden} heads={o.heads} "
-          f"kv_heads={o.kv_heads} head_dim={o.head_dim} intermediate={o.intermediate} "
-          f"vocab={o.vocab} dtype=float32 block_size={BLOCK} prompt_tokens={o.prompt_tokens} "
-          f"suffix_tokens={o.suffix_tokens} decoders={o.decoders} "
-          f"decoder_prompt_tokens={o.decoder_prompt_tokens} decode_tokens={o.decode_tokens} "
-          f"warm_steps={o.warm_steps} margin_steps={o.margin_steps} "
-          f"baseline_steps={o.baseline_steps} settle_s={o.settle_s:g} "
-          f"read_delay_ms={o.read_delay_ms:g} "
-          f"modes={','.join(run.modes)} max_model_len={run.max_model_len} "
-          f"kv_cache_memory_bytes={run.kv_bytes} kvshare_cache_gb={run.cache_gb} "
-          f"shard_bytes={run.shard_bytes} shards_per_block={run.spb} "
-          f"prefix_shards={run.full_blocks * run.spb} cpus={os.cpu_count()} "
-          f"loadavg={'/'.join(load)} library={run.lib}", flush=True)
-    if os.environ.get("KVS_PERF_SMOKE") == "1":
-        run.close()
-        print(f"SKIP: {TAG}: smoke mode: configuration only, no engine (one vLLM engine's "
-              f"start-up is 20-65 s on a 2-core machine)", flush=True)
+    run.config_line(
+        f"decoders={o.decoders} decoder_prompt_tokens={o.decoder_prompt_tokens} "
+        f"decode_tokens={o.decode_tokens} warm_steps={o.warm_steps} "
+        f"margin_steps={o.margin_steps} baseline_steps={o.baseline_steps} "
+        f"settle_s={o.settle_s:g} read_delay_ms={o.read_delay_ms:g} "
+        f"modes={','.join(run.modes)} ",
+        f"prefix_shards={run.full_blocks * run.spb} ")
+    if run.smoke("20-65 s"):
         return 77
     if importlib.util.find_spec("vllm") is None:
         run.close()
         print(f"SKIP: {TAG}: no vllm in {sys.executable} (the venv: "
               f"python/vllm-env/env.sh prints its path)", flush=True)
         return 77
-    rc = 0
-    try:
+
+    def body():
         for tp in tps:
             run.single(tp)
-    except EngineFailed as e:
-        print(f"{TAG}: {e}", file=sys.stderr, flush=True)
-        rc = 1
-    except KeyboardInterrupt:
-        rc = 130
-    finally:
-        run.close()
-    new = kvshare_files() - shm0
-    left = {p for p in new if run.uid in p}
-    if left:
-        print(f"{TAG} leftover files={','.join(sorted(left))} (removed)", flush=True)
-        for p in left:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-        rc = rc or 1
-    if new - left:
-        print(f"# {TAG}: new kvshare files not of this run (left alone): "
-              f"{','.join(sorted(new - left))}", flush=True)
-    if run.vllm_shm_left:
-        print(f"# {TAG}: vLLM left {len(run.vllm_shm_left)} /dev/shm segments of this run's "
-              f"engines (its TP>1 shm communicator; not kvshare's), removed: "
-              f"{','.join(sorted(run.vllm_shm_left))}", flush=True)
-    for what, why in run.flags:
-        print(f"# {TAG} FLAG {what}: {why}", flush=True)
-    try:
-        load = open("/proc/loadavg").read().split()[:3]
-    except OSError:
-        load = ["?"] * 3
-    print(f"{TAG} done rc={rc} wall_s={time.monotonic() - t0:.0f} flags={len(run.flags)} "
-          f"loadavg={'/'.join(load)}", flush=True)
-    return rc
+    return run.execute(body)
 
 
 if __name__ == "__main__":

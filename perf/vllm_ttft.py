@@ -2,11 +2,12 @@
 """perf/vllm_ttft.py [options] -- time to first token of real vLLM engines (CPU,
 vLLM 0.32, dummy weights) when a long prompt's prefix is loaded from kvshare
 instead of recomputed.  Each engine is its own process: this script re-runs
-itself as `--child SPEC.json OUT.json`; every TTFT is taken inside the child
-after the engine started and after one warm-up request of unrelated tokens
-(one-time costs out), as the wall time of llm.generate() of the one timed
-request with max_tokens=1 (--hit-samples N: N such requests, each its own
-prefix, the median).
+itself as `--child SPEC.json OUT.json` (perf/vllm_engines.py, shared with
+perf/vllm_itl.py); every TTFT is taken inside the child after the engine
+started and after one warm-up request of unrelated tokens (one-time costs
+out), as the wall time of llm.generate() of the one timed request with
+max_tokens=1 (--hit-samples N: N such requests, each its own prefix, the
+median).
 
 Per TP degree (--tp, default 1,2; TP=2 with VLLM_CPU_OMP_THREADS_BIND="0|1"),
 on the posix backend in a temp dir (kv_role kv_both):
@@ -122,32 +123,22 @@ import math
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BLOCK = 32
-WARMUP_TOKENS = 2 * BLOCK + 8     # two full blocks (the save path runs too) + 8
+import vllm_engines
+from vllm_engines import BLOCK, HERE, WARMUP_TOKENS
+
 TAG = "vllm_ttft"
 
 
 def options(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--heads", type=int, default=8, help="attention heads")
-    p.add_argument("--head-dim", type=int, default=None, help="default hidden / heads")
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--intermediate", type=int, default=None,
-                   help="default 2816 at hidden 1024, scaled with --hidden")
-    p.add_argument("--vocab", type=int, default=4096)
-    p.add_argument("--prompt-tokens", type=int, default=4096)
-    p.add_argument("--suffix-tokens", type=int, default=32)
+    vllm_engines.add_model_options(p, layers=8, hidden=1024, prompt_tokens=4096,
+                                   intermediate_help="default 2816 at hidden 1024, "
+                                                     "scaled with --hidden")
     p.add_argument("--store-batch-tokens", type=int, default=0,
                    help="engine A's max_num_batched_tokens (0: max_model_len, one step)")
     p.add_argument("--tp", default="1,2", help="TP degrees of the single-engine cases")
@@ -173,42 +164,24 @@ def options(argv):
     p.add_argument("--connector-extra", default="{}", metavar="JSON",
                    help="more kv_connector_extra_config keys of every connector engine "
                         "(a connector's tuning keys, to compare)")
-    p.add_argument("--child", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
-    o = p.parse_args(argv)
-    if o.head_dim is None:
-        o.head_dim = o.hidden // o.heads
-    if o.intermediate is None:
-        o.intermediate = 2816 * o.hidden // 1024
-    return o
+    return vllm_engines.parse_options(p, argv)
 
 
 # -- the child: one engine ------------------------------------------------------
 
-def child(spec_path, out_path):
-    t0 = time.monotonic()
-    with open(spec_path) as f:
-        spec = json.load(f)
-    from vllm import LLM, SamplingParams
+def serve(spec, t0):
+    """The --child's engine (vllm_engines.child): its warm-up, then the timed
+    requests; the result for the parent."""
+    from vllm import SamplingParams
 
     transfer = None
     if spec["connector"]:
-        profiled = spec.get("profile")  # perf/vllm_ttft_profile.py's timed subclass
-        transfer = {"kv_connector": "ProfiledKVShareConnector" if profiled
-                    else "KVShareConnector",
-                    "kv_connector_module_path": "vllm_ttft_profile" if profiled
-                    else "kvshare.vllm",
-                    "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                    "kv_connector_extra_config": {
-                        **spec.get("connector_extra", {}),
-                        "kvshare_config": spec["kvshare_config"],
-                        "kvshare_unique_id": spec["unique_id"]}}
-    llm = LLM(model=spec["model"], load_format="dummy", skip_tokenizer_init=True,
-              enforce_eager=True, dtype="float32", block_size=BLOCK,
-              max_model_len=spec["max_model_len"],
-              max_num_batched_tokens=spec.get("batch_tokens") or spec["max_model_len"],
-              kv_cache_memory_bytes=spec["kv_cache_memory_bytes"],
-              tensor_parallel_size=spec["tp"], enable_prefix_caching=True, seed=0,
-              kv_transfer_config=transfer)
+        if spec.get("profile"):  # perf/vllm_ttft_profile.py's timed subclass
+            transfer = vllm_engines.kv_transfer(spec, "ProfiledKVShareConnector",
+                                                "vllm_ttft_profile")
+        else:
+            transfer = vllm_engines.kv_transfer(spec)
+    llm = vllm_engines.open_llm(spec, transfer)
     started = time.monotonic()
     params = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
     llm.generate([{"prompt_token_ids": spec["warmup"]}], params, use_tqdm=False)
@@ -245,148 +218,31 @@ def child(spec_path, out_path):
         more.append({"ttft_s": t4 - t3, "cached_tokens": outs[0].num_cached_tokens,
                      "t_send": t3, "t_done": t4})
     result["more"] = more
-    with open(out_path, "w") as f:
-        json.dump(result, f)
+    return result
 
 
 # -- the parent ---------------------------------------------------------------
 
-class EngineFailed(Exception):
-    pass
-
-
-def log_tail(path, n=60):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError as e:
-        return f"(no log: {e})\n"
-
-
-class Engine:
-    """One child engine process (its own session: its engine core and workers
-    die with it)."""
+class Engine(vllm_engines.Engine):
+    """A child engine (vllm_engines.Engine); with --profile, a connector
+    engine's timed events go to its profile dir, in its result."""
 
     def __init__(self, run, name, spec):
-        self.name, self.run = name, run
-        d = run.tmp
-        self.spec_path = os.path.join(d, f"{name}.json")
-        self.out = os.path.join(d, f"{name}.out")
-        self.log = os.path.join(d, f"{name}.log")
-        spec = {"name": name, **run.engine_base, **spec}
-        with open(self.spec_path, "w") as f:
-            json.dump(spec, f)
-        env = dict(run.env)
+        env = {}
         self.profile_dir = None
         if spec.get("profile"):
-            self.profile_dir = os.path.join(d, f"{name}.prof")
+            self.profile_dir = os.path.join(run.tmp, f"{name}.prof")
             os.makedirs(self.profile_dir)
             env.update(KVS_TTFT_PROFILE_DIR=self.profile_dir,
                        KVS_TTFT_PROFILE_MIN_TOKENS=str(len(spec["prompt"])),
-                       PYTHONPATH=HERE + os.pathsep + env["PYTHONPATH"])
+                       PYTHONPATH=HERE + os.pathsep + run.env["PYTHONPATH"])
             if run.o.cprofile:
                 env["KVS_TTFT_CPROFILE"] = "1"
-        if spec["tp"] > 1:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-                str(c % os.cpu_count()) for c in range(spec["tp"]))
-        self.t0 = time.monotonic()
-        self.shm, self.next_scan = set(), 0.0
-        with open(self.log, "w") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--child", self.spec_path,
-                 self.out], env=env, stdout=logf, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
-        run.engines.append(self)
-
-    def session(self):
-        """Pids of the processes still in the child's session (its engine core,
-        its workers)."""
-        out = []
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/stat") as f:
-                        st = f.read().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
-                    continue
-                if int(st[3]) == self.proc.pid:   # session id
-                    out.append(int(d))
-        return out
-
-    def settle(self, grace=30.0):
-        """Let the child's workers exit by themselves (a worker killed mid-exit
-        leaves vLLM's /dev/shm/vllm_dist_* segments behind), then kill the rest."""
-        deadline = time.monotonic() + grace
-        while self.session() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.kill()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
-        for pid in self.session():  # its engine core / workers, should any outlive it
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for path in self.shm:  # vLLM's segments of this engine, should any be left
-            try:
-                os.unlink(path)
-                self.run.vllm_shm_left.append(path)
-            except OSError:
-                pass
-        self.shm = set()
-
-    def failed(self, why):
-        return EngineFailed(f"engine {self.name} {why}; its log's tail:\n"
-                            + log_tail(self.log))
-
-    def scan(self):
-        """Note the /dev/shm/vllm_dist_* segments its processes map (vLLM's CPU
-        shm communicator at TP > 1): a worker vLLM kills at shutdown leaves its
-        segment behind, and these names are the ones this engine made.  At
-        most every 2 s."""
-        if time.monotonic() < self.next_scan:
-            return
-        self.next_scan = time.monotonic() + 2.0
-        for pid in self.session():
-            try:
-                with open(f"/proc/{pid}/maps") as f:
-                    for line in f:
-                        i = line.find("/dev/shm/vllm_dist_")
-                        if i >= 0:
-                            self.shm.add(line[i:].rstrip("\n").removesuffix(" (deleted)"))
-            except OSError:
-                pass
+        super().__init__(run, name, spec, env)
 
     def wait(self):
-        deadline = self.t0 + self.run.o.engine_timeout
-        while True:
-            try:
-                rc = self.proc.wait(timeout=2.0)
-                break
-            except subprocess.TimeoutExpired:
-                self.scan()
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise self.failed(f"ran past {self.run.o.engine_timeout:.0f} s")
-        self.settle()  # anything of its session left
-        if rc != 0:
-            raise self.failed(f"exited {rc}")
-        with open(self.out) as f:
-            r = json.load(f)
-        r["wall_s"] = time.monotonic() - self.t0
+        r = super().wait()
         r["profile_dir"] = self.profile_dir
-        with open(self.log, errors="replace") as f:
-            text = f.read()
-        r["load_errors_logged"] = (text.count("blocks are recomputed") +
-                                   text.count("not submitted"))
-        # the library's own lines (stderr): block writes that never reached the backend
-        r["block_writes_failed"] = text.count("store: block write of claim")
         return r
 
 
@@ -634,31 +490,11 @@ def cprofile_lines(prof_dir, top=15):
     return lines
 
 
-def kvshare_files():
-    out = set()
-    for d in ("/dev/shm", "/dev/hugepages"):
-        try:
-            out |= {os.path.join(d, n) for n in os.listdir(d) if "kvshare" in n}
-        except OSError:
-            pass
-    return out
-
-
-def fmt(x):
-    return f"{x:.3f}" if isinstance(x, float) else str(x)
-
-
-class Run:
+class Run(vllm_engines.Run):
     def __init__(self, o):
-        self.o = o
-        self.engines = []
+        super().__init__(o, __file__, TAG, "ttft")
         self.redis = None
-        self.tmp = tempfile.mkdtemp(prefix="kvs-vllm-ttft.")
-        self.uid = f"perf-ttft-{os.getpid()}"
-        self.flags = []   # (what, why) of a measurement that did not hit
-        self.vllm_shm_left = []  # vLLM's /dev/shm segments of our engines, removed
-        rng = random.Random(4096)
-        tok = lambda n: [rng.randrange(3, o.vocab) for _ in range(n)]  # noqa: E731
+        tok = vllm_engines.tokens(4096, o.vocab)
         self.prefix = tok(o.prompt_tokens)
         self.suffixes = [tok(o.suffix_tokens) for _ in range(3)]
         self.warmups = [tok(WARMUP_TOKENS) for _ in range(16)]
@@ -681,31 +517,7 @@ class Run:
                                                          / BLOCK) + 3) + 3)
         cache_gb = node_blocks * self.spb * self.shard_bytes * 1.5 / 2**30 + 0.02
         self.cache_gb = round(cache_gb, 3)
-        model = os.path.join(self.tmp, "model")
-        os.makedirs(model)
-        with open(os.path.join(model, "config.json"), "w") as f:
-            json.dump({
-                "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                "hidden_size": o.hidden, "intermediate_size": o.intermediate,
-                "num_hidden_layers": o.layers, "num_attention_heads": o.heads,
-                "num_key_value_heads": o.kv_heads, "head_dim": o.head_dim,
-                "hidden_act": "silu", "max_position_embeddings": max_model_len,
-                "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "vocab_size": o.vocab,
-                "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
-                "torch_dtype": "float32"}, f)
-        self.engine_base = {"model": model, "max_model_len": max_model_len,
-                            "kv_cache_memory_bytes": kv_bytes}
-        lib = os.environ.get("KVSHARE_LIBRARY") or os.path.join(ROOT, "build", "lib",
-                                                                 "libkvshare.so.1")
-        self.env = dict(os.environ, KVSHARE_LIBRARY=lib, HF_HUB_OFFLINE="1",
-                        VLLM_NO_USAGE_STATS="1", PYTHONDONTWRITEBYTECODE="1")
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [os.path.join(ROOT, "python")] + [p for p in
-                                              os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                              if p])
-        self.env.pop("PYTHONHASHSEED", None)
-        self.lib = lib
-        self.max_model_len, self.kv_bytes = max_model_len, kv_bytes
+        self.write_model(max_model_len, kv_bytes)
         sb = o.store_batch_tokens
         self.store_batch = min(sb, max_model_len) if sb > 0 else None
         self.store_batch_shown = self.store_batch or max_model_len
@@ -920,89 +732,35 @@ class Run:
                                f"not each shard read once: backend_gets={gets} != {want}"))
         print(line, flush=True)
 
-    def close(self):
-        for e in self.engines:
-            e.kill()
+    def close_services(self):
         if self.redis is not None:
             self.redis.close()
-        if self.o.keep:
-            print(f"# {TAG}: kept {self.tmp}", flush=True)
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def main(argv):
     o = options(argv)
     if o.child:
-        child(*o.child)
-        return 0
+        return vllm_engines.child(*o.child, serve)
     tps = [int(t) for t in o.tp.split(",") if t.strip()]
     if o.prompt_tokens < BLOCK or o.hidden % o.heads or o.heads % o.kv_heads:
         print(f"{TAG}: need --prompt-tokens >= {BLOCK}, hidden % heads == 0 and "
               f"heads % kv-heads == 0", file=sys.stderr)
         return 2
-    shm0 = kvshare_files()
-    t0 = time.monotonic()
     run = Run(o)
     if not os.path.exists(run.lib):
         print(f"{TAG}: no library at {run.lib} (make, or set KVSHARE_LIBRARY)",
               file=sys.stderr)
         return 1
-    try:
-        load = open("/proc/loadavg").read().split()[:3]
-    except OSError:
-        load = ["?"] * 3
-    print(f"{TAG} config layers={o.layers} hidden={o.hidden} heads={o.heads} "
-          f"kv_heads={o.kv_heads} head_dim={o.head_dim} intermediate={o.intermediate} "
-          f"vocab={o.vocab} dtype=float32 block_size={BLOCK} prompt_tokens={o.prompt_tokens} "
-          f"suffix_tokens={o.suffix_tokens} max_model_len={run.max_model_len} "
-          f"kv_cache_memory_bytes={run.kv_bytes} kvshare_cache_gb={run.cache_gb} "
-          f"shard_bytes={run.shard_bytes} shards_per_block={run.spb} cpus={os.cpu_count()} "
-          f"loadavg={'/'.join(load)} library={run.lib}", flush=True)
-    if os.environ.get("KVS_PERF_SMOKE") == "1":
-        run.close()
-        print(f"SKIP: {TAG}: smoke mode: configuration only, no engine (one vLLM engine's "
-              f"start-up is 40-65 s on a 2-core machine)", flush=True)
+    run.config_line()
+    if run.smoke("40-65 s"):
         return 77
-    rc = 0
-    try:
+
+    def body():
         for tp in tps:
             run.single(tp)
         if not o.no_shared:
             run.shared()
-    except EngineFailed as e:
-        print(f"{TAG}: {e}", file=sys.stderr, flush=True)
-        rc = 1
-    except KeyboardInterrupt:
-        rc = 130
-    finally:
-        run.close()
-    new = kvshare_files() - shm0
-    left = {p for p in new if run.uid in p}   # ours; others' runs may make files too
-    if left:
-        print(f"{TAG} leftover files={','.join(sorted(left))} (removed)", flush=True)
-        for p in left:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-        rc = rc or 1
-    if new - left:
-        print(f"# {TAG}: new kvshare files not of this run (left alone): "
-              f"{','.join(sorted(new - left))}", flush=True)
-    if run.vllm_shm_left:
-        print(f"# {TAG}: vLLM left {len(run.vllm_shm_left)} /dev/shm segments of this run's "
-              f"engines (its TP>1 shm communicator; not kvshare's), removed: "
-              f"{','.join(sorted(run.vllm_shm_left))}", flush=True)
-    for what, why in run.flags:
-        print(f"# {TAG} FLAG {what}: {why}", flush=True)
-    try:
-        load = open("/proc/loadavg").read().split()[:3]
-    except OSError:
-        load = ["?"] * 3
-    print(f"{TAG} done rc={rc} wall_s={time.monotonic() - t0:.0f} flags={len(run.flags)} "
-          f"loadavg={'/'.join(load)}", flush=True)
-    return rc
+    return run.execute(body)
 
 
 if __name__ == "__main__":
