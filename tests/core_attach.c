@@ -22,22 +22,6 @@
 
 #define MS 1000000ull
 
-static int ctl_exists(const char *uid)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
-	return access(path, F_OK) == 0;
-}
-
-static int data_exists(const char *uid)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.0", uid);
-	return access(path, F_OK) == 0;
-}
-
 /* 1 if (n, 0) is READY with its bytes. */
 static int holds(struct kvs_cache *c, uint64_t n)
 {

@@ -122,22 +122,6 @@ static void claim_cfg(struct kvs_cache_config *cfg, const char *tag, const char 
 		snprintf(cfg->unique_id, sizeof(cfg->unique_id), "%s", uid);
 }
 
-static int ctl_exists(const char *uid)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
-	return access(path, F_OK) == 0;
-}
-
-static int data_exists(const char *uid)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.0", uid);
-	return access(path, F_OK) == 0;
-}
-
 /* Let the clock pass t (STORED records expire by the clock). */
 static void sleep_past(uint64_t t)
 {

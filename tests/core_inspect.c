@@ -38,14 +38,6 @@ static void ctl_path(char *buf, size_t len, const char *uid)
 	snprintf(buf, len, "/dev/shm/kvshare.%s.ctl", uid);
 }
 
-static int ctl_exists(const char *uid)
-{
-	char path[256];
-
-	ctl_path(path, sizeof(path), uid);
-	return access(path, F_OK) == 0;
-}
-
 static void insp_cfg(struct kvs_cache_config *cfg, const char *tag)
 {
 	core_cfg(cfg, tag, 16, 8192, 1);

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "kvshare.h"
@@ -35,6 +36,23 @@ static inline void core_cfg(struct kvs_cache_config *cfg, const char *tag, uint6
 	cfg->hugetlb = KVS_HUGETLB_OFF; /* keep the machine's pool for the hugetlb tests */
 	cfg->attach_timeout_ns = 10ull * 1000000000ull;
 	cfg->log = core_log;
+}
+
+/* Whether cache uid's control file (ctl_exists) or first data file (data_exists) is in /dev/shm. */
+static inline int ctl_exists(const char *uid)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.ctl", uid);
+	return access(path, F_OK) == 0;
+}
+
+static inline int data_exists(const char *uid)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/dev/shm/kvshare.%s.data.0", uid);
+	return access(path, F_OK) == 0;
 }
 
 static inline struct kvs_block_id core_block(uint64_t n)
