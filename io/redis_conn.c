@@ -33,11 +33,13 @@
  * (-EACCES for AUTH).
  */
 #include <errno.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -469,11 +471,40 @@ uint64_t conn_due(const struct conn *c)
 	return due;
 }
 
+/* Why socket c failed its deadline, from what it holds (for the operator): the
+ * commands waiting, reply bytes received but not yet a whole reply, and what the
+ * kernel holds either way -- replies that arrived since this step read (rare: a
+ * reply landing at the deadline) or commands the server has not taken.  "the
+ * server sent nothing more" says the server (or the path to it) stalled. */
+static void timeout_why(const struct conn *c, char *buf, size_t len)
+{
+	size_t part = c->rd ? sdslen(c->rd->buf) - c->rd->pos : 0;
+	int inq = 0, outq = 0;
+	uint32_t waiting = 0;
+
+	if (c->state == CONN_CONNECTING) {
+		snprintf(buf, len, "connect timed out");
+		return;
+	}
+	for (const struct cmd *cmd = c->head; cmd; cmd = cmd->next)
+		waiting++;
+	if (ioctl(c->fd, SIOCINQ, &inq) < 0)
+		inq = 0;
+	if (ioctl(c->fd, SIOCOUTQ, &outq) < 0)
+		outq = 0;
+	snprintf(buf, len, "no reply within the command timeout (%u commands waiting; %zu bytes "
+		 "of the next reply received, %s%s)", waiting, part,
+		 inq ? "more arriving just now" : "the server sent nothing more",
+		 c->unsent || outq ? "; some commands not yet taken by the server" : "");
+}
+
 /*
- * One wait over the sockets v[0..n): fail the ones past a deadline, sleep in
- * ppoll until an event or `deadline` (or the next command or connect deadline),
- * then connect, write and read as the events say.  Returns without sleeping
- * when no socket has anything outstanding.
+ * One wait over the sockets v[0..n): sleep in ppoll until an event or
+ * `deadline` (or the next command or connect deadline), connect, write and read
+ * as the events say, then fail the sockets past a deadline.  What has arrived
+ * is read before a deadline is judged, so a thread that was not scheduled for
+ * a while does not fail replies waiting in its sockets.  Returns without
+ * sleeping when no socket has anything outstanding.
  */
 void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 {
@@ -483,34 +514,25 @@ void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 	uint64_t now = kvs_now_ns(), wake = deadline;
 	struct timespec ts;
 	nfds_t np = 0;
+	int ready;
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct conn *c = v[i];
 		uint32_t events = conn_events(c);
-		uint64_t due;
 
 		if (!events)
 			continue;
-		due = conn_due(c);
-		if (now >= due) {
-			conn_fail(c, -ETIMEDOUT, c->state == CONN_CONNECTING
-							 ? "connect timed out"
-							 : "no reply within the command timeout");
-			continue;
-		}
-		if (due < wake)
-			wake = due;
+		if (conn_due(c) < wake)
+			wake = conn_due(c);
 		pfd[np].fd = c->fd;
 		pfd[np].events = (short)events;
 		who[np++] = c;
 	}
 	if (np == 0)
 		return;
-	ts = (struct timespec){ .tv_sec = (time_t)((wake > now ? wake - now : 0) / KVS_NSEC_PER_SEC),
-				.tv_nsec = (long)((wake > now ? wake - now : 0) % KVS_NSEC_PER_SEC) };
-	if (ppoll(pfd, np, &ts, NULL) <= 0)
-		return; /* timeout, or EINTR: the caller loops */
-	for (nfds_t i = 0; i < np; i++) {
+	ts = kvs_ns_to_timespec(wake > now ? wake - now : 0);
+	ready = ppoll(pfd, np, &ts, NULL); /* < 0: EINTR; the caller loops */
+	for (nfds_t i = 0; ready > 0 && i < np; i++) {
 		struct conn *c = who[i];
 		short ev = pfd[i].revents;
 		int rc = 0;
@@ -530,6 +552,16 @@ void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 			rc = conn_flush(c);
 		if (rc)
 			conn_fail(c, rc, rc == -ECONNRESET ? "closed by the server" : "I/O");
+	}
+	now = kvs_now_ns();
+	for (nfds_t i = 0; i < np; i++) {
+		struct conn *c = who[i];
+		char why[192];
+
+		if (!conn_events(c) || now < conn_due(c))
+			continue;
+		timeout_why(c, why, sizeof(why));
+		conn_fail(c, -ETIMEDOUT, why);
 	}
 }
 

@@ -193,6 +193,41 @@ static kvs_test_rc pipeline_body(struct rs *s)
 	return KVS_TEST_PASS;
 }
 
+/* The issuer not scheduled past the command timeout: 16 reads submitted, their
+ * replies arrive at once, and nobody polls for twice the timeout (a thread
+ * descheduled on a loaded machine).  The first poll reads what waits in the
+ * socket before judging deadlines: every read completes with its bytes, none
+ * with -ETIMEDOUT for a reply that was there. */
+static kvs_test_rc late_poll_body(struct rs *s)
+{
+	enum { NB = 8, N = NB * RS_SPB };
+	static unsigned char mem[N * RS_SHARD];
+	int64_t res[N];
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	uint32_t pending = 0;
+
+	rb_cfg(&cfg, s);
+	cfg.redis.command_timeout_ns = 200 * ST_MS;
+	KVS_TRY(rb_open(&cfg, &b));
+	KVS_TRY(rb_all(b, 6, NB, true, mem, res));
+	for (uint32_t i = 0; i < N; i++) {
+		struct kvs_backend_io io = { .block = st_block(6, i / RS_SPB), .shard = i % RS_SPB,
+					     .buf = mem + (size_t)i * RS_SHARD, .len = RS_SHARD,
+					     .token = i };
+
+		res[i] = INT64_MIN;
+		memset(io.buf, ST_POISON, RS_SHARD);
+		KVS_CHECK_EQ(kvs_backend_submit_read(b, &io), 0);
+		pending++;
+	}
+	usleep(400 * 1000);
+	KVS_TRY(rb_reap(b, res, &pending, 5000));
+	KVS_TRY(rb_verify(6, NB, mem, res));
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
 /* One read of [0, len) of shard of id into buf: the submit's error or the
  * completion's result. */
 static int64_t rb_read(struct kvs_backend *b, const struct kvs_block_id *id, uint32_t shard,
@@ -832,6 +867,7 @@ static kvs_test_rc test_batch_hook(void)
 
 static kvs_test_rc test_roundtrip(void) { return rs_case(NULL, roundtrip_body); }
 static kvs_test_rc test_pipeline(void) { return rs_case(NULL, pipeline_body); }
+static kvs_test_rc test_late_poll(void) { return rs_case(NULL, late_poll_body); }
 static kvs_test_rc test_wrong_length(void) { return rs_case(NULL, wrong_length_body); }
 static kvs_test_rc test_geometry(void) { return rs_case(NULL, geometry_body); }
 static kvs_test_rc test_garbage_header(void) { return rs_case(NULL, garbage_header_body); }
@@ -843,6 +879,7 @@ static kvs_test_rc test_wait_fd(void) { return rs_case(NULL, wait_body); }
 static const struct kvs_test_case cases[] = {
 	{ "roundtrip", test_roundtrip },
 	{ "pipeline", test_pipeline },
+	{ "late_poll", test_late_poll },
 	{ "wrong_length", test_wrong_length },
 	{ "geometry", test_geometry },
 	{ "garbage_header", test_garbage_header },
