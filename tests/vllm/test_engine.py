@@ -33,7 +33,7 @@ What each test proves:
       (both heads from E2's two ranks' shards): 544 cached each, tokens REF's.
       Each stored shard is written to Redis once (SET counted), none read.
   test_redis_counted_reads      RB (TP=2), a fresh cache on the same Redis:
-      loads X' and Y' from the backend (544 cached, tokens REF's), each
+      loads X' and Y' from the backend asynchronously (544 cached, tokens REF's), each
       rank reading its own heads: 17 x 2 GETs per prompt, no SET.
   test_failing_backend          F, every backend read failing
       (fault_error_ppm=1000000) over the blocks of X': its loads fail, vLLM
@@ -488,11 +488,11 @@ class Fleet:
             "ref_tune": {"model": mt, "connector": False},
             "e1": {"model": m, **c},
             "e2": {"model": m, "tp": 2, "mp_core": True, **c},
-            # in-step loads: asynchronous Redis loads at TP=2 beside the rest of
-            # the suite lost every reply of one rank's socket for 10 s (open:
-            # docs/vllm.md, "Not done"); SL and RF cover the asynchronous path
+            # asynchronous loads at TP=2, both ranks from Redis (docs/vllm.md:
+            # the steps that compute nothing sleep, else this engine starved
+            # the Redis it waited for)
             "rb": {"model": m, "tp": 2, **c, "unique_id": self.uid_c + "-b",
-                   "extra": {"kvshare_load_mode": "sync"}},
+                   "extra": {"kvshare_load_mode": "async"}},
             "f": {"model": m, **c, "unique_id": self.uid_c + "-f", "role": "kv_consumer",
                   "kvshare_config": {**self.redis_c, "fault_error_ppm": 1000000}},
             # asynchronous loads: every backend read held 150 ms; TP=2 with

@@ -109,6 +109,12 @@ EXTRA_STEP_LOAD_MIB = "kvshare_step_load_mib"  # hybrid: what a rank loads in a 
 # other (a backend read, a wait for another rank's, over the budget) is
 # asynchronous.  "async": every load.  "sync": none (every load in its step).
 LOAD_MODES = ("hybrid", "async", "sync")
+# A step that computes nothing sleeps this long at most for its oldest running
+# load (get_finished, in the store: the GIL released).  vLLM steps again at once
+# after an empty step, so an engine whose every request waits for its load
+# would otherwise spin in the engine and every rank, taking the CPUs from the
+# backend it waits for.  A request arriving meanwhile waits this long at most.
+IDLE_WAIT_S = 0.01
 # The default budget: 64 MiB a rank is ~8 ms of copies from the shared cache on
 # the 2-core machine this was measured on (perf/hit_bench.sh: ~8 GB/s, one
 # copier thread), ~1.3 ms at a GPU's ~50 GB/s host-to-device rate; a decode step
@@ -129,6 +135,7 @@ class KVShareMetadata(KVConnectorMetadata):
     loads: list = field(default_factory=list)  # [(req_id, [(id bytes, block id)])]
     saves: list = field(default_factory=list)
     async_loads: list = field(default_factory=list)  # as loads: submitted, not waited
+    idle: bool = False  # the step computes nothing (every request waits for its load)
 
 
 @dataclass
@@ -331,6 +338,7 @@ class KVShareConnector(KVConnectorBase_V1):
             self._loading = None  # this step's _Load
             self._async = {}      # req_id -> its asynchronous _Load
             self._async_done = set()  # requests whose asynchronous load ended unsubmitted
+            self._idle = False    # this step computes nothing (its metadata's idle)
             self._saving = []    # dump Tasks of this step
             self._errors = set()
             self._loading_reqs = set()  # requests with loads this step
@@ -435,7 +443,8 @@ class KVShareConnector(KVConnectorBase_V1):
             st.saved = full
 
     def build_connector_meta(self, scheduler_output):
-        meta = KVShareMetadata(async_loads=self._async_new)
+        meta = KVShareMetadata(async_loads=self._async_new,
+                               idle=scheduler_output.total_num_scheduled_tokens == 0)
         self._async_new, self._step_bytes = [], 0
         n_sched = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
@@ -597,6 +606,7 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
+        self._idle = meta.idle  # for this step's get_finished
         if self._store is None:  # shut down: nothing loads, and vLLM is told so
             for req_id, pairs in meta.loads + meta.async_loads:
                 self._load_failed({blk for _, blk in pairs})
@@ -662,13 +672,19 @@ class KVShareConnector(KVConnectorBase_V1):
         each with its KV in place (scattered where staged) or its blocks
         reported as load errors (get_block_ids_with_load_errors, called
         after this in the same pass): every one, aborted requests included
-        (vLLM frees their blocks only then).  Never waits: a load still
-        running is asked again next step, and its deadline (timeout_ms)
-        ends it.  Saves end within their step: none is ever reported."""
+        (vLLM frees their blocks only then).  Waits only in a step that
+        computes nothing, IDLE_WAIT_S at most, for the oldest load; a load
+        still running is asked again next step, and its deadline
+        (timeout_ms) ends it.  Saves end within their step: none is ever
+        reported."""
         done, self._async_done = self._async_done, set()
+        # a step that computes nothing sleeps for the oldest load (IDLE_WAIT_S)
+        wait_s = IDLE_WAIT_S if self._idle and not done else 0
+        self._idle = False
         for req_id, ld in list(self._async.items()):
             try:
-                if not self._store.check(ld.task):
+                t, wait_s = wait_s, 0
+                if not (self._store.wait(ld.task, t) if t else self._store.check(ld.task)):
                     continue
             except KvsError as e:
                 logger.warning("kvshare: the load of %s failed (%s): %d blocks are "
