@@ -33,6 +33,14 @@ REPLY_FD:
   {"op": "reset"}  -> {"ok": llm.reset_prefix_cache()}: vLLM's local prefix
                       cache emptied, so the next prompt's blocks come from
                       kvshare
+  {"op": "abort_during_load", "prompt": [token ids], "timeout": s}
+      -> {"waiting": whether the request was WAITING_FOR_REMOTE_KVS (its load
+                     running) when aborted,
+          "free_before", "free_after": vLLM's free KV blocks before the request
+                     and once the engine has nothing left to step for it,
+          "steps": steps after the abort}: the request is added, stepped
+      until its asynchronous load runs, aborted there, and the engine stepped
+      until it has no request left (or timeout); in-process engine core only
   {"op": "exit"}   -> {"ok": true}; the engine is shut down, exit 0.
 stdin's end (the test gone) also shuts it down, and the parent's death sends
 it SIGTERM.  stdout and stderr are the engine's log: vLLM's lines, the
@@ -121,6 +129,39 @@ def generate(llm, cmd, with_ids):
     return {"prompts": res}
 
 
+def abort_during_load(llm, cmd):
+    from vllm import SamplingParams
+    from vllm.v1.request import RequestStatus
+
+    engine = llm.llm_engine
+    sched = engine.engine_core.engine_core.scheduler  # in-process core (InprocClient)
+    pool = sched.kv_cache_manager.block_pool
+    free_before = pool.get_num_free_blocks()
+    rid = f"abort-{time.monotonic_ns()}"
+    # vLLM makes the id unique inside (a suffix): the scheduler knows that one
+    internal = engine.add_request(rid, {"prompt_token_ids": cmd["prompt"]},
+                                  SamplingParams(max_tokens=4, temperature=0.0,
+                                                 detokenize=False, ignore_eos=True))
+    deadline = time.monotonic() + cmd.get("timeout", 60)
+    waiting = False
+    while time.monotonic() < deadline:
+        engine.step()
+        req = sched.requests.get(internal)
+        if req is not None and req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+            waiting = True
+            break
+        if req is None:
+            break
+    engine.abort_request([rid])
+    steps = 0
+    while time.monotonic() < deadline and (engine.has_unfinished_requests()
+                                           or sched.has_requests()):
+        engine.step()
+        steps += 1
+    return {"waiting": waiting, "free_before": free_before,
+            "free_after": pool.get_num_free_blocks(), "steps": steps}
+
+
 def attempts(spec, send):
     """Engines that must not be made, one after another in this process:
     per attempt a log line "engine_server: attempt NAME" and a reply
@@ -178,6 +219,8 @@ def main():
         op = cmd["op"]
         if op == "generate":
             send(generate(llm, cmd, with_connector))
+        elif op == "abort_during_load":
+            send(abort_during_load(llm, cmd))
         elif op == "reset":
             send({"ok": bool(llm.reset_prefix_cache())})
         elif op == "exit":

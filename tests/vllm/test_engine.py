@@ -42,6 +42,9 @@ What each test proves:
       backend read held 150 ms) gets X' in one batch with two prompts it
       computes: X''s prefix loads asynchronously while they run (544 cached),
       every prompt's tokens REF's.
+  test_abort_during_async_load  SL: a request for X' aborted while its load
+      runs (engine_server's abort_during_load): vLLM's free KV block count
+      comes back once the load ends; then X' loads whole, tokens REF's.
   test_one_rank_fails_its_load  RF (TP=2, killing_connector.RankLoadFailConnector:
       rank 1 fails every load, rank 0's succeed): vLLM recovers from the load
       failure once, the tokens are REF's.
@@ -827,6 +830,27 @@ def test_async_load_beside_decoders(fleet):
         f"SL found {out[-1]['cached']} of X' cached, want {SHARED * BLOCK}:\n{tail(sl.log())}")
     for prompt, r in zip(others + [X2], out):
         assert r["tokens"] == fleet.ref(prompt), "SL (asynchronous loads): wrong tokens"
+
+
+def test_abort_during_async_load(fleet):
+    """SL: a request for X' is aborted while its asynchronous load runs (each
+    backend read held 150 ms); vLLM frees its blocks only once the worker
+    reports the load ended, so the free block count must come back to where
+    it was; then X' loads whole (544 cached, REF's tokens): nothing of the
+    aborted load was left behind."""
+    fleet.once("cross_tp", lambda: _cross_tp(fleet))
+    sl = fleet.get("sl")
+    assert sl.call({"op": "reset"})["ok"]
+    r = sl.call({"op": "abort_during_load", "prompt": X2, "timeout": 60})
+    assert r["waiting"], f"SL: the request never waited for its load: {r}\n{tail(sl.log())}"
+    assert r["free_after"] == r["free_before"], (
+        f"SL: {r['free_before'] - r['free_after']} KV blocks not freed after the abort "
+        f"({r}):\n{tail(sl.log())}")
+    assert sl.call({"op": "reset"})["ok"]
+    out = sl.call({"op": "generate", "prompts": [X2]})["prompts"][0]
+    assert out["cached"] == SHARED * BLOCK, (
+        f"SL after the abort found {out['cached']} of X' cached:\n{tail(sl.log())}")
+    assert out["tokens"] == fleet.ref(X2), "SL after the abort: wrong tokens"
 
 
 def test_one_rank_fails_its_load(fleet):
