@@ -519,11 +519,13 @@ void conns_step(struct conn *const *v, uint32_t n, uint64_t deadline)
 	for (uint32_t i = 0; i < n; i++) {
 		struct conn *c = v[i];
 		uint32_t events = conn_events(c);
+		uint64_t due;
 
 		if (!events)
 			continue;
-		if (conn_due(c) < wake)
-			wake = conn_due(c);
+		due = conn_due(c);
+		if (due < wake)
+			wake = due;
 		pfd[np].fd = c->fd;
 		pfd[np].events = (short)events;
 		who[np++] = c;
