@@ -24,7 +24,8 @@ Posix backend under tmp_path; each engine's cache a unique_id of the test's.
 - asynchronous loads (kvshare_load_mode "hybrid", the default): blocks only the
   backend has leave the step -- the request waits (WAITING_FOR_REMOTE_KVS),
   the metadata lists its load in async_loads, the worker submits it and
-  reports the request in get_finished once its KV is in place, and the next
+  reports the request in get_finished once its KV is in place (a step that
+  computes nothing waits there for it, IDLE_WAIT_S at most), and the next
   schedule computes past it with nothing loaded in the step; blocks resident
   in the shared cache load in the step, unless over kvshare_step_load_mib;
 - a failed asynchronous load reports its vLLM blocks and the request finished
@@ -433,8 +434,17 @@ def test_async_load_from_backend(node):
     meta = out.kv_connector_metadata
     assert meta.loads == [] and not out.has_sync_kv_loads
     assert meta.async_loads == [("q", [(kids[i], bids[i]) for i in range(4)])]
+    # a step that computes nothing sleeps in the store for the load (never
+    # longer than IDLE_WAIT_S); a step that computes only checks it
+    assert meta.idle
+    waits, real_wait = [], e.worker._store.wait
+    e.worker._store.wait = lambda task, timeout=None: (waits.append(timeout),
+                                                       real_wait(task, timeout))[1]
     e.update(out, e.step(out))
+    assert waits == [kv.connector.IDLE_WAIT_S]
     out = until_scheduled(e, "q")
+    assert not out.kv_connector_metadata.idle
+    del e.worker._store.wait
     new = new_req(out, "q")
     assert new.num_computed_tokens == 4 * BLOCK
     assert out.kv_connector_metadata.loads == [] and out.kv_connector_metadata.async_loads == []
