@@ -8,6 +8,7 @@
  *   config.c   config defaults and validation, hashing, fingerprint, layout sizes
  *   header.c   validation of everything the header says (open and check)
  *   segment.c  the life of a cache: atomic creation, attach, adopt, close, remove
+ *   dataseg.c  its data segments: placement, fit, creation, record, mapping, removal
  *   rank.c     rank table, OFD-lock liveness, lifecycle lock, reaping, fork
  *   pin.c      pin tables: add, delete, drop a rank's pins
  *   index.c    bucket locks (robust, timed in slices, repaired on EOWNERDEAD), chains
@@ -119,6 +120,22 @@ int kvs_core_ofd_lock(int fd, off_t byte, short type);
 int kvs_core_ctl_open(const char *uid, int flags, struct stat *st);
 /* Log (ERROR) that cache uid's control name holds st, not a regular file. */
 void kvs_core_log_not_file(const struct kvs_log *log, const char *uid, const struct stat *st);
+
+/* Data segments (dataseg.c), under the lifecycle lock.  How many a new cache
+ * gets (one per NUMA node in use, at most KVS_MAX_SEGS); whether fp's cache fits
+ * this node now (0, or the error, logged with the key to change); create them
+ * and record them in the header; map what the header records (watchers map
+ * none) and take the geometry into the handle; remove the files a header names
+ * (any header: bounded first); the hugetlbfs directory a header this build can
+ * read records, else NULL. */
+uint32_t kvs_core_segs_plan(struct kvs_cache *c);
+int kvs_core_segs_check_fit(struct kvs_cache *c, const struct kvs_shm_fingerprint *fp,
+			    const struct kvs_core_regions *r);
+int kvs_core_segs_create(struct kvs_cache *c);
+int kvs_core_segs_attach(struct kvs_cache *c);
+void kvs_core_segs_unlink(const struct kvs_shm_header *h, const char *uid,
+			  const struct kvs_log *log);
+const char *kvs_core_recorded_dir(const struct kvs_shm_header *h);
 /* Is any rank entry's byte locked: is anyone attached (or creating)? */
 bool kvs_core_any_rank_locked(int fd);
 /* Is a process other than ours attached that is not a watcher (a GPU rank, or
