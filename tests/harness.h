@@ -189,8 +189,6 @@ static inline pid_t kvs_test_fork(kvs_test_rc (*fn)(void *), void *arg)
 	return pid;
 }
 
-static char *kvs_test_argv0;
-
 /* A child's hook (a test hook of the library taking a path) at the point where
  * the test kills it: one byte on kvs_test_park_fd says it is there, then it
  * waits for the kill. */
@@ -213,7 +211,7 @@ static inline pid_t kvs_test_spawn(const char *name, const char *const args[])
 	pid_t parent = getpid();
 	pid_t pid;
 
-	argv[n++] = kvs_test_argv0;
+	argv[n++] = program_invocation_name; /* argv[0], in every file of a test */
 	argv[n++] = (char *)"--child";
 	argv[n++] = (char *)name;
 	for (int i = 0; args && args[i] && n < 63; i++)
@@ -333,7 +331,6 @@ static inline int kvs_test_run(int argc, char **argv, const struct kvs_test_case
 	int passed = 0, failed = 0, skipped = 0;
 	const char **skipped_names = calloc(ncases ? ncases : 1, sizeof(*skipped_names));
 
-	kvs_test_argv0 = argv[0];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc >= 3 && strcmp(argv[1], "--child") == 0) {
 		free(skipped_names);

@@ -415,7 +415,7 @@ static kvs_test_rc test_mount_not_writable(void)
 	pid = fork();
 	KVS_CHECK(pid >= 0);
 	if (pid == 0) {
-		char *argv[] = { kvs_test_argv0, (char *)"--child", (char *)"unwritable", id, NULL };
+		char *argv[] = { program_invocation_name, (char *)"--child", (char *)"unwritable", id, NULL };
 
 		if (setgid(65534) != 0 || setuid(65534) != 0)
 			_exit(3);

@@ -70,7 +70,7 @@ static pid_t sc_spawn(const char *uid, int device, const char *seeds, const char
 {
 	char dev[16];
 	const char *path = sc_mixed && device % 2 ? sc_mixed : "/proc/self/exe";
-	const char *argv[] = { kvs_test_argv0, "--child", "rank", uid, dev, seeds, tag, NULL };
+	const char *argv[] = { program_invocation_name, "--child", "rank", uid, dev, seeds, tag, NULL };
 	pid_t parent = getpid(), pid;
 
 	snprintf(dev, sizeof(dev), "%d", device);
