@@ -350,6 +350,17 @@ class Run:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def remove_persisted(self, uid):
+        """The files of cache uid, which this run made persistent (persist=1
+        is kept in its header: no close removes it), once every engine on it
+        exited: unlinked, as `kvshare clean` removes a stale cache.  Their
+        count."""
+        mine = [p for p in kvshare_files()
+                if os.path.basename(p).startswith(f"kvshare.{uid}.")]
+        for p in mine:
+            os.unlink(p)
+        return len(mine)
+
     def execute(self, body):
         """Run body() (the engines), close the run, check what it left; the
         script's exit code: 1 for a failed engine or a leftover file, 130 on

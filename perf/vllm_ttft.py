@@ -13,10 +13,18 @@ Per TP degree (--tp, default 1,2; TP=2 with VLLM_CPU_OMP_THREADS_BIND="0|1"),
 on the posix backend in a temp dir (kv_role kv_both):
   store:  engine A computes prompt P (--prompt-tokens) and stores it;
   kvshare_hit:  engine B, a fresh process on A's store and unique_id, gets P +
-          a --suffix-tokens suffix: P's full blocks come from kvshare;
-  local_prefix_hit:  then B (and D) again, P + another suffix: P is in vLLM's
-          own prefix cache, nothing is loaded -- the suffix's compute, the
-          best TTFT any external cache can give;
+          a --suffix-tokens suffix: P's full blocks come from kvshare (A's
+          cache went with A: owner reads of A's block files);
+  local_prefix_hit:  then B (and D, E) again, P + another suffix: P is in
+          vLLM's own prefix cache, nothing is loaded -- the suffix's compute,
+          the best TTFT any external cache can give;
+  cache_hit:  engine E, a fresh process, adopts B's cache (B ran with
+          persist=1: a restarted engine, or another on the node, finds it so)
+          and gets B's prompt: P's shards are READY in the shared cache, one
+          copy each into vLLM's KV.  A's block files are moved out of the
+          backend's root while E runs, so a shard the cache did not serve
+          fails its read (hit=0): the line says served_from=cache.  The
+          cache is removed after E (persist stays in its header);
   recompute_kvshare_empty:  the same prompt, the connector on an empty store;
   recompute_no_connector:  the same prompt, no connector (engine D).
   vllm_ttft tp=<t> case=<case> ttft_s=<..> cached_tokens=<..> prompt_tokens=<..>
@@ -28,6 +36,8 @@ on the posix backend in a temp dir (kv_role kv_both):
             read_block_floor_s=<..> served_from=backend page_cache=hot
   vllm_ttft tp=<t> ratio kvshare_hit/floor=<..> kvshare_hit/local_prefix_hit=<..>
             (kvshare_hit-local_prefix_hit)/floor=<..> ... target_3x_floor_s=<..>
+  vllm_ttft tp=<t> ratio cache_hit/floor=<..> cache_hit/local_prefix_hit=<..>
+            (cache_hit-local_prefix_hit)/floor=<..> target_1.5x=<1|0> ...
   vllm_ttft tp=<t> ratio recompute_no_connector/kvshare_hit=<..> recompute_kvshare_empty/kvshare_hit=<..> ...
 The floors are measured in this process right after engine B, no engine
 running (best of --floor-repeat 7; floors() says how): floor, one host->host
@@ -106,8 +116,8 @@ when it kills a worker at shutdown; those this run's engines mapped are
 removed and listed in a "#" line.
 
 Timings are single samples (but --hit-samples): compare ratios within one
-run, not runs.  About 9 minutes on a 2-core machine with the default model
-(11 engines of 40-65 s each, start-up included; 4 K-token prefills of 4-9 s;
+run, not runs.  About 11 minutes on a 2-core machine with the default model
+(13 engines of 40-65 s each, start-up included; 4 K-token prefills of 4-9 s;
 each more hit sample adds one prefill to A); 2-5 minutes with the quick
 model.  No timing is asserted.
 
@@ -590,9 +600,11 @@ class Run(vllm_engines.Run):
                         uid, batch=self.store_batch, more=self.more_prefixes).wait()
         self.line(tp, "store", a, 0, extra=f"batch_tokens={self.store_batch_shown} ")
         q2 = self.prefix + self.suffixes[1]   # P again: in vLLM's own prefix cache
-        b = self.engine(f"tp{tp}-b-hit", tp, q, {**posix, "backend_roots": store_dir},
-                        uid, local=q2,
-                        more=[m + self.suffixes[0] for m in self.more_prefixes]).wait()
+        more = [m + self.suffixes[0] for m in self.more_prefixes]
+        # B's cache outlives it (persist): engine E adopts it below
+        b = self.engine(f"tp{tp}-b-hit", tp, q,
+                        {**posix, "backend_roots": store_dir, "persist": 1},
+                        uid, local=q2, more=more).wait()
         self.line(tp, "kvshare_hit", b, expected)
         self.local_line(tp, "b", b)
         self.profile_lines(tp, "kvshare_hit", b)
@@ -614,6 +626,7 @@ class Run(vllm_engines.Run):
               f"{hit / (lb + fl.get('read_floor_s', 0) + fl['shard_floor_s']):.2f} "
               f"local_prefix_hit_s={lb:.3f} floor_s={fl['floor_s']:.4f} "
               f"target_3x_floor_s={3 * fl['floor_s']:.3f}", flush=True)
+        self.cache_hit(tp, q, q2, more, posix, store_dir, uid, fl)
         if o.hit_only:
             return
         c = self.engine(f"tp{tp}-c-empty", tp, q, {**posix, "backend_roots": empty_dir},
@@ -630,6 +643,34 @@ class Run(vllm_engines.Run):
         if b["tokens"] != d["tokens"]:  # dummy weights: a weak check (docs/vllm.md)
             print(f"# {TAG} tp={tp}: the hit's token {b['tokens']} differs from the "
                   f"recompute's {d['tokens']}", flush=True)
+
+    def cache_hit(self, tp, q, q2, more, posix, store_dir, uid, fl):
+        """Engine E, a fresh process, adopts B's cache (B persisted it: a
+        restarted engine, or a second one on the node, finds it so) and gets
+        B's prompt: P's shards are READY in the shared cache, so its hit is
+        one copy a shard into vLLM's KV, no read.  A's block files are moved
+        out of the backend's root while E runs: a shard the cache did not
+        serve fails its read (a load error, hit=0), so a hit is the cache's."""
+        hidden = store_dir + ".hidden"
+        os.rename(store_dir, hidden)
+        os.makedirs(store_dir)
+        try:
+            e = self.engine(f"tp{tp}-e-cache-hit", tp, q, {**posix, "backend_roots": store_dir},
+                            uid, local=q2, more=more).wait()
+        finally:
+            shutil.rmtree(store_dir)
+            os.rename(hidden, store_dir)
+            self.remove_persisted(uid)
+        self.line(tp, "cache_hit", e, self.full_blocks * BLOCK,
+                  extra="served_from=cache backend_files=moved_away ")
+        self.local_line(tp, "e", e)
+        self.profile_lines(tp, "cache_hit", e)
+        hit, le = self.ttft(e), e["local_ttft_s"]
+        print(f"{TAG} tp={tp} ratio cache_hit/floor={hit / fl['floor_s']:.2f} "
+              f"cache_hit/local_prefix_hit={hit / le:.2f} "
+              f"(cache_hit-local_prefix_hit)/floor={(hit - le) / fl['floor_s']:.2f} "
+              f"target_1.5x={int(hit - le <= 1.5 * fl['floor_s'])} "
+              f"local_prefix_hit_s={le:.3f} floor_s={fl['floor_s']:.4f}", flush=True)
 
     def local_line(self, tp, engine, r):
         """The engine's second timed request, P + another suffix: P in vLLM's
