@@ -1,5 +1,6 @@
 # Tests of the store (store/*.c, kvs_store_*), host copy engine, real processes.
-#   store_config  the key=value parser and config resolution: every key's bad value
+#   store_config  the key=value parser: every key's bad value
+#   store_resolve config resolution: derivations, ranges, each error naming its key
 #   store_load    one process: round trips, layer-wise, dedup, faults, head slices,
 #                 watcher lookups, tasks (timeouts, queue full)
 #   store_mp      rank processes (fork and exec): 8 ranks over one segment, cold
@@ -20,6 +21,7 @@
 #                 rank's deadline, lookups, the reserved pool, fork, a failing
 #                 poll, a stopped lock holder, copy engine timeouts, no polling
 kvs_test(store_config SOURCES store_config.c LIBS kvs_store LABELS unit)
+kvs_test(store_resolve SOURCES store_resolve.c LIBS kvs_store LABELS unit)
 kvs_test(store_load SOURCES store_load.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 180)
 kvs_test(store_mp SOURCES store_mp.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
 kvs_test(store_geometry SOURCES store_geometry.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 60)
