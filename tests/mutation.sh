@@ -176,7 +176,7 @@ mutant lost-error-code core/slot.c '^kernel\.core_slot$' \
 
 # e. the last detacher does not unlink the segments
 mutant no-unlink-at-close core/segment.c '^kernel\.core_attach$' \
-	'			unlink_segs(c->hdr, c->cfg.unique_id, &c->log);
+	'			kvs_core_segs_unlink(c->hdr, c->cfg.unique_id, &c->log);
 			ctl_name(name, sizeof(name), c->cfg.unique_id);
 			shm_unlink(name);' \
 	'			(void)name;'
