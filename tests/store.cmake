@@ -1,8 +1,9 @@
 # Tests of the store (store/*.c, kvs_store_*), host copy engine, real processes.
 #   store_config  the key=value parser: every key's bad value
 #   store_resolve config resolution: derivations, ranges, each error naming its key
-#   store_load    one process: round trips, layer-wise, dedup, faults, head slices,
-#                 watcher lookups, tasks (timeouts, queue full)
+#   store_load    one process: round trips, layer-wise, dedup, faults, head slices
+#   store_bookkeeping  one process: tasks (timeouts, queue full, ids, close with a
+#                 task running), watcher lookups, the counters, refusals at submit
 #   store_mp      rank processes (fork and exec): 8 ranks over one segment, cold
 #                 posix cache read once, head slices across TP degrees, kill -9
 #   store_geometry  a block dumped with one geometry, loaded with another: refused
@@ -23,6 +24,7 @@
 kvs_test(store_config SOURCES store_config.c LIBS kvs_store LABELS unit)
 kvs_test(store_resolve SOURCES store_resolve.c LIBS kvs_store LABELS unit)
 kvs_test(store_load SOURCES store_load.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 180)
+kvs_test(store_bookkeeping SOURCES store_bookkeeping.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 180)
 kvs_test(store_mp SOURCES store_mp.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
 kvs_test(store_geometry SOURCES store_geometry.c LIBS kvs_store LABELS "unit;fault" TIMEOUT 60)
 kvs_test(store_dump SOURCES store_dump.c LIBS kvs_store LABELS "mp;fault" TIMEOUT 300)
