@@ -3,13 +3,9 @@
  * every attach error with its own code and a log line naming the field (layout,
  * config, uid, unique_id, truncation, corruption, timeouts, a full rank table),
  * adoption of a stale cache after its users died, persistence, removal, and the
- * last detacher removing the segments; a creator killed -9 in its pre-fault
- * leaves a data file its header does not record, which kvs_cache_remove finds
- * by name and removes (one it cannot unlink keeps the control file and fails
- * the removal); a removal (kvs_cache_remove, a watcher's
- * close) whose cache was replaced by a new one of the id while it waited never
- * removes the new one; a NUMA fallback reported only where a
- * binding was wanted, possible and not had.
+ * last detacher removing the segments; a NUMA fallback reported only where a
+ * binding was wanted, possible and not had.  Removals that go wrong are
+ * tests/core_remove.c's.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,22 +17,6 @@
 #include "core_util.h"
 
 #define MS 1000000ull
-
-/* 1 if (n, 0) is READY with its bytes. */
-static int holds(struct kvs_cache *c, uint64_t n)
-{
-	struct kvs_block_id k = core_block(n);
-	struct kvs_slot s;
-	void *p;
-	int ok;
-
-	if (kvs_cache_exists(c, &k, 0) != 1 || kvs_cache_get(c, &k, 0, 0, &s))
-		return 0;
-	ok = s.state == KVS_SLOT_READY && kvs_slot_data(c, &s, &p) == 0 &&
-	     core_verify(p, c->slot_bytes, n, 0);
-	kvs_slot_release(c, &s);
-	return ok;
-}
 
 static void attach_cfg(struct kvs_cache_config *cfg, const char *uid)
 {
@@ -54,7 +34,7 @@ static kvs_test_rc reader_child(int argc, char **argv)
 		KVS_FAILF("usage: --child reader <uid>");
 	attach_cfg(&cfg, argv[0]);
 	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
-	KVS_CHECK(holds(c, 1));
+	KVS_CHECK(core_holds(c, 1));
 	KVS_TRY(core_put(c, 2));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
@@ -71,7 +51,7 @@ static kvs_test_rc test_exec_attach(void)
 	KVS_TRY(core_put(c, 1));
 	const char *av[] = { uid, NULL };
 	KVS_CHECK_EQ(kvs_test_reap(kvs_test_spawn("reader", av), 20000), 0);
-	KVS_CHECK(holds(c, 2));
+	KVS_CHECK(core_holds(c, 2));
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
 	KVS_CHECK(!ctl_exists(uid));
@@ -369,7 +349,7 @@ static kvs_test_rc test_adopt_after_crash(void)
 	KVS_CHECK_EQ(st.slots_ready, 4);
 	KVS_CHECK_EQ(st.slots_loading, 0);
 	for (uint64_t n = 0; n < 4; n++)
-		KVS_CHECK(holds(c, n));
+		KVS_CHECK(core_holds(c, n));
 	KVS_CHECK_EQ(kvs_cache_exists(c, &k4, 0), 0);
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
@@ -394,7 +374,7 @@ static kvs_test_rc test_persist_and_remove(void)
 	KVS_CHECK(data_exists(uid));
 	cfg.flags = 0; /* persistence is the segment's */
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_CHECK(holds(c, 11));
+	KVS_CHECK(core_holds(c, 11));
 	KVS_CHECK_OK(kvs_cache_stats(c, KVS_STATS_NODE, &st));
 	KVS_CHECK_EQ(st.adoptions, 1);
 	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -EBUSY); /* never remove a live cache */
@@ -420,13 +400,13 @@ static kvs_test_rc test_last_detacher_unlinks(void)
 	KVS_TRY(core_put(a, 3));
 	kvs_cache_close(a);
 	KVS_CHECK(ctl_exists(uid));
-	KVS_CHECK(holds(b, 3));
+	KVS_CHECK(core_holds(b, 3));
 	kvs_cache_close(b);
 	KVS_CHECK(!ctl_exists(uid));
 	KVS_CHECK(!data_exists(uid));
 	/* a fresh cache of the same name starts empty */
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &a));
-	KVS_CHECK(!holds(a, 3));
+	KVS_CHECK(!core_holds(a, 3));
 	kvs_cache_close(a);
 	return KVS_TEST_PASS;
 }
@@ -452,189 +432,6 @@ static kvs_test_rc test_attach_timeout(void)
 	close(fd);
 	kvs_cache_close(a);
 	KVS_CHECK(!ctl_exists(uid));
-	return KVS_TEST_PASS;
-}
-
-/* ---- a creator killed during its pre-fault ---- */
-
-/* forked: a creator stopped in its pre-fault (its data file made and mapped,
- * not yet recorded in the header), to be killed there. */
-static kvs_test_rc prefault_creator(void *arg)
-{
-	struct kvs_cache *c = NULL;
-
-	kvs_numa_test_prefault_hook = kvs_test_park_hook;
-	KVS_CHECK_OK(kvs_cache_open(arg, &c));
-	KVS_FAILF("the creator was not stopped in its pre-fault");
-}
-
-/* A creator killed -9 in its pre-fault leaves a named control file, not READY,
- * and a 32 MiB data file its header does not record.  kvs_cache_remove
- * (`kvshare clean ID`) removes both and says 0 only then; the next open makes
- * a fresh cache.  Before, it removed the control file alone and said 0: the
- * data file stayed (on hugetlbfs, its 16 pages held). */
-static kvs_test_rc test_remove_dead_creator(void)
-{
-	struct kvs_cache_config cfg;
-	struct kvs_cache_info info;
-	struct kvs_cache *c = NULL;
-	int fds[2];
-	char uid[80];
-	pid_t pid;
-
-	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "prefault"));
-	cfg.slot_count = 4096; /* 32 MiB of 8 KiB slots */
-	cfg.numa = KVS_NUMA_OFF;
-	KVS_CHECK_OK(pipe2(fds, O_CLOEXEC));
-	kvs_test_park_fd = fds[1];
-	pid = kvs_test_fork(prefault_creator, &cfg);
-	KVS_TRY(kvs_test_kill_parked(pid, fds[0], fds[1])); /* in its pre-fault */
-	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
-	KVS_CHECK_OK(kvs_cache_inspect(uid, &info));
-	KVS_CHECK_EQ(info.state, KVS_CACHE_INFO_CREATING);
-	KVS_CHECK_EQ(info.ranks_live, 0);
-	KVS_CHECK_OK(kvs_cache_remove(&cfg));
-	KVS_CHECK(!ctl_exists(uid));
-	KVS_CHECK(!data_exists(uid));
-	KVS_CHECK(strstr(core_last_log, "removed 1 data file its header did not record") != NULL);
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(core_put(c, 1));
-	kvs_cache_close(c);
-	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
-	return KVS_TEST_PASS;
-}
-
-/* A data file's name that cannot be unlinked (here a directory holds it) keeps
- * the control file: kvs_cache_remove fails with the unlink's error, the log
- * names the path, and a later one removes the cache once the name is free.
- * Never 0 with a file of the cache left. */
-static kvs_test_rc test_remove_unremovable(void)
-{
-	struct kvs_cache_config cfg;
-	struct kvs_cache *c = NULL;
-	char uid[80], dir[256];
-
-	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "unremov"));
-	cfg.flags = KVS_CACHE_PERSIST;
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	kvs_cache_close(c);
-	snprintf(dir, sizeof(dir), "/dev/shm/kvshare.%s.data.5", uid);
-	KVS_CHECK_OK(mkdir(dir, 0700));
-	core_log_quiet = 1;
-	KVS_CHECK_ERR(kvs_cache_remove(&cfg), -EISDIR);
-	core_log_quiet = 0;
-	KVS_CHECK(strstr(core_last_log, "could not be removed") != NULL);
-	KVS_CHECK(ctl_exists(uid));
-	KVS_CHECK_OK(rmdir(dir));
-	KVS_CHECK_OK(kvs_cache_remove(&cfg));
-	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
-	return KVS_TEST_PASS;
-}
-
-/* ---- a removal whose cache is replaced while it waits ---- */
-
-static int remove_opened_fd = -1, remove_go_fd = -1, remove_go_wr = -1;
-
-/* In the remover: the control file is open; say so and wait for the go (its
- * EOF) -- once: a retry goes straight on. */
-static void remove_hook(enum kvs_core_test_point point)
-{
-	char ch;
-
-	if (point != KVS_CORE_TEST_REMOVE_OPENED || remove_go_fd < 0)
-		return;
-	if (write(remove_opened_fd, "o", 1) != 1)
-		_exit(3);
-	while (read(remove_go_fd, &ch, 1) > 0)
-		;
-	remove_go_fd = -1;
-}
-
-/* forked: kvs_cache_remove of a cache that is replaced while it waits: the new
- * one is live, so -EBUSY. */
-static kvs_test_rc remover(void *arg)
-{
-	const struct kvs_cache_config *cfg = arg;
-
-	close(remove_go_wr); /* the parent's end: its close is the go */
-	kvs_core_test_hook = remove_hook;
-	KVS_CHECK_ERR(kvs_cache_remove(cfg), -EBUSY);
-	return KVS_TEST_PASS;
-}
-
-/* `kvshare clean ID` opened a stale cache's control file; before it had the
- * lifecycle lock, that cache was removed and a rank made a new cache of the id.
- * The remover must judge the new cache (live: -EBUSY), and the new cache keeps
- * its files and bytes.  Before, it removed the name and the data files by name
- * once it had the old file's lock: the new cache's. */
-static kvs_test_rc test_remove_replaced(void)
-{
-	struct kvs_cache_config cfg;
-	struct kvs_cache *c = NULL;
-	int opened[2], go[2];
-	char uid[80], ch;
-	pid_t pid;
-
-	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "replaced"));
-	cfg.flags = KVS_CACHE_PERSIST;
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(core_put(c, 1));
-	kvs_cache_close(c); /* stale now */
-	cfg.flags = 0;
-	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
-	KVS_CHECK_OK(pipe2(opened, O_CLOEXEC));
-	KVS_CHECK_OK(pipe2(go, O_CLOEXEC));
-	remove_opened_fd = opened[1];
-	remove_go_fd = go[0];
-	remove_go_wr = go[1];
-	pid = kvs_test_fork(remover, &cfg);
-	KVS_CHECK(pid > 0);
-	close(opened[1]);
-	close(go[0]);
-	remove_go_fd = -1;
-	KVS_CHECK_EQ(read(opened[0], &ch, 1), 1); /* the remover holds the old file */
-	close(opened[0]);
-	KVS_CHECK_OK(kvs_cache_remove(&cfg));     /* removed meanwhile ... */
-	KVS_CHECK(!ctl_exists(uid));
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));   /* ... and made again, live */
-	KVS_TRY(core_put(c, 2));
-	close(go[1]);                             /* the remover goes on */
-	KVS_CHECK_EQ(kvs_test_reap(pid, 20000), 0);
-	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
-	KVS_CHECK(holds(c, 2) && !holds(c, 1));
-	KVS_CHECK_OK(kvs_cache_check(c));
-	kvs_cache_close(c);
-	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
-	return KVS_TEST_PASS;
-}
-
-/* A watcher whose cache was removed under it (the last rank's close) closes
- * after a rank made a new cache of the id: the new cache keeps its files.
- * Before, the watcher's close, the last of the old cache, unlinked the names:
- * the new cache's control and data files. */
-static kvs_test_rc test_watcher_close_after_replaced(void)
-{
-	struct kvs_cache_config cfg, wcfg;
-	struct kvs_cache *r = NULL, *w = NULL, *c = NULL;
-	char uid[80];
-
-	attach_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "wreplaced"));
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &r));
-	wcfg = cfg;
-	wcfg.device_id = -1;
-	wcfg.flags = KVS_CACHE_ATTACH;
-	KVS_CHECK_OK(kvs_cache_open(&wcfg, &w));
-	kvs_cache_close(r); /* the last rank: removed, the watcher attached */
-	KVS_CHECK_EQ(kvs_cache_removed(w), 1);
-	KVS_CHECK(!ctl_exists(uid));
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	KVS_TRY(core_put(c, 3));
-	kvs_cache_close(w);
-	KVS_CHECK(ctl_exists(uid) && data_exists(uid));
-	KVS_CHECK(holds(c, 3));
-	KVS_CHECK_OK(kvs_cache_check(c));
-	kvs_cache_close(c);
-	KVS_CHECK(!ctl_exists(uid) && !data_exists(uid));
 	return KVS_TEST_PASS;
 }
 
@@ -834,7 +631,7 @@ static kvs_test_rc test_fork_child_close(void)
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK_OK(kvs_cache_stats(inherited, KVS_STATS_NODE, &st));
 	KVS_CHECK_EQ(st.ranks_attached, 1);
-	KVS_CHECK(holds(inherited, 8));
+	KVS_CHECK(core_holds(inherited, 8));
 	KVS_CHECK_OK(kvs_cache_check(inherited));
 	kvs_cache_close(inherited);
 	KVS_CHECK(!ctl_exists(uid));
@@ -916,7 +713,7 @@ static kvs_test_rc test_live_bad_header(void)
 	KVS_CHECK(ctl_exists(uid));
 	KVS_CHECK(data_exists(uid));
 	atomic_store(&h->state, 1);
-	KVS_CHECK(holds(c, 4));
+	KVS_CHECK(core_holds(c, 4));
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
 	KVS_CHECK(!ctl_exists(uid));
@@ -1027,7 +824,7 @@ static kvs_test_rc nodes_child(int argc, char **argv)
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	KVS_CHECK_EQ(c->seg_count, 2);
 	for (uint64_t n = 0; n < 8; n++)
-		KVS_CHECK(holds(c, n));
+		KVS_CHECK(core_holds(c, n));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
 }
@@ -1130,10 +927,6 @@ static const struct kvs_test_case cases[] = {
 	{ "attach_timeout", test_attach_timeout },
 	{ "rank_table_full", test_rank_table_full },
 	{ "creator_died_during_init", test_creator_died_during_init },
-	{ "remove_dead_creator", test_remove_dead_creator },
-	{ "remove_unremovable", test_remove_unremovable },
-	{ "remove_replaced", test_remove_replaced },
-	{ "watcher_close_after_replaced", test_watcher_close_after_replaced },
 	{ "lock_timeout", test_lock_timeout },
 };
 

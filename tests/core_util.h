@@ -111,6 +111,22 @@ static inline kvs_test_rc core_put(struct kvs_cache *c, uint64_t n)
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
 	return KVS_TEST_PASS;
 }
+
+/* 1 if (n, 0) is READY with its bytes. */
+static inline int core_holds(struct kvs_cache *c, uint64_t n)
+{
+	struct kvs_block_id k = core_block(n);
+	struct kvs_slot s;
+	void *p;
+	int ok;
+
+	if (kvs_cache_exists(c, &k, 0) != 1 || kvs_cache_get(c, &k, 0, 0, &s))
+		return 0;
+	ok = s.state == KVS_SLOT_READY && kvs_slot_data(c, &s, &p) == 0 &&
+	     core_verify(p, c->slot_bytes, n, 0);
+	kvs_slot_release(c, &s);
+	return ok;
+}
 #endif
 
 #endif
