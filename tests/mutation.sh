@@ -39,7 +39,7 @@ fi
 
 # The suites mutants are judged by: only their binaries are built (and relinked
 # after each mutant), not the whole tree.
-SUITES="core_attach core_slot core_race core_claim store_dump io_redis_cluster"
+SUITES="core_attach core_slot core_race core_record store_dump io_redis_cluster"
 SUITE="^kernel\.($(echo $SUITES | tr ' ' '|'))\$"
 TARGETS=$(for t in $SUITES; do printf 'test_%s_kernel ' "$t"; done)
 
@@ -192,7 +192,7 @@ mutant no-slot-check core/slot.c '^kernel\.core_slot$' \
 
 # g. CLOCK evicts a DIRTY slot (a dump's bytes not in the backend yet: the
 #    record of what is to be written)
-mutant clock-evicts-dirty core/clock.c '^kernel\.core_claim$' \
+mutant clock-evicts-dirty core/clock.c '^kernel\.core_record$' \
 	'	if (st == KVS_SHM_SLOT_DIRTY)
 		goto out;' \
 	'	if (0)
