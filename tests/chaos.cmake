@@ -1,4 +1,4 @@
-# The chaos run (tests/chaos.c): 8 rank processes loading, dumping, prefetching
+# The chaos run (tests/chaos.c, the controller; chaos_rank.c, a rank): 8 rank processes loading, dumping, prefetching
 # and looking up through one cache over a posix backend with injected faults,
 # while the controller kill -9s and restarts them.  Every completed load's bytes,
 # every failure's code and every task's wait are checked, then the cache after
@@ -17,7 +17,7 @@
 # docs/reliability.md, "Chaos runs and mixed-variant nodes"): the choices
 # repeat, the moments the kills land at do not.  perf/chaos.sh runs the long
 # version, seeded by time.
-kvs_test(chaos SOURCES chaos.c LIBS kvshare LABELS "mp;fault;chaos" TIMEOUT 180
+kvs_test(chaos SOURCES chaos.c chaos_rank.c LIBS kvshare LABELS "mp;fault;chaos" TIMEOUT 180
          ARGS --seconds 8 --seed 1301)
 
 kvs_other_variant(kvs_chaos_other)
