@@ -3,7 +3,8 @@
 # io_wait_uring (--uring) the posix cases on io_uring, Skipped like io_posix_uring.  io_posix is two CTest tests of one binary: io_posix (the
 # pool engine and everything engine-neutral) and io_posix_uring (--uring: the same
 # cases on the io_uring engine), which shows as Skipped, with the reason, in the
-# plain variant and where io_uring is refused.  io_uring_fallback (kernel variant)
+# plain variant and where io_uring is refused; io_posix_file (what a block file
+# holds) is two the same way; io_posix_crash is the crash cleanup (pool engine).  io_uring_fallback (kernel variant)
 # refuses io_uring itself.  The copy engines' tests are in tests/copy.cmake.
 
 # kvs_io_test_group(<name> TEST <kvs_test name> ARGS <args...> LABELS <labels...>
@@ -23,6 +24,10 @@ endfunction()
 
 kvs_test(io_posix SOURCES io_posix.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
 kvs_io_test_group(io_posix_uring TEST io_posix ARGS --uring LABELS "unit;fault;uring" TIMEOUT 60)
+kvs_test(io_posix_file SOURCES io_posix_file.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
+kvs_test(io_posix_crash SOURCES io_posix_crash.c LIBS kvs_io LABELS "unit;fault;mp" TIMEOUT 60)
+kvs_io_test_group(io_posix_file_uring TEST io_posix_file ARGS --uring LABELS "unit;fault;uring"
+                  TIMEOUT 60)
 kvs_test(io_synthetic SOURCES io_synthetic.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
 kvs_test(io_wait SOURCES io_wait.c LIBS kvs_io LABELS "unit" TIMEOUT 120)
 kvs_io_test_group(io_wait_uring TEST io_wait ARGS --uring LABELS "unit;uring" TIMEOUT 60)

@@ -5,15 +5,14 @@
  * (-ENOENT), a truncated block file and fault-injected EIO/short reads (-EIO,
  * never a partial count), the in-flight limit (-EAGAIN), config validation with a
  * log line naming the field, fd-cache eviction and re-dump of a cached block,
- * io_uring's fixed buffers pinned chunk by chunk on first use (fixed_first_use),
- * and kill -9 of an exec'd writer in the middle of a
- * dump (the block stays absent; the next open removes the temp file; temp files
- * of live writers are kept), and two exec'd processes dumping the same blocks at
- * once (with and without fsync).  Writes held or failed by interposing pwrite and
- * fdatasync (slow_writes_pool, header_fails_pool, fsync_fails_pool): starting
- * the dumps of new blocks never waits for storage, and a failed block header,
- * fsync or rename fails the block's dump on one write's completion, leaving no
- * temp file (rename_fails_* on both engines).
+ * io_uring's fixed buffers pinned chunk by chunk on first use (fixed_first_use).
+ * Writes held or failed by interposing pwrite and fdatasync (slow_writes_pool,
+ * header_fails_pool, fsync_fails_pool): starting the dumps of new blocks never
+ * waits for storage, and a failed block header, fsync or rename fails the
+ * block's dump on one write's completion, leaving no temp file (rename_fails_*
+ * on both engines).  What a block file holds (another geometry, hostile
+ * headers) is tests/io_posix_file.c's, the crash cleanup (writers killed -9,
+ * concurrent dumpers) tests/io_posix_crash.c's.
  *
  * Two groups of cases, two CTest tests of this binary:
  *   io_posix        (default) the pool engine's cases and the engine-neutral
@@ -23,45 +22,17 @@
  *                   with the reason in the plain variant or where io_uring is
  *                   refused, and a run where all of them skipped exits 77, so
  *                   CTest shows Skipped, not Passed.
- * Block files say what they hold: a block dumped with another geometry (shard
- * size, shards per block, tensor table, layout_tag) is -KVS_ECONFIG at submit
- * (the issue's reproduction: 4 KiB x 2 read as 8 KiB x 1), another block's file,
- * a cut or flipped header and a file without one are -EIO, and lookup calls
- * them absent (geometry_*, hostile_headers_*; O_DIRECT too).
  * Roots are fresh directories under /tmp (O_DIRECT is skipped with the reason
  * where /tmp's filesystem cannot do it).  Seeds are fixed and printed.
  */
-#include <dirent.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <linux/io_uring.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
 
-#include "harness.h"
+#include "io_posix_util.h"
 
-#define SHARD (64 * 1024)
-#define SPB 4
-#define SEED 0x5eed1234u
-/* A block file's header (docs/io.md, "Block file format": 4096 bytes, or the
- * O_DIRECT alignment when larger; 512 or 4096 on the filesystems here). */
-#define BLOCK_HDR 4096
 /* slow_writes_pool: every pwrite held this long (slow storage), new blocks dumped. */
 #define HOLD_MS 50
 #define SLOW_BLOCKS 8
 
-static char g_root[256];
-static char g_log[4096]; /* last error lines, for "the log names the field" */
-
-static void log_cb(void *arg, int level, const char *msg)
-{
-	(void)arg;
-	if (level <= KVS_LOG_WARN) {
-		size_t n = strlen(g_log);
-		snprintf(g_log + n, sizeof(g_log) - n, "%s\n", msg);
-	}
-}
 
 /*
  * pwrite and fdatasync of this whole process, interposed.  The library is
@@ -133,142 +104,6 @@ int kvs_test_fdatasync(int fd)
 	return (int)syscall(SYS_fdatasync, fd);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void root_fini(void)
-{
-	if (g_root[0])
-		nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	g_root[0] = '\0';
-}
-
-static int root_init(const char *tag)
-{
-	char id[128];
-
-	root_fini();
-	snprintf(g_root, sizeof(g_root), "/tmp/kvs-%s", kvs_test_unique_id(id, sizeof(id), tag));
-	nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	return mkdir(g_root, 0700) == 0 ? 0 : -errno;
-}
-
-static void cfg_posix(struct kvs_backend_config *cfg, uint32_t engine)
-{
-	kvs_backend_config_init(cfg);
-	cfg->kind = KVS_BACKEND_POSIX;
-	cfg->io_engine = engine;
-	cfg->shard_bytes = SHARD;
-	cfg->shards_per_block = SPB;
-	cfg->queue_depth = 16;
-	cfg->nroots = 1;
-	cfg->roots[0] = g_root;
-	cfg->log = log_cb;
-	g_log[0] = '\0';
-}
-
-static struct kvs_block_id block_of(uint32_t n)
-{
-	struct kvs_block_id id;
-
-	for (int i = 0; i < 16; i++)
-		id.bytes[i] = (uint8_t)(n * 131u + (uint32_t)i * 7u + SEED);
-	return id;
-}
-
-static unsigned char pattern(uint32_t blk, uint32_t shard, uint64_t off)
-{
-	return (unsigned char)((blk * 97u + shard * 31u + off * 13u + (off >> 9) + SEED) & 0xff);
-}
-
-static void fill_pattern(unsigned char *p, uint32_t blk, uint32_t shard, uint64_t off, uint64_t len)
-{
-	for (uint64_t i = 0; i < len; i++)
-		p[i] = pattern(blk, shard, off + i);
-}
-
-/* Reap exactly one completion (deadline 10 s). */
-static int wait_one(struct kvs_backend *b, struct kvs_backend_completion *c)
-{
-	uint64_t deadline = kvs_deadline_after(10 * KVS_NSEC_PER_SEC);
-
-	while (kvs_now_ns() < deadline) {
-		int n = kvs_backend_poll(b, c, 1, 100 * 1000000ull);
-		if (n != 0)
-			return n;
-	}
-	return -ETIMEDOUT;
-}
-
-/* Submit the write of shard s of block blk from buf; token 100 + s. */
-static int submit_shard(struct kvs_backend *b, uint32_t blk, uint32_t s, unsigned char *buf)
-{
-	struct kvs_backend_io io = { .block = block_of(blk), .shard = s, .buf = buf,
-				     .len = SHARD, .token = 100 + s };
-
-	return kvs_backend_submit_write(b, &io);
-}
-
-/* Dump block blk (all shards) from an aligned buffer; every completion == SHARD. */
-static int dump_block(struct kvs_backend *b, uint32_t blk, unsigned char *buf, uint32_t nshards)
-{
-	for (uint32_t s = 0; s < nshards; s++) {
-		int rc;
-
-		fill_pattern(buf + (size_t)s * SHARD, blk, s, 0, SHARD);
-		rc = submit_shard(b, blk, s, buf + (size_t)s * SHARD);
-		if (rc < 0)
-			return rc;
-	}
-	for (uint32_t s = 0; s < nshards; s++) {
-		struct kvs_backend_completion c;
-		int rc = wait_one(b, &c);
-		if (rc < 0)
-			return rc;
-		if (c.result != SHARD || c.token < 100 || c.token >= 100 + nshards)
-			return c.result < 0 ? (int)c.result : -EIO;
-	}
-	return 0;
-}
-
-static void *alloc_aligned(size_t len)
-{
-	void *p = NULL;
-
-	return posix_memalign(&p, 4096, len) == 0 ? p : NULL;
-}
-
-/* 1: io_uring engine usable; 0: plain build (no engine); -errno: io_uring refused
- * here (seccomp, kernel.io_uring_disabled) -- the uring cases then skip. */
-static int uring_state(void)
-{
-	struct io_uring_params params;
-	int fd;
-
-	if (strcmp(KVS_TEST_VARIANT, "kernel") != 0)
-		return 0;
-	memset(&params, 0, sizeof(params));
-	fd = (int)syscall(__NR_io_uring_setup, 1, &params);
-	if (fd < 0)
-		return -errno;
-	close(fd);
-	return 1;
-}
-
-#define SKIP_WITHOUT_URING()                                                            \
-	do {                                                                            \
-		int st_ = uring_state();                                                \
-		if (st_ == 0)                                                           \
-			KVS_SKIP("plain build: no io_uring engine");                    \
-		if (st_ < 0)                                                            \
-			KVS_SKIP("io_uring refused here: %s", kvs_strerror(st_));        \
-	} while (0)
 
 /* The whole round trip with one engine (and optionally O_DIRECT). */
 static kvs_test_rc roundtrip(uint32_t engine, uint32_t flags)
@@ -529,17 +364,6 @@ static kvs_test_rc test_fixed_first_use_uring(void)
 	return KVS_TEST_PASS;
 }
 
-/* The path of block id's file under g_root (and its hex, when hex is not NULL). */
-static void block_file(const struct kvs_block_id *id, char *path, size_t len, char *hex)
-{
-	char h[33];
-
-	for (int i = 0; i < 16; i++)
-		snprintf(h + 2 * i, 3, "%02x", id->bytes[i]);
-	snprintf(path, len, "%s/%.2s/%.2s/%s", g_root, h, h + 2, h);
-	if (hex)
-		memcpy(hex, h, sizeof(h));
-}
 
 /* A block file cut in the middle of shard 1: shard 0 reads, shard 1..3 -EIO;
  * lookup calls it absent (not every shard is there). */
@@ -589,276 +413,6 @@ static kvs_test_rc test_truncated_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return truncated(KVS_IO_ENGINE_URING);
-}
-
-/* ------------------------------------------------ what a block file holds */
-
-/* cfg of another geometry: shard_bytes x spb, tcount tensors of tsz (NULL: none
- * given, one of shard_bytes), layout_tag tag. */
-static void cfg_geom(struct kvs_backend_config *cfg, uint32_t engine, uint64_t shard_bytes,
-		     uint32_t spb, uint32_t tcount, const uint64_t *tsz, uint64_t tag)
-{
-	cfg_posix(cfg, engine);
-	cfg->shard_bytes = shard_bytes;
-	cfg->shards_per_block = spb;
-	cfg->tensor_count = tcount;
-	cfg->tensor_bytes = tsz;
-	cfg->layout_tag = tag;
-}
-
-/* Submit a read of [0, len) of shard of id into buf: the submit's error, or the
- * completion's result. */
-static int64_t read_shard(struct kvs_backend *b, const struct kvs_block_id *id, uint32_t shard,
-			  void *buf, uint64_t len)
-{
-	struct kvs_backend_io io = { .block = *id, .shard = shard, .buf = buf, .len = len,
-				     .token = 77 };
-	struct kvs_backend_completion c;
-	int rc = kvs_backend_submit_read(b, &io);
-
-	if (rc < 0)
-		return rc;
-	rc = wait_one(b, &c);
-	return rc == 1 ? c.result : rc < 0 ? rc : -EPROTO;
-}
-
-/* Dump every shard of block blk with the geometry of cfg (content: pattern). */
-static int dump_geom(const struct kvs_backend_config *cfg, uint32_t blk)
-{
-	struct kvs_backend *b = NULL;
-	unsigned char *buf = alloc_aligned(cfg->shard_bytes);
-	int rc = buf ? kvs_backend_open(cfg, &b) : -ENOMEM;
-
-	for (uint32_t s = 0; rc == 0 && s < cfg->shards_per_block; s++) {
-		struct kvs_backend_io io = { .block = block_of(blk), .shard = s, .buf = buf,
-					     .len = cfg->shard_bytes, .token = s };
-		struct kvs_backend_completion c;
-
-		fill_pattern(buf, blk, s, 0, cfg->shard_bytes);
-		rc = kvs_backend_submit_write(b, &io);
-		if (rc == 0)
-			rc = wait_one(b, &c) == 1 ? (c.result == (int64_t)cfg->shard_bytes ? 0 : -EIO)
-						  : -ETIMEDOUT;
-	}
-	kvs_backend_close(b);
-	free(buf);
-	return rc;
-}
-
-/* The issue's reproduction, at the backend: a block dumped with 4 KiB shards, 2
- * per block, tensors 2x2048, is refused (-KVS_ECONFIG at submit, never bytes) by
- * a handle of 8 KiB x 1, one of another tensor table, one of another
- * layout_tag and one of 256 tensors (logged as their count and hash), each
- * logging the block, the root and both geometries; lookup
- * calls it absent for them; a handle of the same geometry reads it byte-exact. */
-static kvs_test_rc geometry(uint32_t engine, uint32_t flags)
-{
-	static const uint64_t halves[2] = { 2048, 2048 }, other[2] = { 1024, 3072 };
-	static uint64_t many[KVS_MAX_TENSORS]; /* 8, 24, 8, 24, ...: 256 runs */
-	struct kvs_backend_config w, r;
-	struct kvs_backend *b = NULL;
-	struct kvs_block_id id = block_of(30);
-	unsigned char *buf = alloc_aligned(8192);
-	char hex[33], path[400], want[600];
-	struct stat st;
-	int rc;
-
-	KVS_CHECK(buf);
-	for (uint32_t k = 0; k < KVS_MAX_TENSORS; k++)
-		many[k] = k % 2 ? 24 : 8;
-	KVS_CHECK_OK(root_init("geom"));
-	cfg_geom(&w, engine, 4096, 2, 2, halves, 0);
-	w.flags = flags;
-	rc = dump_geom(&w, 30);
-	if (rc == -EOPNOTSUPP && (flags & KVS_BACKEND_F_IO_DIRECT)) {
-		free(buf);
-		root_fini();
-		KVS_SKIP("O_DIRECT not supported under /tmp: %s", g_log);
-	}
-	KVS_CHECK_OK(rc);
-	block_file(&id, path, sizeof(path), hex);
-
-	const struct {
-		uint64_t shard_bytes;
-		uint32_t spb, tcount;
-		const uint64_t *tsz;
-		uint64_t tag;
-		const char *has;
-	} readers[] = {
-		{ 8192, 1, 0, NULL, 0, "shard_size 8192 x 1 shards per block, tensors 1x8192, layout_tag 0" },
-		{ 4096, 2, 2, other, 0, "shard_size 4096 x 2 shards per block, tensors 1x1024+1x3072, "
-					"layout_tag 0" },
-		{ 4096, 2, 2, halves, 0x2a, "shard_size 4096 x 2 shards per block, tensors 2x2048, "
-					    "layout_tag 0x2a" },
-		{ 4096, 2, KVS_MAX_TENSORS, many, 0, "shard_size 4096 x 2 shards per block, "
-						     "256 tensors (hash " },
-	};
-	for (size_t i = 0; i < KVS_ARRAY_LEN(readers); i++) {
-		cfg_geom(&r, engine, readers[i].shard_bytes, readers[i].spb, readers[i].tcount,
-			 readers[i].tsz, readers[i].tag);
-		r.flags = flags;
-		KVS_CHECK_OK(kvs_backend_open(&r, &b));
-		memset(buf, 0, 8192);
-		KVS_CHECK_ERR(read_shard(b, &id, 0, buf, readers[i].shard_bytes), -KVS_ECONFIG);
-		snprintf(want, sizeof(want), "backend: block %s in %s: stored with shard_size 4096 x 2 "
-			 "shards per block, tensors 2x2048, layout_tag 0; this store has %s", hex,
-			 g_root, readers[i].has);
-		if (!strstr(g_log, want))
-			KVS_FAILF("reader %zu: the log lacks\n  %s\nlog:\n%s", i, want, g_log);
-		KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
-		for (size_t k = 0; k < 8192; k++) /* nothing was read */
-			KVS_CHECK_EQ(buf[k], 0);
-		kvs_backend_close(b);
-	}
-
-	/* The same geometry (the table spelled out or not) reads every byte. */
-	cfg_geom(&r, engine, 4096, 2, 2, halves, 0);
-	r.flags = flags;
-	KVS_CHECK_OK(kvs_backend_open(&r, &b));
-	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
-	for (uint32_t s = 0; s < 2; s++) {
-		KVS_CHECK_EQ(read_shard(b, &id, s, buf, 4096), 4096);
-		for (uint64_t k = 0; k < 4096; k++)
-			if (buf[k] != pattern(30, s, k))
-				KVS_FAILF("shard %u byte %llu: 0x%02x, want 0x%02x", s,
-					  (unsigned long long)k, buf[k], pattern(30, s, k));
-	}
-	KVS_CHECK(strstr(g_log, "stored with") == NULL);
-	kvs_backend_close(b);
-	KVS_CHECK_OK(stat(path, &st));
-	KVS_CHECK_EQ(st.st_size, BLOCK_HDR + 2 * 4096); /* the header, then the shards */
-	free(buf);
-	root_fini();
-	return KVS_TEST_PASS;
-}
-
-static kvs_test_rc test_geometry_pool(void)
-{
-	return geometry(KVS_IO_ENGINE_POOL, 0);
-}
-
-static kvs_test_rc test_geometry_uring(void)
-{
-	SKIP_WITHOUT_URING();
-	return geometry(KVS_IO_ENGINE_URING, 0);
-}
-
-static kvs_test_rc test_geometry_direct_pool(void)
-{
-	return geometry(KVS_IO_ENGINE_POOL, KVS_BACKEND_F_IO_DIRECT);
-}
-
-static kvs_test_rc test_geometry_direct_uring(void)
-{
-	SKIP_WITHOUT_URING();
-	return geometry(KVS_IO_ENGINE_URING, KVS_BACKEND_F_IO_DIRECT);
-}
-
-/* How often needle occurs in hay. */
-static int count_of(const char *hay, const char *needle)
-{
-	int n = 0;
-
-	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-		n++;
-	return n;
-}
-
-/* Every shard of id is refused at submit with -EIO and lookup says 0; the log
- * names the file and says why (once: repeats for a file are rate-limited). */
-static kvs_test_rc refused_eio(struct kvs_backend *b, const struct kvs_block_id *id,
-			       const char *path, const char *why)
-{
-	unsigned char *buf = alloc_aligned(SHARD);
-	char want[600];
-
-	KVS_CHECK(buf);
-	g_log[0] = '\0';
-	for (uint32_t s = 0; s < SPB; s++)
-		KVS_CHECK_ERR(read_shard(b, id, s, buf, SHARD), -EIO);
-	KVS_CHECK_EQ(kvs_backend_lookup(b, id), 0);
-	free(buf);
-	snprintf(want, sizeof(want), "backend: block file %s: %s", path, why);
-	if (!strstr(g_log, want))
-		KVS_FAILF("the log lacks\n  %s\nlog:\n%s", want, g_log);
-	KVS_CHECK_EQ(count_of(g_log, path), 1);
-	return KVS_TEST_PASS;
-}
-
-/* Block files that are not this block's: another block's file renamed to its
- * name, a header cut short, a header with one bit flipped, a file without a
- * header (the format before headers) -- each -EIO at submit, absent to lookup. */
-static kvs_test_rc hostile_headers(uint32_t engine)
-{
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	struct kvs_block_id x = block_of(40), y = block_of(41), z = block_of(42), v = block_of(43);
-	char px[400], py[400], pz[400], pv[400], hy[33], want[100];
-	unsigned char byte;
-	int fd;
-
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("hdr"));
-	cfg_posix(&cfg, engine);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	for (uint32_t blk = 40; blk <= 43; blk++)
-		KVS_CHECK_OK(dump_block(b, blk, buf, SPB));
-	block_file(&x, px, sizeof(px), NULL);
-	block_file(&y, py, sizeof(py), hy);
-	block_file(&z, pz, sizeof(pz), NULL);
-	block_file(&v, pv, sizeof(pv), NULL);
-
-	/* y's file under x's name. */
-	KVS_CHECK_OK(rename(py, px));
-	snprintf(want, sizeof(want), "holds block %s", hy);
-	KVS_TRY(refused_eio(b, &x, px, want));
-
-	/* A header cut short: inside the fixed part, and at 100 bytes. */
-	KVS_CHECK_OK(truncate(pz, 30));
-	KVS_TRY(refused_eio(b, &z, pz, "header cut short (30 of 64 bytes)"));
-	kvs_backend_close(b); /* a new handle: nothing of z's cached or rate-limited */
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_OK(truncate(pz, 5));
-	KVS_TRY(refused_eio(b, &z, pz, "no kvshare block header"));
-
-	/* One bit of the layout_tag flipped: the checksum says so. */
-	fd = open(pv, O_RDWR);
-	KVS_CHECK(fd >= 0);
-	KVS_CHECK_EQ(pread(fd, &byte, 1, 33), 1);
-	byte ^= 0x10;
-	KVS_CHECK_EQ(pwrite(fd, &byte, 1, 33), 1);
-	close(fd);
-	KVS_TRY(refused_eio(b, &v, pv, "header checksum mismatch"));
-
-	/* A block file of the format before headers (the shards from offset 0) at
-	 * x's path, read by a new handle (x's warning above is rate-limited). */
-	kvs_backend_close(b);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_OK(unlink(px));
-	fd = open(px, O_CREAT | O_EXCL | O_WRONLY, 0600);
-	KVS_CHECK(fd >= 0);
-	for (uint32_t s = 0; s < SPB; s++) {
-		fill_pattern(buf, 40, s, 0, SHARD);
-		KVS_CHECK_EQ(write(fd, buf, SHARD), SHARD);
-	}
-	close(fd);
-	KVS_TRY(refused_eio(b, &x, px, "no kvshare block header"));
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
-	return KVS_TEST_PASS;
-}
-
-static kvs_test_rc test_hostile_headers_pool(void)
-{
-	return hostile_headers(KVS_IO_ENGINE_POOL);
-}
-
-static kvs_test_rc test_hostile_headers_uring(void)
-{
-	SKIP_WITHOUT_URING();
-	return hostile_headers(KVS_IO_ENGINE_URING);
 }
 
 /* Fault wrapper over posix: every read -EIO (error), then every read short (-EIO). */
@@ -1080,280 +634,6 @@ static kvs_test_rc test_fd_cache_uring(void)
 {
 	SKIP_WITHOUT_URING();
 	return fd_cache(KVS_IO_ENGINE_URING);
-}
-
-/* ------------------------------------------------------------ crash cleanup */
-
-static int count_temps(const char *root, int *finals)
-{
-	int temps = 0;
-	DIR *d1 = opendir(root);
-	struct dirent *e1;
-
-	*finals = 0;
-	while (d1 && (e1 = readdir(d1))) {
-		char p1[512];
-		DIR *d2;
-		struct dirent *e2;
-
-		if (e1->d_name[0] == '.')
-			continue;
-		snprintf(p1, sizeof(p1), "%s/%s", root, e1->d_name);
-		d2 = opendir(p1);
-		while (d2 && (e2 = readdir(d2))) {
-			char p2[800];
-			DIR *d3;
-			struct dirent *e3;
-
-			if (e2->d_name[0] == '.')
-				continue;
-			snprintf(p2, sizeof(p2), "%s/%s", p1, e2->d_name);
-			d3 = opendir(p2);
-			while (d3 && (e3 = readdir(d3))) {
-				if (e3->d_name[0] == '.')
-					continue;
-				if (strstr(e3->d_name, ".tmp."))
-					temps++;
-				else
-					(*finals)++;
-			}
-			if (d3)
-				closedir(d3);
-		}
-		if (d2)
-			closedir(d2);
-	}
-	if (d1)
-		closedir(d1);
-	return temps;
-}
-
-/* Exec'd writer: dump SPB - 1 shards of block 7, report on fd argv[1], hang. */
-static kvs_test_rc child_writer(int argc, char **argv)
-{
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	int fd;
-
-	if (argc < 2)
-		KVS_FAILF("usage: --child writer <fd> <root>");
-	KVS_CHECK(buf != NULL);
-	fd = atoi(argv[0]);
-	snprintf(g_root, sizeof(g_root), "%s", argv[1]);
-	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_OK(dump_block(b, 7, buf, SPB - 1));
-	KVS_CHECK_EQ(write(fd, "w", 1), 1);
-	/* Wait to be killed; bounded so a lost parent cannot leave us forever. */
-	for (int i = 0; i < 300; i++)
-		poll(NULL, 0, 100);
-	KVS_FAILF("writer: not killed within 30 s");
-}
-
-static kvs_test_rc test_kill9_mid_dump(void)
-{
-	int pfd[2];
-	char fdarg[16], c;
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	struct kvs_block_id id = block_of(7);
-	int finals;
-
-	KVS_CHECK_OK(root_init("kill9"));
-	KVS_CHECK_OK(pipe(pfd));
-	snprintf(fdarg, sizeof(fdarg), "%d", pfd[1]);
-	const char *args[] = { fdarg, g_root, NULL };
-	pid_t pid = kvs_test_spawn("writer", args);
-	KVS_CHECK(pid > 0);
-	close(pfd[1]);
-	struct pollfd p = { .fd = pfd[0], .events = POLLIN };
-	KVS_CHECK_EQ(poll(&p, 1, 20000), 1);
-	KVS_CHECK_EQ(read(pfd[0], &c, 1), 1);
-	close(pfd[0]);
-
-	/* While the writer lives, another open keeps its temp file. */
-	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 1);
-	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
-	kvs_backend_close(b);
-
-	KVS_CHECK_EQ(kill(pid, SIGKILL), 0);
-	KVS_CHECK_EQ(kvs_test_reap(pid, 10000), 128 + SIGKILL);
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 1);
-	KVS_CHECK_EQ(finals, 0);
-
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
-	{
-		char buf[64];
-		struct kvs_backend_io io = { .block = id, .shard = 0, .buf = buf, .len = 64 };
-		KVS_CHECK_ERR(kvs_backend_submit_read(b, &io), -ENOENT);
-	}
-	kvs_backend_close(b);
-	root_fini();
-	return KVS_TEST_PASS;
-}
-
-static kvs_test_rc exit_at_once(void *arg)
-{
-	(void)arg;
-	return KVS_TEST_PASS;
-}
-
-/* The cleanup rules on hand-made temp files: this host's dead writer -> removed;
- * another host's (pid meaningless here) -> kept unless older than 24 h; a live
- * writer -> kept. */
-static kvs_test_rc test_temp_rules(void)
-{
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	char host[256] = "", tag[9], other[9], dir[400], path[600];
-	uint32_t h = 2166136261u;
-	struct kvs_block_id id = block_of(9);
-	char hex[33];
-	int finals;
-
-	gethostname(host, sizeof(host) - 1);
-	for (const char *c = host; *c; c++)
-		h = (h ^ (unsigned char)*c) * 16777619u;
-	snprintf(tag, sizeof(tag), "%08x", h);
-	snprintf(other, sizeof(other), "%08x", h ^ 1u);
-	pid_t dead = kvs_test_fork(exit_at_once, NULL);
-	KVS_CHECK(dead > 0);
-	KVS_CHECK_EQ(kvs_test_reap(dead, 10000), 0);
-
-	KVS_CHECK_OK(root_init("temps"));
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", id.bytes[i]);
-	snprintf(dir, sizeof(dir), "%s/%.2s", g_root, hex);
-	KVS_CHECK_EQ(mkdir(dir, 0700), 0);
-	snprintf(dir, sizeof(dir), "%s/%.2s/%.2s", g_root, hex, hex + 2);
-	KVS_CHECK_EQ(mkdir(dir, 0700), 0);
-	const struct { int pid; const char *tag; bool old; bool kept; } files[] = {
-		{ dead, tag, false, false },
-		{ dead, other, false, true },
-		{ dead, other, true, false },
-		{ getpid(), tag, false, true },
-	};
-	for (size_t i = 0; i < KVS_ARRAY_LEN(files); i++) {
-		snprintf(path, sizeof(path), "%s/%s.tmp.%d.%s%08zx", dir, hex, files[i].pid,
-			 files[i].tag, i);
-		int fd = open(path, O_CREAT | O_WRONLY, 0600);
-		KVS_CHECK(fd >= 0);
-		close(fd);
-		if (files[i].old) {
-			struct timespec ts[2] = { { time(NULL) - 25 * 3600, 0 },
-						  { time(NULL) - 25 * 3600, 0 } };
-			KVS_CHECK_EQ(utimensat(AT_FDCWD, path, ts, 0), 0);
-		}
-	}
-	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	kvs_backend_close(b);
-	for (size_t i = 0; i < KVS_ARRAY_LEN(files); i++) {
-		snprintf(path, sizeof(path), "%s/%s.tmp.%d.%s%08zx", dir, hex, files[i].pid,
-			 files[i].tag, i);
-		if ((access(path, F_OK) == 0) != files[i].kept)
-			KVS_FAILF("%s: %s, expected %s", path,
-				  access(path, F_OK) == 0 ? "kept" : "removed",
-				  files[i].kept ? "kept" : "removed");
-	}
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 2);
-	root_fini();
-	return KVS_TEST_PASS;
-}
-
-/* Closing with a half-written dump discards it (temp file removed, block absent). */
-static kvs_test_rc test_close_discards_partial(void)
-{
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	struct kvs_block_id id = block_of(8);
-	int finals;
-
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("partial"));
-	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_OK(dump_block(b, 8, buf, 2));
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 1);
-	kvs_backend_close(b);
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 0);
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
-	return KVS_TEST_PASS;
-}
-
-/* Exec'd dumper: blocks 200..209 in full; argv: root, flags. */
-static kvs_test_rc child_dumper(int argc, char **argv)
-{
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	int rc = 0;
-
-	if (argc < 2)
-		KVS_FAILF("usage: --child dumper <root> <flags>");
-	KVS_CHECK(buf != NULL);
-	snprintf(g_root, sizeof(g_root), "%s", argv[0]);
-	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	cfg.flags = (uint32_t)strtoul(argv[1], NULL, 0);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	for (uint32_t blk = 200; blk < 210 && rc == 0; blk++)
-		rc = dump_block(b, blk, buf, SPB);
-	kvs_backend_close(b);
-	free(buf);
-	KVS_CHECK_OK(rc);
-	return KVS_TEST_PASS;
-}
-
-/* Two processes dump the same blocks at once (two ranks, or two nodes on a shared
- * mount): every block ends complete and correct, no temp file is left. */
-static kvs_test_rc test_concurrent_dumps(void)
-{
-	struct kvs_backend_config cfg;
-	struct kvs_backend *b = NULL;
-	unsigned char *buf = alloc_aligned(SHARD);
-	char nofsync[16];
-	int finals;
-
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("conc"));
-	snprintf(nofsync, sizeof(nofsync), "%u", KVS_BACKEND_F_NO_FSYNC);
-	const char *a1[] = { g_root, "0", NULL };
-	const char *a2[] = { g_root, nofsync, NULL };
-	pid_t p1 = kvs_test_spawn("dumper", a1), p2 = kvs_test_spawn("dumper", a2);
-	KVS_CHECK(p1 > 0 && p2 > 0);
-	KVS_CHECK_EQ(kvs_test_reap(p1, 20000), 0);
-	KVS_CHECK_EQ(kvs_test_reap(p2, 20000), 0);
-	KVS_CHECK_EQ(count_temps(g_root, &finals), 0);
-	KVS_CHECK_EQ(finals, 10);
-	cfg_posix(&cfg, KVS_IO_ENGINE_AUTO);
-	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	for (uint32_t blk = 200; blk < 210; blk++) {
-		struct kvs_block_id id = block_of(blk);
-		KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
-		for (uint32_t s = 0; s < SPB; s++) {
-			struct kvs_backend_io io = { .block = id, .shard = s, .buf = buf, .len = SHARD };
-			struct kvs_backend_completion c;
-			KVS_CHECK_OK(kvs_backend_submit_read(b, &io));
-			KVS_CHECK_EQ(wait_one(b, &c), 1);
-			KVS_CHECK_EQ(c.result, SHARD);
-			for (uint64_t i = 0; i < SHARD; i += 511)
-				KVS_CHECK_EQ(buf[i], pattern(blk, s, i));
-		}
-	}
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
-	return KVS_TEST_PASS;
 }
 
 /* ------------------------------------------------ writes held or failed */
@@ -1610,13 +890,6 @@ static const struct kvs_test_case cases[] = {
 	{ "queue_full", test_queue_full },
 	{ "bad_config", test_bad_config },
 	{ "fd_cache_pool", test_fd_cache_pool },
-	{ "kill9_mid_dump", test_kill9_mid_dump },
-	{ "close_discards_partial", test_close_discards_partial },
-	{ "temp_rules", test_temp_rules },
-	{ "concurrent_dumps", test_concurrent_dumps },
-	{ "geometry_pool", test_geometry_pool },
-	{ "geometry_direct_pool", test_geometry_direct_pool },
-	{ "hostile_headers_pool", test_hostile_headers_pool },
 	{ "slow_writes_pool", test_slow_writes_pool },
 	{ "header_fails_pool", test_header_fails_pool },
 	{ "fsync_fails_pool", test_fsync_fails_pool },
@@ -1631,15 +904,7 @@ static const struct kvs_test_case uring_cases[] = {
 	{ "fixed_first_use_uring", test_fixed_first_use_uring },
 	{ "truncated_uring", test_truncated_uring },
 	{ "fd_cache_uring", test_fd_cache_uring },
-	{ "geometry_uring", test_geometry_uring },
-	{ "geometry_direct_uring", test_geometry_direct_uring },
-	{ "hostile_headers_uring", test_hostile_headers_uring },
 	{ "rename_fails_uring", test_rename_fails_uring },
-};
-
-static const struct kvs_test_child children[] = {
-	{ "writer", child_writer },
-	{ "dumper", child_dumper },
 };
 
 int main(int argc, char **argv)
@@ -1647,8 +912,7 @@ int main(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "--uring") == 0) {
 		argv[1] = argv[0];
 		return kvs_test_run(argc - 1, argv + 1, uring_cases, KVS_ARRAY_LEN(uring_cases),
-				    children, KVS_ARRAY_LEN(children));
+				    NULL, 0);
 	}
-	return kvs_test_run(argc, argv, cases, KVS_ARRAY_LEN(cases), children,
-			    KVS_ARRAY_LEN(children));
+	return kvs_test_run(argc, argv, cases, KVS_ARRAY_LEN(cases), NULL, 0);
 }
