@@ -63,8 +63,9 @@ mode's line has its load phases.
            expected_cached=<n> hit=<1|0> read_delay_ms=<..>
            startup_s=<..> engine_wall_s=<..> load_errors_logged=<n>
            [FLAG=no_hit] [FLAG=decoders_done_early]
-  vllm_itl tp=<t> mode=<no_load|local> decoders=<n> ... (as above; hit=na,
-           loader_ttft_ms=na for no_load) engines=<modes>
+  vllm_itl tp=<t> mode=<no_load|local> decoders=<n> itl_p50_ms=<..> ... (the
+           ITL, window, steal and TTFT fields above; loader_ttft_ms=na for
+           no_load) read_delay_ms=<..> engines=<modes>
   vllm_itl tp=<t> ratio async_p99/no_load_p99=<..> ... sync_p99/no_load_p99=<..>
            async_p99/local_p99=<..> ... async_ttft/sync_ttft=<..>
            hybrid_ttft/sync_ttft=<..> async_ttft-sync_ttft_ms=<..>
