@@ -27,7 +27,8 @@ Posix backend under tmp_path; each engine's cache a unique_id of the test's.
   reports the request in get_finished once its KV is in place (a step that
   computes nothing waits there for it, IDLE_WAIT_S at most), and the next
   schedule computes past it with nothing loaded in the step; blocks resident
-  in the shared cache load in the step, unless over kvshare_step_load_mib;
+  in the shared cache load in the step, unless over kvshare_step_load_mib
+  beside other requests;
 - a failed asynchronous load reports its vLLM blocks and the request finished
   in the same pass; vLLM rewinds it, and its next lookup is a miss (never the
   same hit in a loop): it is recomputed, nothing loaded again;
@@ -458,23 +459,28 @@ def test_async_load_from_backend(node):
     assert st["async_loaded_bytes"] == 4 * HEADS * LAYERS * 2 * BLOCK * HEAD_DIM * 4
 
 
-@pytest.mark.parametrize("mib", [64, 0])
-def test_resident_blocks_load_in_step(node, mib):
+@pytest.mark.parametrize("mib, other", [(64, True), (0, True), (0, False)])
+def test_resident_blocks_load_in_step(node, mib, other):
     """Blocks resident in e's own cache (stored by an engine on it) load in
-    the step, within kvshare_step_load_mib; over it (0) they go asynchronous."""
+    the step, within kvshare_step_load_mib; over it (0) they go asynchronous
+    beside another request (scheduled first, decoding), and load in the step
+    all the same when q is e's only request: no other step to stall."""
     saver = node("a", fill=True, scheduler=False)
     q = request("q", PROMPT + SUFFIX)
     kids = saver.ids(q)
     saver.store(q, 4)
     e = node("a", connector={"kvshare_step_load_mib": mib})
+    if other:
+        e.scheduler.add_request(request("d", [7] * 20, max_tokens=50))
+        e.update(e.scheduler.schedule(), set())
     e.scheduler.add_request(q)
     out = e.scheduler.schedule()
     meta = out.kv_connector_metadata
-    if mib:
+    if mib or not other:
         assert new_req(out, "q").num_computed_tokens == 4 * BLOCK and out.has_sync_kv_loads
         assert len(meta.loads) == 1 and meta.async_loads == []
     else:
-        assert out.num_scheduled_tokens == {} and meta.loads == []
+        assert "q" not in out.num_scheduled_tokens and meta.loads == []
         assert [r for r, _ in meta.async_loads] == ["q"]
     assert [k for _, pairs in meta.loads + meta.async_loads for k, _ in pairs] == kids[:4]
 

@@ -105,8 +105,9 @@ EXTRA_FLUSH_TIMEOUT = "kvshare_flush_timeout_s"  # shutdown's flush bound, secon
 EXTRA_LOAD_MODE = "kvshare_load_mode"  # LOAD_MODES: which loads leave the step
 EXTRA_STEP_LOAD_MIB = "kvshare_step_load_mib"  # hybrid: what a rank loads in a step
 # "hybrid": a request whose blocks are all resident in the shared cache loads in
-# the step while the step's loads stay within kvshare_step_load_mib a rank; any
-# other (a backend read, a wait for another rank's, over the budget) is
+# the step while the step's loads stay within kvshare_step_load_mib a rank, or
+# whatever its size when it is the engine's only request; any other (a backend
+# read, a wait for another rank's, over the budget beside other requests) is
 # asynchronous.  "async": every load.  "sync": none (every load in its step).
 LOAD_MODES = ("hybrid", "async", "sync")
 # A step that computes nothing sleeps this long at most for its oldest running
@@ -395,10 +396,14 @@ class KVShareConnector(KVConnectorBase_V1):
     def _loads_async(self, store, st, first, count):
         """Whether the load of st's blocks [first, first + count) leaves the
         step (EXTRA_LOAD_MODE): in "hybrid", unless every block is resident
-        in the shared cache and the step's loads stay within the budget."""
+        in the shared cache and the step's loads stay within the budget, or
+        st's request is the only one the engine has (the budget keeps a load
+        from stalling other requests' steps; with none, leaving the step only
+        adds one for the report)."""
         if self._load_mode != "hybrid":
             return self._load_mode == "async"
-        if self._step_bytes + count * self._rank_block_bytes > self._step_budget:
+        alone = self._reqs.keys() == {st.request.request_id}
+        if self._step_bytes + count * self._rank_block_bytes > self._step_budget and not alone:
             return True
         try:
             return store.resident_prefix(st.ids[first:first + count]) < count
