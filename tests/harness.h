@@ -389,4 +389,19 @@ static inline int kvs_test_run(int argc, char **argv, const struct kvs_test_case
 				    KVS_ARRAY_LEN(children));                           \
 	}
 
+/* A binary with a second group of cases (another engine's, run where it
+ * exists): `PROG FLAG [case...]` runs group, `PROG [case...]` cases, each its own
+ * CTest test (tests/io.cmake, kvs_io_test_group). */
+static inline int kvs_test_run_groups(int argc, char **argv, const char *flag,
+				      const struct kvs_test_case *cases, size_t ncases,
+				      const struct kvs_test_case *group, size_t ngroup,
+				      const struct kvs_test_child *children, size_t nchildren)
+{
+	if (argc >= 2 && strcmp(argv[1], flag) == 0) {
+		argv[1] = argv[0];
+		return kvs_test_run(argc - 1, argv + 1, group, ngroup, children, nchildren);
+	}
+	return kvs_test_run(argc, argv, cases, ncases, children, nchildren);
+}
+
 #endif

@@ -897,10 +897,6 @@ static const struct kvs_test_case cuda_cases[] = {
 
 int main(int argc, char **argv)
 {
-	if (argc >= 2 && strcmp(argv[1], "--cuda") == 0) {
-		argv[1] = argv[0];
-		return kvs_test_run(argc - 1, argv + 1, cuda_cases, KVS_ARRAY_LEN(cuda_cases),
-				    NULL, 0);
-	}
-	return kvs_test_run(argc, argv, cases, KVS_ARRAY_LEN(cases), NULL, 0);
+	return kvs_test_run_groups(argc, argv, "--cuda", cases, KVS_ARRAY_LEN(cases), cuda_cases,
+				   KVS_ARRAY_LEN(cuda_cases), NULL, 0);
 }

@@ -607,10 +607,6 @@ static const struct kvs_test_case cases[] = {
 
 int main(int argc, char **argv)
 {
-	if (argc >= 2 && strcmp(argv[1], "--uring") == 0) {
-		argv[1] = argv[0];
-		return kvs_test_run(argc - 1, argv + 1, uring_cases, KVS_ARRAY_LEN(uring_cases),
-				    NULL, 0);
-	}
-	return kvs_test_run(argc, argv, cases, KVS_ARRAY_LEN(cases), NULL, 0);
+	return kvs_test_run_groups(argc, argv, "--uring", cases, KVS_ARRAY_LEN(cases), uring_cases,
+				   KVS_ARRAY_LEN(uring_cases), NULL, 0);
 }
