@@ -115,6 +115,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -295,12 +296,6 @@ def itls(r):
     return out
 
 
-def median(xs):
-    """The middle value (the lower of the two middle ones)."""
-    s = sorted(xs)
-    return s[(len(s) - 1) // 2]
-
-
 def fmt(x, spec=".1f"):
     return "na" if x is None else format(x, spec)
 
@@ -364,14 +359,15 @@ class Run(vllm_engines.Run):
                         "window": (ph["t_end"] - ph["t_add"]) * 1e3,
                         "steal": 100 * ph["steal_s"] / (os.cpu_count()
                                                         * (ph["t_end"] - ph["t_add"]))})
-        stats = {k: median([w[k] for w in per]) if all(w[k] is not None for w in per)
-                 else None for k in ("p50", "p99", "ttft")}
+        stats = {k: statistics.median_low([w[k] for w in per])
+                 if all(w[k] is not None for w in per) else None
+                 for k in ("p50", "p99", "ttft")}
 
         def rounds(k, spec=".1f"):
             return ",".join(fmt(w[k], spec) for w in per)
+        top = max((w["max"] for w in per if w["max"] is not None), default=None)
         f = (f"itl_p50_ms={fmt(stats['p50'])} itl_p99_ms={fmt(stats['p99'])} "
-             f"itl_p99_rounds={rounds('p99')} "
-             f"itl_max_ms={fmt(max((w['max'] for w in per if w['max'] is not None), default=None))} "
+             f"itl_p99_rounds={rounds('p99')} itl_max_ms={fmt(top)} "
              f"itl_samples={sum(w['n'] for w in per)} window_ms={rounds('window', '.0f')} "
              f"steal_pct={rounds('steal', '.0f')} loader_ttft_ms={fmt(stats['ttft'], '.0f')} "
              f"loader_ttft_rounds={rounds('ttft', '.0f')}")
@@ -423,7 +419,7 @@ class Run(vllm_engines.Run):
         slow = {**posix, "fault_delay_us": int(o.read_delay_ms * 1000)}
         uid = f"{self.uid}-tp{tp}"
         a = self.engine(f"tp{tp}-a-store", tp, posix, uid, store_prompts=self.prefixes).wait()
-        print(f"{TAG} tp={tp} mode=store ttft_s={median(a['ttft_s']):.3f} "
+        print(f"{TAG} tp={tp} mode=store ttft_s={statistics.median_low(a['ttft_s']):.3f} "
               f"cached_tokens={max(a['cached_tokens'])} prompt_tokens={o.prompt_tokens} "
               f"prompts={len(self.prefixes)} startup_s={a['startup_s']:.1f} "
               f"engine_wall_s={a['wall_s']:.1f} load_errors_logged={a['load_errors_logged']}",

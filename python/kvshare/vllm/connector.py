@@ -402,8 +402,9 @@ class KVShareConnector(KVConnectorBase_V1):
         adds one for the report)."""
         if self._load_mode != "hybrid":
             return self._load_mode == "async"
-        alone = self._reqs.keys() == {st.request.request_id}
-        if self._step_bytes + count * self._rank_block_bytes > self._step_budget and not alone:
+        # st is among _reqs (get_num_new_matched_tokens made it): alone is one
+        if (self._step_bytes + count * self._rank_block_bytes > self._step_budget
+                and len(self._reqs) > 1):
             return True
         try:
             return store.resident_prefix(st.ids[first:first + count]) < count
