@@ -1206,7 +1206,10 @@ struct kvs_store_config {
 	uint32_t share_buffer;     /* 0: a cache private to this rank (default 1: shared) */
 	uint32_t waiting_queue_depth; /* tasks not yet reaped by check/wait, 1..4096 (64) */
 	uint32_t running_queue_depth; /* shards between dispatcher and copier, 1..65536 (256) */
-	uint32_t cache_stream_number; /* copy streams of the cuda engine, 1..16 (1) */
+	uint32_t cache_stream_number; /* copy streams, 1..16 (1): the cuda engine's CUDA
+					 streams; the host engine's threads sharing each
+					 copy pass of 512 KiB or more (the copier and
+					 n - 1 more, started at the first such pass) */
 	uint64_t cpu_affinity[KVS_STORE_MAX_CPUS / 64]; /* CPUs of the store's threads;
 							   all zero = not pinned */
 	char backend_roots[KVS_STORE_ROOTS_MAX + 1]; /* posix roots, ':'-separated; used when

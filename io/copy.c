@@ -10,6 +10,8 @@
  * The host engine treats "device" addresses as host pointers: a scatter is n
  * memcpy calls and is complete when it returns, so sync has nothing to wait for
  * and there is no event to wait on (a non-NULL event is a caller bug: -EINVAL).
+ * With streams > 1 a large call's memcpys are shared with the engine's copy
+ * threads (io/copy_crew.c), still complete when the call returns.
  * Registering pins nothing; in its test mode (register_delay_ns) each
  * registration sleeps that long, so the store's background registration, its
  * staging of unregistered slots and a close in mid-registration are exercised
@@ -223,7 +225,8 @@ static int host_vcopy(struct kvs_copy_engine *eng, const struct kvs_copy_vec v[]
 {
 	if (eng->impl)
 		return delayed_queue(eng, h2d, v, n);
-	host_copy(h2d, v, n);
+	if (!kvs_copy_crew_copy(eng->crew, v, n, h2d))
+		host_copy(h2d, v, n);
 	return 0;
 }
 
@@ -244,6 +247,7 @@ static int host_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns)
 static void host_fini(struct kvs_copy_engine *eng)
 {
 	delayed_stop(eng->impl);
+	kvs_copy_crew_close(eng->crew);
 }
 
 static const struct kvs_copy_ops host_ops = {
@@ -294,6 +298,8 @@ int kvs_copy_open(const struct kvs_copy_opts *opts, struct kvs_copy_engine **out
 		eng->ops = &host_ops;
 		if (eng->land_delay_ns)
 			rc = delayed_start(eng);
+		else
+			rc = kvs_copy_crew_open(eng->streams, &eng->log, &eng->crew);
 	} else {
 #if defined(KVS_HAVE_CUDA)
 		rc = kvs_copy_cuda_init(eng);

@@ -20,6 +20,9 @@
  * Engines:
  *   host  device addresses are plain host pointers; memcpy per segment; complete
  *         when the call returns.  Used by CI and CPU-only runs (copy_engine=host).
+ *         With streams = N > 1, a vector call of at least 512 KiB is shared
+ *         by the calling thread and N - 1 threads of the engine
+ *         (io/copy_crew.c), started at the first such call.
  *         Its test mode land_delay_ns queues the copies instead and makes them
  *         land later on a thread of its own (sync waits for them, up to its
  *         deadline), so a timed-out sync is testable without a GPU.
@@ -102,7 +105,8 @@ struct kvs_copy_vec {
 struct kvs_copy_opts {
 	uint32_t kind;      /* enum kvs_copy_kind */
 	int32_t device_id;  /* CUDA device ordinal (cuda engine) */
-	uint32_t streams;   /* 1..16; 0 = 1 (cuda engine; host ignores it) */
+	uint32_t streams;   /* 1..16; 0 = 1 (cuda engine: CUDA streams; host engine:
+			       threads sharing a large copy call) */
 	const struct kvs_log *log;
 	uint32_t strategy;  /* enum kvs_copy_strategy; 0 = auto.  After the first four
 			       fields, so that an initializer of those means auto */

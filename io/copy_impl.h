@@ -38,7 +38,23 @@ struct kvs_copy_engine {
 	uint64_t register_delay_ns; /* host engine test mode */
 	uint64_t land_delay_ns;     /* host engine test mode */
 	void *impl;        /* engine-private state (host: the delayed copies, or NULL) */
+	struct kvs_copy_crew *crew; /* host engine: its copy threads (streams > 1), or NULL */
 };
+
+/*
+ * io/copy_crew.c: the host engine's copy threads.  open: a crew of streams - 1
+ * helpers (none started yet; *out NULL for streams <= 1), 0 or -ENOMEM.  copy:
+ * shares a call of at least KVS_COPY_CREW_MIN_BYTES between the caller and the
+ * helpers and returns true once every byte has landed; false, having copied
+ * nothing, for a smaller call, a NULL crew, or no helper running (the caller
+ * copies alone).  One caller at a time.  close: joins the helpers; NULL is a
+ * no-op.
+ */
+#define KVS_COPY_CREW_MIN_BYTES (512u << 10)
+int kvs_copy_crew_open(uint32_t streams, const struct kvs_log *log, struct kvs_copy_crew **out);
+bool kvs_copy_crew_copy(struct kvs_copy_crew *c, const struct kvs_copy_vec v[], uint32_t n,
+			bool h2d);
+void kvs_copy_crew_close(struct kvs_copy_crew *c);
 
 #if defined(KVS_HAVE_CUDA)
 /* io/copy_cuda.c: fill eng->ops and eng->impl for device eng->device_id. */

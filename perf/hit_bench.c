@@ -71,12 +71,16 @@
  *   switches_per_kshard        context switches of every thread of the ranks
  *                              (getrusage) per 1000 shards: the pipeline's
  *                              sleeps and wakes
+ *   streams                    --streams
  *
  * usage: hit_bench [--shard-kib 8] [--shards 8192] [--per-task 0 (all)] [--spb 32]
  *                  [--ranks 1] [--sharing same|disjoint] [--path ready|cold]
  *                  [--rounds 7] [--geometry llama3-8b|llama3-70b|mha-72b]
  *                  [--layout head|layer-head] [--tp 1]
- *                  [--mib 64] [--copy-engine host|cuda] [--verbose]
+ *                  [--mib 64] [--copy-engine host|cuda] [--streams 1] [--verbose]
+ * --streams sets cache_stream_number: CUDA streams, or the host engine's copy
+ * threads sharing each large copy call (io/copy_crew.c; the memcpy baseline
+ * stays one thread a rank).
  * Exit 1 on a failed call or a wrong byte (after printing it), 77 for
  * --copy-engine cuda without a device or a CUDA build.
  */
@@ -137,6 +141,7 @@ struct params {
 	uint32_t per_task; /* 0: the round in one task */
 	uint32_t spb;
 	uint32_t ranks, rounds, tp;
+	uint32_t streams;  /* cache_stream_number: the host engine's copy threads */
 	uint64_t mib;
 	const struct geometry *geo;
 	bool disjoint, cold, cuda, verbose;
@@ -475,6 +480,7 @@ static void store_config(const struct params *p, const char *uid, uint32_t rank,
 	cfg->cache.shards_per_block = p->spb;
 	cfg->tensor_bytes = p->tensors > 1 ? p->tensor_bytes : 0;
 	cfg->copy_engine = p->cuda ? KVS_COPY_ENGINE_CUDA : KVS_COPY_ENGINE_HOST;
+	cfg->cache_stream_number = p->streams;
 	cfg->backend.kind = KVS_BACKEND_LATENCY;
 	cfg->backend.latency_ns = 0;
 	cfg->timeout_ns = TASK_WAIT_NS;
@@ -658,14 +664,15 @@ static void report(const struct params *p, const struct rank_out *o, uint32_t pe
 	       " shard_bytes=%" PRIu64 " tensors=%u"
 	       " shards=%u per_task=%u wall_ns_per_shard=%.0f cpu_ns_per_shard=%.0f"
 	       " overhead_cpu_ns_per_shard=%.0f shards_per_s=%.0f gb_per_s=%.3f base=%s"
-	       " base_ns_per_shard=%.0f base_gb_per_s=%.3f ratio=%.3f switches_per_kshard=%.1f\n",
+	       " base_ns_per_shard=%.0f base_gb_per_s=%.3f ratio=%.3f switches_per_kshard=%.1f streams=%u\n",
 	       KVS_BENCH_VARIANT, p->cold ? "cold" : "ready", p->ranks,
 	       p->disjoint ? "disjoint" : "same", p->geo ? p->geo->name : "none",
 	       !p->geo ? "none" : p->layout == LAYOUT_HEAD ? "head" : "layer-head", p->tp,
 	       p->shard_bytes, p->tensors, per_rank, per_task, wall / per_rank, cpu / shards,
 	       cpu / shards - (p->cuda ? 0 : base_cpu / shards), shards / wall * 1e9, bytes / wall,
 	       p->cuda ? "h2d" : p->cold ? "fill+memcpy" : "memcpy", base_cpu / shards, bytes / base,
-	       base > 0 ? (bytes / wall) / (bytes / base) : 0, switches * 1000 / shards);
+	       base > 0 ? (bytes / wall) / (bytes / base) : 0, switches * 1000 / shards,
+	       p->streams);
 	fflush(stdout);
 }
 
@@ -727,7 +734,8 @@ static int usage(void)
 	fprintf(stderr, "usage: hit_bench [--shard-kib K] [--shards N] [--per-task N] [--spb N]\n"
 			"                 [--ranks 1..%u] [--sharing same|disjoint] [--path ready|cold]\n"
 			"                 [--rounds 1..%u] [--geometry llama3-8b|llama3-70b|mha-72b]\n"
-			"                 [--layout head|layer-head] [--tp T] [--mib M] [--copy-engine host|cuda] [--verbose]\n",
+			"                 [--layout head|layer-head] [--tp T] [--mib M] [--copy-engine host|cuda]\n"
+			"                 [--streams 1..16] [--verbose]\n",
 		MAX_RANKS, MAX_ROUNDS);
 	return 2;
 }
@@ -744,7 +752,7 @@ static bool num(const char *s, uint64_t lo, uint64_t hi, uint64_t *v)
 int main(int argc, char **argv)
 {
 	struct params p = { .shard_bytes = 8192, .shards = 8192, .spb = 32, .ranks = 1, .rounds = 7,
-			    .tp = 1, .mib = 64 };
+			    .tp = 1, .mib = 64, .streams = 1 };
 	uint64_t v;
 
 	for (int i = 1; i < argc; i++) {
@@ -770,6 +778,8 @@ int main(int argc, char **argv)
 			p.rounds = (uint32_t)v;
 		else if (!strcmp(a, "--tp") && (ok = num(b, 1, 64, &v)))
 			p.tp = (uint32_t)v;
+		else if (!strcmp(a, "--streams") && (ok = num(b, 1, 16, &v)))
+			p.streams = (uint32_t)v;
 		else if (!strcmp(a, "--mib") && (ok = num(b, 1, 1u << 20, &v)))
 			p.mib = v;
 		else if (!strcmp(a, "--sharing") && (ok = !strcmp(b, "same") || !strcmp(b, "disjoint")))

@@ -26,6 +26,7 @@
  * slot with 0x5a, d2h + sync, and compare it with what is expected: the slices
  * copied, the gaps between them untouched.
  */
+#include <dirent.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 
@@ -315,29 +316,24 @@ static kvs_test_rc test_host_shards(void)
 	return rc;
 }
 
-/* The vector calls: the copies of many shards (head slices, odd sizes) in one
- * call each way, as the store's copier queues a pass; n = 0 is a no-op. */
-static kvs_test_rc test_host_vector(void)
+/* The copies of nshards shards of n tensors of tb bytes (each layout), in one
+ * vector call each way, on eng. */
+static kvs_test_rc vector_roundtrips(struct kvs_copy_engine *eng, uint32_t n, uint32_t nshards,
+				     uint64_t tb)
 {
 	static const enum layout ls[] = { L_CONTIG, L_HEADS, L_ODD };
-	struct kvs_copy_opts o = { .kind = KVS_COPY_HOST };
-	uint32_t n = 4, nshards = 300; /* 1200 copies: more than a call per shard ever had */
 	struct kvs_copy_seg *segs = calloc((size_t)n * nshards, sizeof(*segs));
-	struct kvs_copy_engine *eng;
 	kvs_test_rc rc = KVS_TEST_PASS;
 
 	KVS_CHECK(segs != NULL);
-	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
-	KVS_CHECK_EQ(kvs_copy_h2dv(eng, NULL, 0), 0);
-	KVS_CHECK_EQ(kvs_copy_d2hv(eng, NULL, 0), 0);
 	for (size_t li = 0; li < KVS_ARRAY_LEN(ls) && rc.code == KVS_TEST_PASS.code; li++) {
-		uint64_t span, slot_bytes = make_segs(segs, ls[li], n, 512, 0, &span);
+		uint64_t span, slot_bytes = make_segs(segs, ls[li], n, tb, 0, &span);
 		unsigned char *dev = malloc(span * nshards), *slot = malloc(slot_bytes * nshards);
 		unsigned char *back = malloc(slot_bytes * nshards);
 
 		KVS_CHECK(dev && slot && back);
 		for (uint32_t k = 0; k < nshards; k++)
-			make_segs(segs + k * n, ls[li], n, 512, (uint64_t)(uintptr_t)dev + k * span,
+			make_segs(segs + k * n, ls[li], n, tb, (uint64_t)(uintptr_t)dev + k * span,
 				  &span);
 		rc = roundtrip(eng, &host_access, slot, back, slot_bytes, segs, n, nshards, true,
 			       layout_name[ls[li]]);
@@ -345,9 +341,88 @@ static kvs_test_rc test_host_vector(void)
 		free(slot);
 		free(back);
 	}
-	kvs_copy_close(eng);
 	free(segs);
 	return rc;
+}
+
+/* The vector calls: the copies of many shards (head slices, odd sizes) in one
+ * call each way, as the store's copier queues a pass; n = 0 is a no-op. */
+static kvs_test_rc test_host_vector(void)
+{
+	struct kvs_copy_opts o = { .kind = KVS_COPY_HOST };
+	struct kvs_copy_engine *eng;
+	kvs_test_rc rc;
+
+	KVS_CHECK_OK(kvs_copy_open(&o, &eng));
+	KVS_CHECK_EQ(kvs_copy_h2dv(eng, NULL, 0), 0);
+	KVS_CHECK_EQ(kvs_copy_d2hv(eng, NULL, 0), 0);
+	/* 1200 copies: more than a call per shard ever had */
+	rc = vector_roundtrips(eng, 4, 300, 512);
+	kvs_copy_close(eng);
+	return rc;
+}
+
+/* This process's threads named name. */
+static uint32_t threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	uint32_t n = 0;
+
+	while (d && (e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f && fgets(comm, sizeof(comm), f) && !strncmp(comm, name, strlen(name)) &&
+		    comm[strlen(name)] == '\n')
+			n++;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* streams > 1: a vector call of 512 KiB or more is shared with the engine's
+ * copy threads, in parts that cut through copies; every byte lands where it
+ * should and nothing else is written, each way, as with one thread.  The
+ * threads start at the first such call (not at open, not for a small call)
+ * and close joins them. */
+static kvs_test_rc test_host_threads(void)
+{
+	static const uint32_t streams[] = { 2, 3, 16 };
+
+	for (size_t si = 0; si < KVS_ARRAY_LEN(streams); si++) {
+		struct kvs_copy_opts o = { .kind = KVS_COPY_HOST, .streams = streams[si] };
+		struct kvs_copy_engine *eng;
+		kvs_test_rc rc;
+
+		KVS_CHECK_OK(kvs_copy_open(&o, &eng));
+		KVS_CHECK_EQ(threads_named("kvs-copy"), 0);
+		rc = vector_roundtrips(eng, 4, 16, 512); /* 32 KiB a call: one thread */
+		if (rc.code == KVS_TEST_PASS.code)
+			KVS_CHECK_EQ(threads_named("kvs-copy"), 0);
+		/* 300 shards of 4 x 4 KiB (4.7 MiB a call), then 3 shards of one
+		 * 1.5 MiB tensor and odd sizes: parts inside one copy */
+		if (rc.code == KVS_TEST_PASS.code)
+			rc = vector_roundtrips(eng, 4, 300, 4096);
+		if (rc.code == KVS_TEST_PASS.code)
+			rc = vector_roundtrips(eng, 1, 3, (3u << 19) + 77);
+		if (rc.code == KVS_TEST_PASS.code)
+			KVS_CHECK_EQ(threads_named("kvs-copy"), streams[si] - 1);
+		kvs_copy_close(eng);
+		if (rc.code != KVS_TEST_PASS.code) {
+			printf("  with streams %u\n", streams[si]);
+			return rc;
+		}
+		KVS_CHECK_EQ(threads_named("kvs-copy"), 0);
+	}
+	return KVS_TEST_PASS;
 }
 
 /* Every -EINVAL of the vector calls; a refused vector copies nothing. */
@@ -875,6 +950,7 @@ static const struct kvs_test_case cases[] = {
 	{ "host_odd_sizes", test_host_odd_sizes },
 	{ "host_shards", test_host_shards },
 	{ "host_vector", test_host_vector },
+	{ "host_threads", test_host_threads },
 	{ "host_vector_bad_args", test_host_vector_bad_args },
 	{ "host_bad_args", test_host_bad_args },
 	{ "host_wait_event", test_host_wait_event },
