@@ -361,6 +361,53 @@ def test_store_keys(node, tiny_model):
             _store_keys(bad, fp, geo, 0, "host")
 
 
+def test_store_keys_cpu_worker(node, tiny_model):
+    """A CPU worker's store (copy_engine host): two copy threads, and -- when
+    the opening thread is bound to fewer CPUs than the process could use, as
+    vLLM binds its OpenMP master -- the store's threads on the parent's CPUs
+    instead of that one core; the user's keys win; a cuda engine gets
+    neither."""
+    import threading
+
+    from kvshare.vllm.connector import _store_keys
+
+    parent = sorted(os.sched_getaffinity(os.getppid()))
+    if len(parent) < 2:
+        pytest.skip(f"the parent process may use {len(parent)} CPU: no narrower binding")
+    geo = kv.StoredGeometry(layers=tuple(NAMES), heads=2, head_dim=32, block_size=32,
+                            elem_bytes=4)
+    plain = vllm_config(tiny_model, extra={"kvshare_config": {"backend": "none"}})
+    users = vllm_config(tiny_model, extra={"kvshare_config": {
+        "backend": "none", "cpu_affinity_cores": "1", "cache_stream_number": 3}})
+    fp = kv.fingerprint(plain)
+
+    def keys_of(cfg, engine):
+        return dict(item.split("=", 1) for item in _store_keys(cfg, fp, geo, 0, engine)
+                    .split(","))
+
+    out = {}
+
+    def bound():  # a thread bound to one CPU, as vLLM binds a CPU worker's
+        os.sched_setaffinity(0, {parent[0]})
+        out["host"], out["cuda"] = keys_of(plain, "host"), keys_of(plain, "cuda")
+        out["users"] = keys_of(users, "host")
+
+    t = threading.Thread(target=bound)
+    t.start()
+    t.join()
+    cpus = set()
+    for run in out["host"]["cpu_affinity_cores"].split(":"):
+        a, _, b = run.partition("-")
+        cpus.update(range(int(a), int(b or a) + 1))
+    assert sorted(cpus) == parent
+    assert out["host"]["cache_stream_number"] == "2"
+    assert "cpu_affinity_cores" not in out["cuda"] and "cache_stream_number" not in out["cuda"]
+    assert out["users"]["cpu_affinity_cores"] == "1"
+    assert out["users"]["cache_stream_number"] == "3"
+    # an unbound thread (this one: the parent's CPUs) leaves the store's threads be
+    assert "cpu_affinity_cores" not in keys_of(plain, "host")
+
+
 @pytest.mark.parametrize("same_tag", [False, True])
 def test_foreign_block_is_load_error(node, monkeypatch, tmp_path, same_tag):
     """Another writer stores blocks under the ids this engine asks for (ids

@@ -52,6 +52,7 @@ shutdown.
 
 import logging
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -121,6 +122,14 @@ IDLE_WAIT_S = 0.01
 # copier thread), ~1.3 ms at a GPU's ~50 GB/s host-to-device rate; a decode step
 # of the batch it joins is tens of ms.
 STEP_LOAD_MIB = 64
+# cache_stream_number of a CPU worker's store: the host engine's threads that
+# share one large copy (io/copy_crew.c).  Two moved a 4,096-token hit's 256 MiB
+# into vLLM's KV about 1.3x as fast as one on the 2-core machine, once the store's
+# threads were off the forward's core (docs/vllm.md, "Where a CPU worker's
+# store threads run").
+HOST_COPY_THREADS = 2
+# The store's cpu_affinity_cores takes CPUs below this (KVS_STORE_MAX_CPUS).
+STORE_MAX_CPUS = 1024
 # The default bound of the flush at shutdown: inside the 5 s vLLM gives a
 # worker to exit before it sends SIGTERM (VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS),
 # leaving the close its own second or so.
@@ -207,6 +216,42 @@ def _load_policy(extra):
     return mode, int(mib * 2**20)
 
 
+def _cpu_list(cpus):
+    """A set of CPU numbers as cpu_affinity_cores writes it: "0-3:8"."""
+    runs, cpus = [], sorted(cpus)
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ":".join(f"{a}-{b}" if a < b else f"{a}" for a, b in runs)
+
+
+def _store_cpus():
+    """cpu_affinity_cores for a CPU worker's store threads, or None to leave
+    them on the opening thread's CPUs.  vLLM's CPU backend binds each OpenMP
+    thread of a worker, its main thread (the OpenMP master) among them, to one
+    core; the store's dispatcher, copier and copy threads, started by that
+    thread, would inherit its single core and take turns with the forward on
+    it.  They get the CPUs the engine's process could use before that binding
+    (the parent process's affinity; every online CPU where it cannot be read),
+    where the kernel schedules them on whichever is free: the CPUs vLLM
+    reserves for its scheduler and KV connectors, or a core the forward leaves
+    idle while it waits for a load."""
+    mine = os.sched_getaffinity(0)
+    try:
+        allowed = os.sched_getaffinity(os.getppid())
+    except OSError:
+        allowed = set(range(os.cpu_count() or 1))
+    allowed = {c for c in allowed if c < STORE_MAX_CPUS}
+    if not allowed > mine:
+        return None
+    logger.info("kvshare: this worker thread is bound to CPUs %s; the store's threads run on "
+                "%s (kvshare_config cpu_affinity_cores overrides)", _cpu_list(mine),
+                _cpu_list(allowed))
+    return _cpu_list(allowed)
+
+
 def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
     """The store's configuration string: what the engine fixes (the geometry,
     the device, the fingerprint's layout_tag), the connector's defaults
@@ -221,6 +266,12 @@ def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
         "waiting_queue_depth": 64,
         "copy_engine": copy_engine,
     }
+    if copy_engine == "host":
+        # no DMA engine: a second thread shares each large copy (io/copy_crew.c)
+        defaults["cache_stream_number"] = HOST_COPY_THREADS
+        cpus = _store_cpus()
+        if cpus:
+            defaults["cpu_affinity_cores"] = cpus
     fixed = {"device_id": device_id, "shard_size": geo.shard_bytes,
              "tensor_size": geo.layer_bytes,
              "block_size": geo.shard_bytes * geo.shards_per_block,
