@@ -44,6 +44,7 @@ struct rt_opts {
 	int32_t device;       /* rank r of local_rank_size lrs (0 and 1 unless set):
 				 its dispatcher visits a task's shards from slice r */
 	uint32_t lrs;
+	uint32_t streams;     /* cache_stream_number (0: the default, 1) */
 };
 
 /* A config for the round trip: by fields, or (tensor_list) all by string. */
@@ -73,6 +74,8 @@ static kvs_test_rc rt_cfg(struct kvs_store_config *cfg, const struct rt_opts *o,
 	st_posix(cfg, root);
 	if (o->tcount > 1)
 		cfg->tensor_bytes = SHARD / o->tcount;
+	if (o->streams)
+		cfg->cache_stream_number = o->streams;
 	return KVS_TEST_PASS;
 }
 
@@ -266,6 +269,17 @@ static kvs_test_rc test_roundtrip_layerwise(void)
 {
 	struct rt_opts o = { .tag = "rtlw", .tag_id = 4, .nblocks = 6, .spb = 4, .tcount = 2,
 			     .layerwise = true };
+
+	return roundtrip(&o);
+}
+
+/* The host engine's copy threads (cache_stream_number 3): the copier's passes
+ * of 512 KiB and more (the working set's 125 shards of 16 KiB: 2 MiB) are
+ * shared, gathers at the dump and scatters at the load, every byte checked. */
+static kvs_test_rc test_roundtrip_copy_threads(void)
+{
+	struct rt_opts o = { .tag = "rtct", .tag_id = 6, .nblocks = 64, .spb = 4, .tcount = 8,
+			     .streams = 3 };
 
 	return roundtrip(&o);
 }
@@ -583,6 +597,7 @@ static const struct kvs_test_case cases[] = {
 	{ "roundtrip_tensor_list", test_roundtrip_tensor_list },
 	{ "roundtrip_rotated", test_roundtrip_rotated },
 	{ "roundtrip_layerwise", test_roundtrip_layerwise },
+	{ "roundtrip_copy_threads", test_roundtrip_copy_threads },
 	{ "backend_none", test_backend_none },
 	{ "latency_content", test_latency_content },
 	{ "fault_all_eio", test_fault_all_eio },
