@@ -19,6 +19,27 @@
  * also a slot of the ring's sparse registered-file table.  A missing file, or
  * anything but a regular file at the block's path (opened O_NONBLOCK: a FIFO
  * cannot hang the issuer), refuses the submit with -ENOENT.
+ *
+ * Readahead.  A buffered header read must leave the kernel's readahead as a
+ * sequential reader from shard 0 wants it, so both header reads (open and
+ * lookup) are made under POSIX_FADV_RANDOM: the kernel reads the header's page
+ * alone, with no readahead window and no readahead marker.  A plain 4 KiB read
+ * at offset 0 would start a 4-page window marked at page 1; shard 0's read
+ * grows it from there (16, 60, 240... pages), so the later windows and their
+ * markers start at pages 4, 20, 80..., not at a shard's first page.  The
+ * kernel acts on a marker only when it is the first not-yet-cached page of a
+ * read, so with several reads in flight the ones submitted next run past the
+ * window before its marker is reached, and the kernel takes them for random
+ * reads: each read as is, in 4 KiB folios, nothing ahead (Linux 6.18,
+ * readahead tracepoints: 102 of the 1024 1 MiB reads of perf/backend_bench.sh
+ * at qd 32, and twice fio's CPU per GiB; docs/io.md, "engine=posix").  After
+ * the header's page alone, the fd's last position says "sequential from page
+ * 1", and shard 0's read opens a window at its own first page: windows of 2x,
+ * 4x... the shard, starting on shard boundaries, as fio's do reading from
+ * offset 0.  The open fd goes back to POSIX_FADV_NORMAL before any shard is
+ * read; lookup's fd is closed after its read.  Advice only: an error is
+ * ignored (a file system without it reads as before); O_DIRECT skips it (no
+ * page cache).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,6 +82,14 @@ static bool warn_due(struct posix *p, const struct kvs_block_id *id)
 	}
 	pthread_mutex_unlock(&p->warn_mu);
 	return due;
+}
+
+/* Readahead advice for a header read on fd (see "Readahead" above); nothing
+ * under O_DIRECT.  Advice only: its result is ignored. */
+static void header_advice(const struct posix *p, int fd, int advice)
+{
+	if (!(p->flags & KVS_BACKEND_F_IO_DIRECT))
+		(void)posix_fadvise(fd, 0, 0, advice);
 }
 
 /* pread of up to len bytes at offset 0 (fewer at end of file).  Count or -errno. */
@@ -193,9 +222,15 @@ static int open_block_file(struct posix *p, const struct kvs_block_id *id, const
 	} else if (fcntl(fd, F_SETFL, flags) < 0) {
 		rc = -errno;
 	} else {
-		/* One read per open, into the aligned buffer (O_DIRECT). */
-		ssize_t n = read_head(fd, p->hdr_buf, p->hdr.header_bytes);
-		int64_t off = n < 0 ? n : check_header(p, id, path, p->hdr_buf, (size_t)n);
+		/* One read per open, into the aligned buffer (O_DIRECT), of the
+		 * header's page alone ("Readahead" above). */
+		ssize_t n;
+		int64_t off;
+
+		header_advice(p, fd, POSIX_FADV_RANDOM);
+		n = read_head(fd, p->hdr_buf, p->hdr.header_bytes);
+		header_advice(p, fd, POSIX_FADV_NORMAL);
+		off = n < 0 ? n : check_header(p, id, path, p->hdr_buf, (size_t)n);
 
 		if (off < 0)
 			rc = (int)off;
@@ -331,11 +366,17 @@ int posix_lookup(void *state, const struct kvs_block_id *id)
 		rc = -errno;
 	} else if (!S_ISREG(st.st_mode)) {
 		rc = 0; /* replaced since the stat */
-	} else if ((n = read_head(fd, buf, sizeof(buf))) < 0) {
-		rc = (int)n;
 	} else {
-		off = check_header(p, id, path, buf, (size_t)n);
-		rc = off >= 0 && (uint64_t)st.st_size >= (uint64_t)off + p->spb * p->shard_bytes;
+		/* The header's page alone ("Readahead" above); buffered always. */
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+		n = read_head(fd, buf, sizeof(buf));
+		if (n < 0) {
+			rc = (int)n;
+		} else {
+			off = check_header(p, id, path, buf, (size_t)n);
+			rc = off >= 0 &&
+			     (uint64_t)st.st_size >= (uint64_t)off + p->spb * p->shard_bytes;
+		}
 	}
 	close(fd);
 	return rc;

@@ -4,13 +4,16 @@
  * table, layout_tag) is -KVS_ECONFIG at submit (the issue's reproduction:
  * 4 KiB x 2 read as 8 KiB x 1), another block's file, a cut or flipped header
  * and a file without one are -EIO, and lookup calls them absent (geometry_*,
- * hostile_headers_*; O_DIRECT too).  The rest of the backend is
- * tests/io_posix.c's.
+ * hostile_headers_*; O_DIRECT too); a header is read alone, with no readahead
+ * past it (header_readahead_*).  The rest of the backend is tests/io_posix.c's.
  *
  * Two CTest tests of this binary, as io_posix: io_posix_file (the pool engine)
  * and io_posix_file_uring (--uring: io_uring; each case skips with the reason
  * in the plain variant or where io_uring is refused).
  */
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "io_posix_util.h"
 
 /* ------------------------------------------------ what a block file holds */
@@ -272,6 +275,113 @@ static kvs_test_rc hostile_headers(uint32_t engine)
 	return KVS_TEST_PASS;
 }
 
+/* Of the pages between the header's last and shard last's first, how many are
+ * in the page cache (mincore through a mapping of the file); -errno. */
+static int cached_after_header(const char *path, long page, uint32_t last)
+{
+	size_t lo = (BLOCK_HDR + (size_t)page - 1) / (size_t)page;
+	size_t hi = (BLOCK_HDR + (size_t)last * SHARD) / (size_t)page;
+	unsigned char vec[64];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), n = 0;
+	void *map;
+
+	if (fd < 0)
+		return -errno;
+	if (hi > KVS_ARRAY_LEN(vec))
+		hi = KVS_ARRAY_LEN(vec);
+	map = mmap(NULL, hi * (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED)
+		return -errno;
+	if (mincore(map, hi * (size_t)page, vec) < 0)
+		n = -errno;
+	for (size_t i = lo; n >= 0 && i < hi; i++)
+		n += vec[i] & 1;
+	munmap(map, hi * (size_t)page);
+	return n;
+}
+
+/* Drop the file's pages from the page cache; whether page 0 is still cached
+ * (then this file system keeps them: tmpfs), or -errno. */
+static int drop_file_cache(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+	unsigned char v = 0;
+	long page = sysconf(_SC_PAGESIZE);
+	void *map;
+
+	if (fd < 0)
+		return -errno;
+	rc = fsync(fd) < 0 ? -errno : -posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	map = rc < 0 ? MAP_FAILED : mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (rc < 0 || map == MAP_FAILED)
+		return rc < 0 ? rc : -errno;
+	rc = mincore(map, (size_t)page, &v) < 0 ? -errno : v & 1;
+	munmap(map, (size_t)page);
+	return rc;
+}
+
+/*
+ * A block file's header is read alone (io/posix_read.c, "Readahead"): after a
+ * lookup, and after a handle's first read (of the last shard, so that the read
+ * itself covers none of them), none of the pages between the header and that
+ * shard is in the page cache.  A plain 4 KiB read at offset 0 reads 4 pages
+ * and marks page 1 for readahead, which put the kernel's windows off the shard
+ * boundaries and turned shard reads at depth into random ones.  Skips where the
+ * file's pages cannot be dropped from the page cache (tmpfs).
+ */
+static kvs_test_rc header_readahead(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id id = block_of(40);
+	unsigned char *buf = alloc_aligned(SHARD);
+	long page = sysconf(_SC_PAGESIZE);
+	char path[400];
+	int rc;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ra"));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(dump_geom(&cfg, 40));
+	block_file(&id, path, sizeof(path), NULL);
+
+	rc = drop_file_cache(path);
+	KVS_CHECK(rc >= 0);
+	if (rc == 1) {
+		free(buf);
+		root_fini();
+		KVS_SKIP("the page cache of files under /tmp cannot be dropped (tmpfs?)");
+	}
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_EQ(kvs_backend_lookup(b, &id), 1);
+	KVS_CHECK_EQ(cached_after_header(path, page, SPB - 1), 0);
+	kvs_backend_close(b);
+
+	KVS_CHECK_EQ(drop_file_cache(path), 0);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_EQ(read_shard(b, &id, SPB - 1, buf, SHARD), SHARD);
+	for (uint32_t k = 0; k < SHARD; k++)
+		KVS_CHECK_EQ(buf[k], pattern(40, SPB - 1, k));
+	KVS_CHECK_EQ(cached_after_header(path, page, SPB - 1), 0);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_header_readahead_pool(void)
+{
+	return header_readahead(KVS_IO_ENGINE_POOL);
+}
+
+static kvs_test_rc test_header_readahead_uring(void)
+{
+	SKIP_WITHOUT_URING();
+	return header_readahead(KVS_IO_ENGINE_URING);
+}
+
 static kvs_test_rc test_hostile_headers_pool(void)
 {
 	return hostile_headers(KVS_IO_ENGINE_POOL);
@@ -287,6 +397,7 @@ static const struct kvs_test_case cases[] = {
 	{ "geometry_pool", test_geometry_pool },
 	{ "geometry_direct_pool", test_geometry_direct_pool },
 	{ "hostile_headers_pool", test_hostile_headers_pool },
+	{ "header_readahead_pool", test_header_readahead_pool },
 };
 
 /* `io_posix_file --uring [case...]` (CTest: io_posix_file_uring). */
@@ -294,6 +405,7 @@ static const struct kvs_test_case uring_cases[] = {
 	{ "geometry_uring", test_geometry_uring },
 	{ "geometry_direct_uring", test_geometry_direct_uring },
 	{ "hostile_headers_uring", test_hostile_headers_uring },
+	{ "header_readahead_uring", test_header_readahead_uring },
 };
 
 int main(int argc, char **argv)
