@@ -946,6 +946,48 @@ def test_redis_degraded(fleet):
                    f"Redis: {opens} store opens, {failures} more")
 
 
+def _cpus(status_path):
+    """The Cpus_allowed_list of a /proc status file, as a set."""
+    with open(status_path) as f:
+        text = next(line for line in f if line.startswith("Cpus_allowed_list:"))
+    cpus = set()
+    for run in text.split(":", 1)[1].strip().split(","):
+        a, _, b = run.partition("-")
+        cpus.update(range(int(a), int(b or a) + 1))
+    return cpus
+
+
+def test_store_threads_not_on_the_workers_core(fleet):
+    """E2's workers (TP=2, each bound by vLLM to one core: its OpenMP master
+    is the thread that opens the store): the store's dispatcher and copier run
+    on every CPU the engine's process may use, not on the worker's one core."""
+    e2 = fleet.get("e2")
+    allowed = _cpus(f"/proc/{e2.pgid}/status")
+    checked = []
+    for pid in group_members(e2.pgid):
+        try:
+            main = _cpus(f"/proc/{pid}/status")
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                cpus = _cpus(f"/proc/{pid}/task/{tid}/status")
+            except (OSError, StopIteration):
+                continue
+            if name in ("kvs-dispatch", "kvs-copier") and main < allowed:
+                checked.append((pid, name, main, cpus))
+    if not checked:
+        pytest.skip(f"no worker of E2 is bound to fewer CPUs than its engine ({allowed}): "
+                    "nothing to move the store's threads from")
+    wrong = [c for c in checked if c[3] != allowed]
+    assert not wrong, (f"store threads not on the engine's CPUs {sorted(allowed)}: " +
+                       "; ".join(f"pid {p} {n} on {sorted(c)} (its main thread on "
+                                 f"{sorted(m)})" for p, n, m, c in wrong))
+
+
 def test_library_lines_in_vllm_format(fleet):
     """The posix backend's open line ("backend: posix, 1 root(s), ...") of KC's
     worker: in vLLM's log format, and never bare."""
