@@ -119,8 +119,9 @@ LOAD_MODES = ("hybrid", "async", "sync")
 IDLE_WAIT_S = 0.01
 # The default budget: 64 MiB a rank is ~8 ms of copies from the shared cache on
 # the 2-core machine this was measured on (perf/hit_bench.sh: ~8 GB/s, one
-# copier thread), ~1.3 ms at a GPU's ~50 GB/s host-to-device rate; a decode step
-# of the batch it joins is tens of ms.
+# copier thread; ~5 ms with the two copy threads HOST_COPY_THREADS gives a CPU
+# worker), ~1.3 ms at a GPU's ~50 GB/s host-to-device rate; a decode step of the
+# batch it joins is tens of ms.
 STEP_LOAD_MIB = 64
 # cache_stream_number of a CPU worker's store: the host engine's threads that
 # share one large copy (io/copy_crew.c).  Two moved a 4,096-token hit's 256 MiB
