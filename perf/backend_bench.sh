@@ -68,7 +68,10 @@ root=""
 rdir=""
 rpid=""
 cpids="" # the cluster part's servers
-trap 'kill $rpid $cpids 2>/dev/null; rm -rf ${root:+"$root"} ${rdir:+"$rdir"}' EXIT
+# (kill with no pid fails, and under set -e that would end the trap before the rm:
+# the block sets would stay behind and the script exit 2)
+trap '[ -z "$rpid$cpids" ] || kill $rpid $cpids 2>/dev/null || true
+rm -rf ${root:+"$root"} ${rdir:+"$rdir"}' EXIT
 
 # Median of $repeat runs per point (runs of the readers interleaved): this kind of
 # machine (shared VM disk) swings +-30 % from run to run.
