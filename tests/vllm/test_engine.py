@@ -457,6 +457,7 @@ class Fleet:
         self.tmp, self.redis = tmp, redis
         self.engines, self.phases, self.refs = {}, {}, {}
         self.closed = False
+        self.shm0 = set(os.listdir("/dev/shm"))  # what close() must not remove
         self.model = write_gqa_model(tmp / "model")              # M: REF, E1, E2, RB, F, DEG
         self.model_k = write_gqa_model(tmp / "model-k")          # MK: KA, KB, KC; then FT
         self.model_tune = write_gqa_model(tmp / "model-tune", *TUNE)  # REF_TUNE, MID
@@ -594,6 +595,7 @@ class Fleet:
         deadline = time.monotonic() + 60
         for e in self.engines.values():
             e.close_end(deadline - time.monotonic())
+        self._remove_torch_shm()
         total = time.monotonic() - self.t0
         SUMMARY.append("vllm.engine: engine start-ups (launch: s after the module's start; "
                        "ready: s from launch to its first reply):")
@@ -605,6 +607,27 @@ class Fleet:
                            f"  ready {ready}{inner}  {e.state}")
         SUMMARY.append(f"vllm.engine: {len(self.engines)} engines, {total:.0f} s from the "
                        f"module's first engine to the last one's end")
+
+    def _remove_torch_shm(self):
+        """The engines are SIGKILLed at the end, so the shared memory of
+        vLLM's and Python's multiprocessing in them (psm_*, sem.mp-*: hundreds
+        of MB a run) is never unlinked: remove what appeared during the run
+        and no live process maps (a name another process is about to open
+        would be mapped by its creator)."""
+        mapped = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/maps") as f:
+                    mapped.update(line.rsplit("/dev/shm/", 1)[1].split()[0]
+                                  for line in f if "/dev/shm/" in line)
+            except OSError:
+                continue
+        for name in set(os.listdir("/dev/shm")) - self.shm0 - mapped:
+            if name.startswith(("psm_", "sem.mp-")):
+                try:
+                    os.unlink(os.path.join("/dev/shm", name))
+                except OSError:
+                    pass
 
     def leftovers(self):
         """The kvshare caches of this run still in /dev/shm (their ids all
