@@ -45,17 +45,17 @@ struct kvs_copy_crew {
 	/* The call being shared (valid while landed < parts; the caller returns
 	 * only after that, so a helper holding a part may read it). */
 	const struct kvs_copy_vec *v;
-	const uint64_t *ends;   /* ends[i]: bytes of v[0..i] laid end to end */
 	uint32_t n;
 	bool h2d;
-	uint64_t total;
+	uint64_t total;         /* <= UINT64_MAX / PARTS_MAX: total * p never wraps */
 	uint32_t parts, next, landed;
 	bool stop;
-	bool start_failed;      /* a helper could not start (logged once) */
-	uint32_t want;          /* helpers wanted: streams - 1 */
+	uint32_t want;          /* helpers wanted: streams - 1; those started once
+				   one could not be (logged) */
 	uint32_t helpers;       /* helpers started */
 	pthread_t thr[KVS_COPY_MAX_STREAMS - 1];
-	uint64_t ends_buf[KVS_COPY_VEC_MAX];
+	uint64_t ends[KVS_COPY_VEC_MAX]; /* ends[i]: bytes of v[0..i] laid end to end
+					    (the caller's, written before it shares) */
 };
 
 /* Copy part p of the current call (c->mu not held). */
@@ -139,14 +139,14 @@ int kvs_copy_crew_open(uint32_t streams, const struct kvs_log *log, struct kvs_c
  * affinity).  Once one fails, no more are tried. */
 static void helpers_start(struct kvs_copy_crew *c)
 {
-	while (c->helpers < c->want && !c->start_failed) {
+	while (c->helpers < c->want) {
 		int rc = pthread_create(&c->thr[c->helpers], NULL, helper, c);
 
 		if (rc) {
-			c->start_failed = true;
 			kvs_log_warn(c->log, "copy engine host: copy thread %u of %u not started "
 				     "(%s): large copies go on with %u thread(s)", c->helpers + 2,
 				     c->want + 1, strerror(rc), c->helpers + 1);
+			c->want = c->helpers;
 			break;
 		}
 		pthread_setname_np(c->thr[c->helpers], "kvs-copy");
@@ -163,8 +163,10 @@ bool kvs_copy_crew_copy(struct kvs_copy_crew *c, const struct kvs_copy_vec v[], 
 	if (!c)
 		return false;
 	for (uint32_t i = 0; i < n; i++) {
+		if (v[i].len > UINT64_MAX / PARTS_MAX - total)
+			return false; /* no real call is that large: copied alone */
 		total += v[i].len;
-		c->ends_buf[i] = total;
+		c->ends[i] = total;
 	}
 	if (total < KVS_COPY_CREW_MIN_BYTES)
 		return false;
@@ -175,7 +177,6 @@ bool kvs_copy_crew_copy(struct kvs_copy_crew *c, const struct kvs_copy_vec v[], 
 	parts = parts > PARTS_MAX ? PARTS_MAX : parts;
 	pthread_mutex_lock(&c->mu);
 	c->v = v;
-	c->ends = c->ends_buf;
 	c->n = n;
 	c->h2d = h2d;
 	c->total = total;
@@ -187,7 +188,6 @@ bool kvs_copy_crew_copy(struct kvs_copy_crew *c, const struct kvs_copy_vec v[], 
 	while (c->landed < c->parts)
 		pthread_cond_wait(&c->done_cv, &c->mu);
 	c->v = NULL;
-	c->ends = NULL;
 	pthread_mutex_unlock(&c->mu);
 	return true;
 }
