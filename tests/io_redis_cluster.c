@@ -315,6 +315,7 @@ static kvs_test_rc cb_killer(void *arg)
 static kvs_test_rc test_conn_lost(void)
 {
 	enum { NB = 32, BATCHES = 10 };
+	static const char retried[] = "are tried again after a slot map refresh";
 	static unsigned char mem[NB * RS_SPB * RS_SHARD];
 	int64_t res[NB * RS_SPB];
 	struct kvs_block_id ids[NB];
@@ -325,7 +326,7 @@ static kvs_test_rc test_conn_lost(void)
 	cb_ids(ids, NB, 38);
 	KVS_TRY(cb_open(&b, 0));
 	KVS_TRY(cb_write_read(b, ids, NB, mem, res));
-	while (batch < BATCHES && !strstr(rb_logs, "are tried again after a slot map refresh")) {
+	while (batch < BATCHES && !strstr(rb_logs, retried)) {
 		pid_t pid = kvs_test_fork(cb_killer, &kills);
 
 		KVS_CHECK(pid > 0);
@@ -333,7 +334,7 @@ static kvs_test_rc test_conn_lost(void)
 		printf("  batch %d: %d rounds of writes, reads and lookups through %d kills of the "
 		       "connections\n", ++batch, rounds, kills);
 	}
-	if (!strstr(rb_logs, "are tried again after a slot map refresh"))
+	if (!strstr(rb_logs, retried))
 		KVS_FAILF("%d batches of kills and no transfer was in flight at one; log:\n%s",
 			  batch, rb_logs);
 	kvs_backend_close(b);
