@@ -270,8 +270,8 @@ def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
     if copy_engine == "host":
         # no DMA engine: a second thread shares each large copy (io/copy_crew.c)
         defaults["cache_stream_number"] = HOST_COPY_THREADS
-        cpus = _store_cpus()
-        if cpus:
+        cpus = None if "cpu_affinity_cores" in given else _store_cpus()
+        if cpus:  # (logged by _store_cpus: not when the user's key wins)
             defaults["cpu_affinity_cores"] = cpus
     fixed = {"device_id": device_id, "shard_size": geo.shard_bytes,
              "tensor_size": geo.layer_bytes,
