@@ -23,7 +23,9 @@
  * with the threads there are.
  *
  * Everything shared is under one mutex: a part is at least PART_BYTES of memcpy
- * (tens of microseconds), next to which taking the lock is noise.
+ * (tens of microseconds), next to which taking the lock is noise.  The caller's
+ * wait for the last part has no deadline, as its own memcpys have none: it lasts
+ * as long as the one part a helper is still copying.
  */
 #include <errno.h>
 #include <pthread.h>
