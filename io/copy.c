@@ -8,7 +8,8 @@
  * into a wild memcpy or a device fault.
  *
  * The host engine treats "device" addresses as host pointers: a scatter is n
- * memcpy calls and is complete when it returns, so sync has nothing to wait for
+ * memcpy calls (non-temporal stores for a large call: io/copy_nt.c) and is
+ * complete when it returns, so sync has nothing to wait for
  * and there is no event to wait on (a non-NULL event is a caller bug: -EINVAL).
  * With streams > 1 a large call's memcpys are shared with the engine's copy
  * threads (io/copy_crew.c), still complete when the call returns.
@@ -73,14 +74,22 @@ static void host_free(struct kvs_copy_engine *eng, void *ptr)
 
 static void host_copy(bool h2d, const struct kvs_copy_vec v[], uint32_t n)
 {
+	uint64_t total = 0;
+	bool nt;
+
+	for (uint32_t i = 0; i < n; i++)
+		total += v[i].len; /* a wrap (no real call) only changes the choice */
+	nt = kvs_copy_nt_wanted(total);
 	for (uint32_t i = 0; i < n; i++) {
 		void *dev = (void *)(uintptr_t)v[i].dev;
 
 		if (h2d)
-			memcpy(dev, v[i].host, v[i].len);
+			kvs_copy_bytes(dev, v[i].host, v[i].len, nt);
 		else
-			memcpy(v[i].host, dev, v[i].len);
+			kvs_copy_bytes(v[i].host, dev, v[i].len, nt);
 	}
+	if (nt)
+		kvs_copy_nt_fence();
 }
 
 /* ---- the delayed test mode ---- */

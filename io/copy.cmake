@@ -17,7 +17,7 @@
 # 90-virtual, "90;100", native, all, all-major; OFF = nvcc's default), else 90 (H100/H200) as
 # SASS + PTX, so newer GPUs JIT it.  The host compiler is nvcc's default
 # unless CMAKE_CUDA_HOST_COMPILER is set.
-target_sources(kvs_io_${KVS_V} PRIVATE copy.c copy_crew.c)
+target_sources(kvs_io_${KVS_V} PRIVATE copy.c copy_crew.c copy_nt.c)
 if(KVS_KERNEL AND KVS_HAVE_CUDA)
   target_sources(kvs_io_${KVS_V} PRIVATE copy_cuda.c)
   target_compile_definitions(kvs_io_${KVS_V} PRIVATE KVS_HAVE_CUDA=1)

@@ -60,6 +60,8 @@
 #ifndef KVS_IO_COPY_H
 #define KVS_IO_COPY_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/log.h"
@@ -209,5 +211,18 @@ int kvs_copy_sync(struct kvs_copy_engine *eng, uint64_t deadline_ns);
 /* PCI bus id of a CUDA device ("0000:3b:00.0") for NUMA placement (numa/).
  * Returns 0; -EOPNOTSUPP without the cuda engine; -ENODEV. */
 int kvs_copy_pci_bus_id(int32_t device_id, char *buf, uint32_t len);
+
+/*
+ * The host engine's byte copies (io/copy_nt.c; also the baseline of
+ * perf/hit_bench).  kvs_copy_nt_wanted: whether a call whose copies add up to
+ * total bytes streams them (non-temporal stores; false where the CPU has none).
+ * kvs_copy_bytes: memcpy, or with nt the destination's whole lines written with
+ * non-temporal stores.  kvs_copy_nt_fence: after the last streamed copy of a
+ * call, before anyone is told it landed (orders those weakly ordered stores).
+ */
+#define KVS_COPY_NT_MIN_BYTES (256u << 10)
+bool kvs_copy_nt_wanted(uint64_t total);
+void kvs_copy_bytes(void *dst, const void *src, size_t len, bool nt);
+void kvs_copy_nt_fence(void);
 
 #endif

@@ -49,6 +49,7 @@ struct kvs_copy_crew {
 	const struct kvs_copy_vec *v;
 	uint32_t n;
 	bool h2d;
+	bool nt;                /* streamed (kvs_copy_nt_wanted of total) */
 	uint64_t total;         /* <= UINT64_MAX / PARTS_MAX: total * p never wraps */
 	uint32_t parts, next, landed;
 	bool stop;
@@ -82,11 +83,13 @@ static void part_copy(const struct kvs_copy_crew *c, uint32_t p)
 		char *dev = (char *)(uintptr_t)c->v[i].dev + off;
 
 		if (c->h2d)
-			memcpy(dev, host, len);
+			kvs_copy_bytes(dev, host, len, c->nt);
 		else
-			memcpy(host, dev, len);
+			kvs_copy_bytes(host, dev, len, c->nt);
 		lo += len;
 	}
+	if (c->nt)
+		kvs_copy_nt_fence(); /* before the part is counted landed */
 }
 
 /* Take parts of the current call until none is left (c->mu held; dropped
@@ -182,6 +185,7 @@ bool kvs_copy_crew_copy(struct kvs_copy_crew *c, const struct kvs_copy_vec v[], 
 	c->n = n;
 	c->h2d = h2d;
 	c->total = total;
+	c->nt = kvs_copy_nt_wanted(total);
 	c->parts = parts;
 	c->next = 0;
 	c->landed = 0;

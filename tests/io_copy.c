@@ -4,7 +4,8 @@
  * Two groups, two CTest tests, so that what could not run shows as Skipped:
  *   io_copy        (default) the host engine -- contiguous segments, head slices
  *                  (non-contiguous host offsets, partial lengths, any order), odd
- *                  sizes, vector calls of many shards, every -EINVAL of io/copy.h,
+ *                  sizes, vector calls of many shards, every alignment of a
+ *                  streamed (non-temporal) copy, every -EINVAL of io/copy.h,
  *                  wait_event -- and the cuda
  *                  engine's open contract: it opens where a device is, and fails
  *                  cleanly elsewhere -- -ENODEV (kernel variant with CUDA, no
@@ -423,6 +424,90 @@ static kvs_test_rc test_host_threads(void)
 		KVS_CHECK_EQ(threads_named("kvs-copy"), 0);
 	}
 	return KVS_TEST_PASS;
+}
+
+/* Copies at every destination alignment within a line, odd source
+ * alignments and lengths around the 64-byte line and the 256-byte minimum:
+ * one call of them small enough for memcpy, one large enough that the host
+ * engine streams them (io/copy_nt.c: a call of 256 KiB or more), on one thread
+ * and shared with a copy thread.  Each way, every byte lands and nothing
+ * around a copy is written. */
+#define ALIGN_COPIES 512u
+#define ALIGN_STRIDE 8192u /* room for a copy and its guards */
+static const uint64_t align_lens[] = { 255, 256, 257, 320, 1000, 4095, 4096, 4163 };
+
+static uint64_t align_len(uint32_t i)
+{
+	return align_lens[i % KVS_ARRAY_LEN(align_lens)] + i / 64;
+}
+
+static kvs_test_rc align_call(struct kvs_copy_engine *eng, bool h2d, uint32_t n,
+			      unsigned char *from, unsigned char *to, struct kvs_copy_vec *v)
+{
+	uint64_t total = 0;
+
+	fill_pattern(from, (uint64_t)ALIGN_COPIES * ALIGN_STRIDE, n + h2d);
+	memset(to, 0xa5, (size_t)ALIGN_COPIES * ALIGN_STRIDE);
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned char *src = from + (size_t)i * ALIGN_STRIDE + 64 + (i * 7) % 16;
+		unsigned char *dst = to + (size_t)i * ALIGN_STRIDE + 64 + i % 64;
+
+		v[i] = (struct kvs_copy_vec){ .len = align_len(i) };
+		v[i].host = h2d ? src : dst;
+		v[i].dev = (uint64_t)(uintptr_t)(h2d ? dst : src);
+		total += v[i].len;
+	}
+	KVS_CHECK_OK(h2d ? kvs_copy_h2dv(eng, v, n) : kvs_copy_d2hv(eng, v, n));
+	KVS_CHECK_OK(kvs_copy_sync(eng, kvs_deadline_after(KVS_NSEC_PER_SEC)));
+	for (uint32_t i = 0; i < n; i++) {
+		const unsigned char *src = from + (size_t)i * ALIGN_STRIDE + 64 + (i * 7) % 16;
+		const unsigned char *region = to + (size_t)i * ALIGN_STRIDE;
+		uint64_t head = 64 + i % 64, len = align_len(i);
+
+		for (uint64_t b = 0; b < ALIGN_STRIDE; b++) {
+			unsigned want = b >= head && b < head + len ? src[b - head] : 0xa5;
+
+			if (region[b] != want)
+				KVS_FAILF("%s, %u copies (%llu bytes): copy %u (dst %% 64 = %u, "
+					  "len %llu), byte %llu is 0x%02x, want 0x%02x",
+					  h2d ? "h2d" : "d2h", n, (unsigned long long)total, i,
+					  i % 64, (unsigned long long)len, (unsigned long long)b,
+					  region[b], want);
+		}
+	}
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_host_alignments(void)
+{
+	unsigned char *a = malloc((size_t)ALIGN_COPIES * ALIGN_STRIDE);
+	unsigned char *b = malloc((size_t)ALIGN_COPIES * ALIGN_STRIDE);
+	struct kvs_copy_vec *v = calloc(ALIGN_COPIES, sizeof(*v));
+	kvs_test_rc rc = KVS_TEST_PASS;
+	uint64_t small = 0;
+
+	KVS_CHECK(a && b && v);
+	for (uint32_t i = 0; i < 64; i++)
+		small += align_len(i);
+	KVS_CHECK(small < (128u << 10)); /* the first call stays below streaming */
+	for (uint32_t streams = 1; streams <= 2 && rc.code == KVS_TEST_PASS.code; streams++) {
+		struct kvs_copy_opts o = { .kind = KVS_COPY_HOST, .streams = streams };
+		struct kvs_copy_engine *eng;
+
+		KVS_CHECK_OK(kvs_copy_open(&o, &eng));
+		for (int h2d = 0; h2d <= 1 && rc.code == KVS_TEST_PASS.code; h2d++) {
+			rc = align_call(eng, h2d, 64, a, b, v);
+			if (rc.code == KVS_TEST_PASS.code)
+				rc = align_call(eng, h2d, ALIGN_COPIES, a, b, v);
+		}
+		kvs_copy_close(eng);
+		if (rc.code != KVS_TEST_PASS.code)
+			printf("  with streams %u\n", streams);
+	}
+	free(v);
+	free(b);
+	free(a);
+	return rc;
 }
 
 /* Every -EINVAL of the vector calls; a refused vector copies nothing. */
@@ -951,6 +1036,7 @@ static const struct kvs_test_case cases[] = {
 	{ "host_shards", test_host_shards },
 	{ "host_vector", test_host_vector },
 	{ "host_threads", test_host_threads },
+	{ "host_alignments", test_host_alignments },
 	{ "host_vector_bad_args", test_host_vector_bad_args },
 	{ "host_bad_args", test_host_bad_args },
 	{ "host_wait_event", test_host_wait_event },
