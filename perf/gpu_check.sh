@@ -120,7 +120,7 @@ else
 	done
 	CF="-O2 -g -std=c11 -Wall -Wextra -D_GNU_SOURCE -DKVS_KERNEL=1 -DKVS_HAVE_CUDA=1 -DKVS_HAVE_COPY_KERNEL=1 -I. -Iinclude -Itests -I$CUDA/include"
 	LF="-L$CUDA/lib64 -L$CUDA/targets/x86_64-linux/lib -lcudart_static -ldl -lrt -lpthread"
-	SRC="io/copy.c io/copy_cuda.c common/error.c $D/copy_kernel.o"
+	SRC="io/copy.c io/copy_crew.c io/copy_nt.c io/copy_cuda.c common/error.c $D/copy_kernel.o"
 	# shellcheck disable=SC2086 # word splitting of the flag lists is intended
 	if ! { timeout 240 nvcc -O3 -std=c++17 -lineinfo \
 		-Xcompiler=-fPIC,-fvisibility=hidden,-fno-exceptions,-fno-rtti,-fno-threadsafe-statics \
