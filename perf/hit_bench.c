@@ -9,7 +9,8 @@
  *     tensors=<per shard> shards=<per rank> per_task=<n>
  *     wall_ns_per_shard=<..> cpu_ns_per_shard=<..> overhead_cpu_ns_per_shard=<..>
  *     shards_per_s=<..> gb_per_s=<..> base=<memcpy|fill+memcpy|h2d>
- *     base_ns_per_shard=<..> base_gb_per_s=<..> ratio=<..> switches_per_kshard=<..>
+ *     base_ns_per_shard=<..> base_gb_per_s=<..> ratio=<..> nt_ns_per_shard=<..>
+ *     nt_gb_per_s=<..> ratio_nt=<..> switches_per_kshard=<..> streams=<n>
  *
  * The workload.  `ranks` processes (forked; device_id 0..n-1, local_rank_size n)
  * open stores on one fresh cache (copy_engine host: the "device" is a
@@ -51,7 +52,9 @@
  * submits included).  The baseline, in the same run and processes, all ranks at
  * once, is the work no pipeline can avoid, on the same memory: memcpy of the
  * same bytes from the same slots (their addresses taken through
- * kvs_store_cache) into the same destination (base=memcpy); on the cold path
+ * kvs_store_cache) into the same destination (base=memcpy), and the same copies
+ * as the host engine makes them (nt: non-temporal stores for a round of 256 KiB
+ * or more, io/copy_nt.c), each round both, in turn first; on the cold path
  * the backend's fill of each slot first (base=fill+memcpy: the latency
  * backend's pattern, what its read costs); with copy_engine cuda the device's
  * pinned ceiling instead, one cudaMemcpy of the rank's bytes from
@@ -63,11 +66,16 @@
  *   cpu_ns_per_shard           CPU / (shards x ranks)
  *   base_ns_per_shard          the baseline's time, summed over the ranks, the
  *                              same way (one thread each: its CPU)
- *   overhead_cpu_ns_per_shard  cpu_ns_per_shard - base_ns_per_shard (cuda: the
- *                              whole CPU, the copy being the device's)
+ *   nt_ns_per_shard            the host engine's copies, the same way
+ *   overhead_cpu_ns_per_shard  cpu_ns_per_shard - the cheaper of base_ns and
+ *                              nt_ns per shard: the CPU beyond the copy (cuda:
+ *                              the whole CPU, the copy being the device's)
  *   shards_per_s, gb_per_s     shards x ranks (and their bytes) / wall
  *   base_gb_per_s              the baseline's bytes / its slowest rank's wall
  *   ratio                      gb_per_s / base_gb_per_s
+ *   nt_gb_per_s, ratio_nt      the host engine's copies: bytes / their slowest
+ *                              rank's wall, and gb_per_s / that (cuda: the
+ *                              h2d ceiling again)
  *   switches_per_kshard        context switches of every thread of the ranks
  *                              (getrusage) per 1000 shards: the pipeline's
  *                              sleeps and wakes
@@ -99,6 +107,7 @@
 
 #include "common/clock.h"
 #include "common/pattern.h"
+#include "io/copy.h"
 #include "kvshare.h"
 
 #ifdef KVS_HIT_BENCH_CUDA
@@ -152,7 +161,7 @@ struct params {
 struct rank_out {
 	int32_t rc;
 	uint32_t bad;                 /* shards with a wrong byte */
-	uint64_t wall_ns[MAX_ROUNDS], cpu_ns[MAX_ROUNDS], base_ns[MAX_ROUNDS];
+	uint64_t wall_ns[MAX_ROUNDS], cpu_ns[MAX_ROUNDS], base_ns[MAX_ROUNDS], nt_ns[MAX_ROUNDS];
 	uint64_t switches[MAX_ROUNDS];      /* context switches, every thread */
 };
 
@@ -325,28 +334,48 @@ static void dest_close(struct dest *d)
 #endif
 }
 
-/* The baseline of one round: memcpy from the slots, or the pinned ceiling. */
-static int base_round(const struct params *p, const struct plan *pl, uint8_t *const *src,
-		      struct dest *d, uint64_t *ns)
+/* One host baseline pass: memcpy from the slots, or (nt) the host engine's
+ * own copies, streamed where it streams them; the time it took. */
+static uint64_t host_pass(const struct params *p, const struct plan *pl, uint8_t *const *src,
+			  struct dest *d, bool nt)
 {
 	uint64_t t0 = kvs_now_ns();
 
+	nt = nt && kvs_copy_nt_wanted((uint64_t)pl->n * p->shard_bytes);
+	for (uint32_t i = 0; i < pl->n; i++) {
+		if (p->cold) /* the owner's read: the backend fills the slot */
+			kvs_pattern_fill(&pl->sh[i].block, pl->sh[i].shard, 0, src[i],
+					 p->shard_bytes);
+		for (uint32_t t = 0; t < pl->tensors; t++)
+			kvs_copy_bytes(d->host + dest_off(p, pl, i, t), src[i] + t * p->tensor_bytes,
+				       p->tensor_bytes, nt);
+	}
+	if (nt)
+		kvs_copy_nt_fence();
+	return kvs_now_ns() - t0;
+}
+
+/* The baselines of round r: memcpy from the slots and the host engine's copy
+ * (in turn first), or the pinned ceiling. */
+static int base_round(const struct params *p, const struct plan *pl, uint8_t *const *src,
+		      struct dest *d, uint32_t r, uint64_t *ns, uint64_t *nt_ns)
+{
 	if (!p->cuda) {
-		for (uint32_t i = 0; i < pl->n; i++) {
-			if (p->cold) /* the owner's read: the backend fills the slot */
-				kvs_pattern_fill(&pl->sh[i].block, pl->sh[i].shard, 0, src[i],
-						 p->shard_bytes);
-			for (uint32_t t = 0; t < pl->tensors; t++)
-				memcpy(d->host + dest_off(p, pl, i, t), src[i] + t * p->tensor_bytes,
-				       p->tensor_bytes);
-		}
-		*ns = kvs_now_ns() - t0;
+		bool nt_first = r % 2;
+
+		if (nt_first)
+			*nt_ns = host_pass(p, pl, src, d, true);
+		*ns = host_pass(p, pl, src, d, false);
+		if (!nt_first)
+			*nt_ns = host_pass(p, pl, src, d, true);
 		return 0;
 	}
 #ifdef KVS_HIT_BENCH_CUDA
+	uint64_t t0 = kvs_now_ns();
+
 	if (cudaMemcpy(d->dev, d->pinned, d->bytes, cudaMemcpyHostToDevice) != cudaSuccess)
 		return -EIO;
-	*ns = kvs_now_ns() - t0;
+	*ns = *nt_ns = kvs_now_ns() - t0;
 	return 0;
 #else
 	return -EOPNOTSUPP;
@@ -513,7 +542,8 @@ static int rank_run(const struct params *p, struct kvs_store *st, struct plan *p
 	if (rc || barrier(up, down))
 		goto out;
 	for (uint32_t r = 0; r < p->rounds; r++) {
-		if (barrier(up, down) || (rc = base_round(p, pl, src, d, &o->base_ns[r])))
+		if (barrier(up, down) || (rc = base_round(p, pl, src, d, r, &o->base_ns[r],
+								 &o->nt_ns[r])))
 			goto out;
 	}
 	for (uint32_t r = 0; r < p->rounds; r++) {
@@ -648,7 +678,7 @@ static void report(const struct params *p, const struct rank_out *o, uint32_t pe
 {
 	uint64_t v[MAX_ROUNDS];
 	double shards = (double)per_rank * p->ranks, bytes = shards * (double)p->shard_bytes;
-	double wall, cpu, base, base_cpu, switches;
+	double wall, cpu, base, base_cpu, nt, nt_cpu, switches;
 
 	node_rounds(p, o, offsetof(struct rank_out, wall_ns), false, v);
 	wall = median(v, p->rounds);
@@ -658,20 +688,27 @@ static void report(const struct params *p, const struct rank_out *o, uint32_t pe
 	base = median(v, p->rounds);
 	node_rounds(p, o, offsetof(struct rank_out, base_ns), true, v);
 	base_cpu = median(v, p->rounds);
+	node_rounds(p, o, offsetof(struct rank_out, nt_ns), false, v);
+	nt = median(v, p->rounds);
+	node_rounds(p, o, offsetof(struct rank_out, nt_ns), true, v);
+	nt_cpu = median(v, p->rounds);
 	node_rounds(p, o, offsetof(struct rank_out, switches), true, v);
 	switches = median(v, p->rounds);
 	printf("hit_bench variant=%s path=%s ranks=%u sharing=%s geometry=%s layout=%s tp=%u"
 	       " shard_bytes=%" PRIu64 " tensors=%u"
 	       " shards=%u per_task=%u wall_ns_per_shard=%.0f cpu_ns_per_shard=%.0f"
 	       " overhead_cpu_ns_per_shard=%.0f shards_per_s=%.0f gb_per_s=%.3f base=%s"
-	       " base_ns_per_shard=%.0f base_gb_per_s=%.3f ratio=%.3f switches_per_kshard=%.1f streams=%u\n",
+	       " base_ns_per_shard=%.0f base_gb_per_s=%.3f ratio=%.3f nt_ns_per_shard=%.0f"
+	       " nt_gb_per_s=%.3f ratio_nt=%.3f switches_per_kshard=%.1f streams=%u\n",
 	       KVS_BENCH_VARIANT, p->cold ? "cold" : "ready", p->ranks,
 	       p->disjoint ? "disjoint" : "same", p->geo ? p->geo->name : "none",
 	       !p->geo ? "none" : p->layout == LAYOUT_HEAD ? "head" : "layer-head", p->tp,
 	       p->shard_bytes, p->tensors, per_rank, per_task, wall / per_rank, cpu / shards,
-	       cpu / shards - (p->cuda ? 0 : base_cpu / shards), shards / wall * 1e9, bytes / wall,
+	       cpu / shards - (p->cuda ? 0 : (nt_cpu < base_cpu ? nt_cpu : base_cpu) / shards),
+	       shards / wall * 1e9, bytes / wall,
 	       p->cuda ? "h2d" : p->cold ? "fill+memcpy" : "memcpy", base_cpu / shards, bytes / base,
-	       base > 0 ? (bytes / wall) / (bytes / base) : 0, switches * 1000 / shards,
+	       base > 0 ? (bytes / wall) / (bytes / base) : 0, nt_cpu / shards, bytes / nt,
+	       nt > 0 ? (bytes / wall) / (bytes / nt) : 0, switches * 1000 / shards,
 	       p->streams);
 	fflush(stdout);
 }

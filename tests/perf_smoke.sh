@@ -154,7 +154,7 @@ hit_bench.sh)
 				b=$((k * 1024))
 				for rs in "1 same" "2 same" "2 disjoint"; do
 					read -r n sh <<<"$rs"
-					want 1 "^hit_bench variant=$v path=$p ranks=$n sharing=$sh geometry=none layout=none tp=1 shard_bytes=$b tensors=1 shards=64 per_task=64 $tail base=$base base_ns_per_shard=$num base_gb_per_s=$num ratio=$num switches_per_kshard=$num streams=1$"
+					want 1 "^hit_bench variant=$v path=$p ranks=$n sharing=$sh geometry=none layout=none tp=1 shard_bytes=$b tensors=1 shards=64 per_task=64 $tail base=$base base_ns_per_shard=$num base_gb_per_s=$num ratio=$num nt_ns_per_shard=$num nt_gb_per_s=$num ratio_nt=$num switches_per_kshard=$num streams=1$"
 				done
 			done
 		done
