@@ -10,6 +10,7 @@
 #ifndef KVS_IO_COPY_IMPL_H
 #define KVS_IO_COPY_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "io/copy.h"
@@ -37,6 +38,8 @@ struct kvs_copy_engine {
 	uint32_t strategy; /* enum kvs_copy_strategy */
 	uint64_t register_delay_ns; /* host engine test mode */
 	uint64_t land_delay_ns;     /* host engine test mode */
+	_Atomic bool populate_failed; /* host engine: its register's madvise failed once
+				       * (logged once; relaxed: only the log depends on it) */
 	void *impl;        /* engine-private state (host: the delayed copies, or NULL) */
 	struct kvs_copy_crew *crew; /* host engine: its copy threads (streams > 1), or NULL */
 };

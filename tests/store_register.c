@@ -28,6 +28,11 @@
  *   rank_killed         a rank killed -9 in mid-registration: its peer keeps
  *                       loading, is ready, the node counts only live ranks, the
  *                       cache checks clean and nothing is left after close.
+ *   attacher_mapped     a rank that attached to a cache another process made
+ *                       (exec'd) has the whole data plane in its page tables
+ *                       once ready, before any copy: the host engine's
+ *                       registration maps it (smaps: Rss, or the hugetlb
+ *                       fields), so its first loads take no page faults.
  */
 #include <pthread.h>
 
@@ -463,6 +468,93 @@ static kvs_test_rc child_victim(int argc, char **argv)
 	KVS_FAILF("the victim was not killed");
 }
 
+/* Bytes of this process's mappings of files whose path contains name that are
+ * in its page tables (/proc/self/smaps: Rss, plus the hugetlb fields, which
+ * Rss leaves out). */
+static uint64_t mapped_bytes(const char *name)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512], field[64];
+	unsigned long long kib;
+	bool ours = false;
+	uint64_t sum = 0;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%63s %llu kB", field, &kib) == 2 &&
+		    field[strlen(field) - 1] == ':') {
+			if (ours && (!strcmp(field, "Rss:") || !strcmp(field, "Shared_Hugetlb:") ||
+				     !strcmp(field, "Private_Hugetlb:")))
+				sum += (uint64_t)kib * KIB;
+			continue;
+		}
+		ours = strstr(line, name) != NULL; /* a mapping's first line */
+	}
+	if (f)
+		fclose(f);
+	return sum;
+}
+
+/* --child attacher <uid> <fd>: a rank on the cache the test made; once ready,
+ * writes how much of the data plane its page tables map to fd. */
+static kvs_test_rc child_attacher(int argc, char **argv)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	char name[128];
+	uint64_t mapped;
+	int fd;
+
+	KVS_CHECK_EQ(argc, 2);
+	fd = atoi(argv[1]);
+	reg_cfg(&cfg, argv[0], 1);
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_CHECK_EQ(kvs_store_ready(s, 30 * ST_SEC), 1);
+	snprintf(name, sizeof(name), "kvshare.%s.data.", argv[0]);
+	mapped = mapped_bytes(name);
+	kvs_store_close(s);
+	KVS_CHECK_EQ(write(fd, &mapped, sizeof(mapped)), (ssize_t)sizeof(mapped));
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc attacher_run(const char *uid)
+{
+	uint64_t mapped = 0;
+	char fdnum[16];
+	int pfd[2], got;
+	pid_t pid;
+
+	KVS_CHECK_EQ(pipe(pfd), 0);
+	snprintf(fdnum, sizeof(fdnum), "%d", pfd[1]);
+	pid = kvs_test_spawn("attacher", (const char *const[]){ uid, fdnum, NULL });
+	close(pfd[1]);
+	KVS_CHECK(pid > 0);
+	struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+	got = poll(&p, 1, 30000) == 1 && read(pfd[0], &mapped, sizeof(mapped)) == sizeof(mapped);
+	close(pfd[0]);
+	KVS_CHECK_EQ(kvs_test_reap(pid, 30000), 0);
+	KVS_CHECK(got);
+	printf("  the attacher maps %llu of the %llu bytes of slots\n",
+	       (unsigned long long)mapped, (unsigned long long)(SLOTS * SHARD));
+	KVS_CHECK(mapped >= SLOTS * SHARD);
+	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_attacher_mapped(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	char uid[64];
+	kvs_test_rc rc;
+
+	reg_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "mapped"), 0);
+	KVS_TRY(st_open(&cfg, &s));
+	rc = attacher_run(uid);
+	kvs_store_close(s);
+	KVS_TRY(rc);
+	KVS_CHECK(segs_gone(uid));
+	return KVS_TEST_PASS;
+}
+
 static kvs_test_rc killed_run(struct kvs_store *s, const char *uid)
 {
 	struct kvs_store_stats node;
@@ -521,10 +613,12 @@ static const struct kvs_test_case cases[] = {
 	{ "order_progress", test_order_progress },
 	{ "close_mid_register", test_close_mid_register },
 	{ "rank_killed", test_rank_killed },
+	{ "attacher_mapped", test_attacher_mapped },
 };
 
 static const struct kvs_test_child children[] = {
 	{ "victim", child_victim },
+	{ "attacher", child_attacher },
 };
 
 KVS_TEST_MAIN_WITH_CHILDREN(cases, children)
