@@ -6,7 +6,8 @@
 #                target for FUZZ_SECONDS on a scratch copy of its committed corpus;
 #                fails on any crash, hang, leak or sanitizer report
 #   make fuzz-seeds  regenerate fuzz/corpus/ctl from real caches
-#   make model-check  Spin on model/dump.pml, the dump protocol (model/check.sh):
+#   make model-check  Spin on model/dump.pml, the dump protocol, and model/pin.pml, the
+#                lock-free READY pin designed for the hit path (model/check.sh):
 #                every configuration exhaustively, every planted mutant refuted
 #   make chaos   a long chaos run (CHAOS_MINUTES, default 10) per variant and mixed
 #                (perf/chaos.sh; CTest runs a short one)
@@ -131,7 +132,7 @@ CHAOS_MINUTES ?= 10
 chaos: build
 	perf/chaos.sh --minutes $(CHAOS_MINUTES) --build build
 
-# The dump protocol's model (docs/store.md, "Dumps"): no build of the library.
+# The protocols' models (docs/store.md, "Dumps", "What a hit costs"): no build of the library.
 model-check: deps
 	model/check.sh
 
