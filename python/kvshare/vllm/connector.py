@@ -117,11 +117,13 @@ LOAD_MODES = ("hybrid", "async", "sync")
 # would otherwise spin in the engine and every rank, taking the CPUs from the
 # backend it waits for.  A request arriving meanwhile waits this long at most.
 IDLE_WAIT_S = 0.01
-# The default budget: 64 MiB a rank is ~8 ms of copies from the shared cache on
+# The default budget: 64 MiB a rank was ~8 ms of copies from the shared cache on
 # the 2-core machine this was measured on (perf/hit_bench.sh: ~8 GB/s, one
 # copier thread; ~5 ms with the two copy threads HOST_COPY_THREADS gives a CPU
-# worker), ~1.3 ms at a GPU's ~50 GB/s host-to-device rate; a decode step of the
-# batch it joins is tens of ms.
+# worker), and is 3.5-5 ms since the host engine streams its copies (13-19 GB/s
+# for this layout, one or two threads); ~1.3 ms at a GPU's ~50 GB/s
+# host-to-device rate; a decode step of the batch it joins is tens of ms.  Kept
+# at 64 until a run of perf/vllm_itl.py (mode hybrid) says a larger one pays.
 STEP_LOAD_MIB = 64
 # cache_stream_number of a CPU worker's store: the host engine's threads that
 # share one large copy (io/copy_crew.c).  Two moved a 4,096-token hit's 256 MiB
