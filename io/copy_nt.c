@@ -37,7 +37,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "io/copy_impl.h"
+#include "io/copy.h"
 
 /* A copy shorter than this is memcpy even in a streamed call: a few partial
  * lines around it are not worth the head and tail. */
