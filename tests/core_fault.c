@@ -5,7 +5,6 @@
  * repairs), and a randomised loop killing one of several hammering processes at
  * a random instant.  Nobody hangs, nothing is corrupt, pins are reclaimed.
  */
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -26,10 +25,9 @@ static void fault_cfg(struct kvs_cache_config *cfg, const char *uid, uint64_t sl
 /* Wait for one byte on fd (a child saying "I am where you want me"). */
 static kvs_test_rc wait_byte(int fd)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
 	char ch;
 
-	if (poll(&p, 1, 20000) != 1 || read(fd, &ch, 1) != 1)
+	if (!kvs_test_read_within(fd, &ch, 1, 20000))
 		KVS_FAILF("no word from the child within 20 s");
 	return KVS_TEST_PASS;
 }
@@ -118,22 +116,6 @@ static kvs_test_rc peer_waiter(void *arg)
 	return out;
 }
 
-static pid_t spawn_with_pipe(const char *child, const char *uid, int *rfd)
-{
-	int fds[2];
-	char fdstr[16];
-	pid_t pid;
-
-	if (pipe(fds))
-		return -1;
-	snprintf(fdstr, sizeof(fdstr), "%d", fds[1]);
-	const char *av[] = { uid, fdstr, NULL };
-	pid = kvs_test_spawn(child, av);
-	close(fds[1]);
-	*rfd = fds[0];
-	return pid;
-}
-
 static kvs_test_rc test_owner_killed_mid_fill(void)
 {
 	struct kvs_cache_config cfg;
@@ -149,7 +131,7 @@ static kvs_test_rc test_owner_killed_mid_fill(void)
 	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "ownerdie");
 	peer_uid = cfg.unique_id;
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
-	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
+	owner = kvs_test_spawn_piped("owner", cfg.unique_id, &rfd);
 	KVS_CHECK(owner > 0);
 	KVS_TRY(wait_byte(rfd));
 	close(rfd);
@@ -200,7 +182,7 @@ static kvs_test_rc test_owner_killed_no_takeover(void)
 	kvs_test_unique_id(cfg.unique_id, sizeof(cfg.unique_id), "notakeover");
 	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
 	/* 1: a waiter that refuses takeover gets -KVS_EOWNERDEAD */
-	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
+	owner = kvs_test_spawn_piped("owner", cfg.unique_id, &rfd);
 	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
@@ -216,7 +198,7 @@ static kvs_test_rc test_owner_killed_no_takeover(void)
 
 	/* 2: nobody waiting; the next attacher reaps the dead owner and the slot
 	 * is FAILED(-KVS_EOWNERDEAD), retried by the next get */
-	owner = spawn_with_pipe("owner", cfg.unique_id, &rfd);
+	owner = kvs_test_spawn_piped("owner", cfg.unique_id, &rfd);
 	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	kill(owner, SIGKILL);
@@ -257,7 +239,7 @@ static kvs_test_rc test_lock_holder_killed(void)
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 	KVS_CHECK_OK(kvs_slot_publish_ready(c, &s));
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
-	holder = spawn_with_pipe("holder", cfg.unique_id, &rfd);
+	holder = kvs_test_spawn_piped("holder", cfg.unique_id, &rfd);
 	KVS_TRY(wait_byte(rfd));
 	close(rfd);
 	kill(holder, SIGKILL);

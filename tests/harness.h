@@ -227,6 +227,38 @@ static inline pid_t kvs_test_spawn(const char *name, const char *const args[])
 	return pid;
 }
 
+/* kvs_test_spawn of `--child <name> <uid> <fd>`, fd the write end of a pipe
+ * whose read end goes to *rfd: the child's word to the test.  -1 when the pipe
+ * or the fork fails. */
+static inline pid_t kvs_test_spawn_piped(const char *name, const char *uid, int *rfd)
+{
+	char fdstr[16];
+	int fds[2];
+	pid_t pid;
+
+	*rfd = -1;
+	if (pipe(fds))
+		return -1;
+	snprintf(fdstr, sizeof(fdstr), "%d", fds[1]);
+	pid = kvs_test_spawn(name, (const char *const[]){ uid, fdstr, NULL });
+	close(fds[1]);
+	if (pid < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	*rfd = fds[0];
+	return pid;
+}
+
+/* The len bytes (at most PIPE_BUF: one write) a child writes to fd, within
+ * timeout_ms: true when they came. */
+static inline bool kvs_test_read_within(int fd, void *buf, size_t len, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, timeout_ms) == 1 && read(fd, buf, len) == (ssize_t)len;
+}
+
 /*
  * Wait (bounded, timeout_ns) until process pid sleeps in futex or futex_waitv:
  * the first field of /proc/<pid>/syscall is the syscall number ("running" while

@@ -516,21 +516,18 @@ static kvs_test_rc child_attacher(int argc, char **argv)
 	return KVS_TEST_PASS;
 }
 
-static kvs_test_rc attacher_run(const char *uid)
+static kvs_test_rc attacher_run(struct kvs_store *s, const char *uid)
 {
 	uint64_t mapped = 0;
-	char fdnum[16];
-	int pfd[2], got;
+	bool got;
+	int rfd;
 	pid_t pid;
 
-	KVS_CHECK_EQ(pipe(pfd), 0);
-	snprintf(fdnum, sizeof(fdnum), "%d", pfd[1]);
-	pid = kvs_test_spawn("attacher", (const char *const[]){ uid, fdnum, NULL });
-	close(pfd[1]);
+	(void)s; /* the cache's creator: open while the attacher runs */
+	pid = kvs_test_spawn_piped("attacher", uid, &rfd);
 	KVS_CHECK(pid > 0);
-	struct pollfd p = { .fd = pfd[0], .events = POLLIN };
-	got = poll(&p, 1, 30000) == 1 && read(pfd[0], &mapped, sizeof(mapped)) == sizeof(mapped);
-	close(pfd[0]);
+	got = kvs_test_read_within(rfd, &mapped, sizeof(mapped), 30000);
+	close(rfd);
 	KVS_CHECK_EQ(kvs_test_reap(pid, 30000), 0);
 	KVS_CHECK(got);
 	printf("  the attacher maps %llu of the %llu bytes of slots\n",
@@ -539,40 +536,20 @@ static kvs_test_rc attacher_run(const char *uid)
 	return KVS_TEST_PASS;
 }
 
-static kvs_test_rc test_attacher_mapped(void)
-{
-	struct kvs_store_config cfg;
-	struct kvs_store *s = NULL;
-	char uid[64];
-	kvs_test_rc rc;
-
-	reg_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "mapped"), 0);
-	KVS_TRY(st_open(&cfg, &s));
-	rc = attacher_run(uid);
-	kvs_store_close(s);
-	KVS_TRY(rc);
-	KVS_CHECK(segs_gone(uid));
-	return KVS_TEST_PASS;
-}
-
 static kvs_test_rc killed_run(struct kvs_store *s, const char *uid)
 {
 	struct kvs_store_stats node;
 	struct st_task t;
-	char fdnum[16], got = 0;
-	int pfd[2];
+	char got = 0;
+	bool ready;
+	int rfd, rc;
 	pid_t pid;
-	int rc;
 
 	KVS_CHECK_EQ(kvs_store_ready(s, 30 * ST_SEC), 1);
-	KVS_CHECK_EQ(pipe(pfd), 0);
-	snprintf(fdnum, sizeof(fdnum), "%d", pfd[1]);
-	pid = kvs_test_spawn("victim", (const char *const[]){ uid, fdnum, NULL });
-	close(pfd[1]);
+	pid = kvs_test_spawn_piped("victim", uid, &rfd);
 	KVS_CHECK(pid > 0);
-	struct pollfd p = { .fd = pfd[0], .events = POLLIN };
-	int ready = poll(&p, 1, 30000) == 1 && read(pfd[0], &got, 1) == 1;
-	close(pfd[0]);
+	ready = kvs_test_read_within(rfd, &got, 1, 30000);
+	close(rfd);
 	kill(pid, SIGKILL);
 	rc = kvs_test_reap(pid, 30000);
 	KVS_CHECK(ready);
@@ -590,20 +567,32 @@ static kvs_test_rc killed_run(struct kvs_store *s, const char *uid)
 	return KVS_TEST_PASS;
 }
 
-static kvs_test_rc test_rank_killed(void)
+/* run(store, uid) beside an exec'd peer on a fresh cache this process made;
+ * its segments gone after the close. */
+static kvs_test_rc with_peer(const char *tag, kvs_test_rc (*run)(struct kvs_store *, const char *))
 {
 	struct kvs_store_config cfg;
 	struct kvs_store *s = NULL;
 	char uid[64];
 	kvs_test_rc rc;
 
-	reg_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "killed"), 0);
+	reg_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), tag), 0);
 	KVS_TRY(st_open(&cfg, &s));
-	rc = killed_run(s, uid);
+	rc = run(s, uid);
 	kvs_store_close(s);
 	KVS_TRY(rc);
 	KVS_CHECK(segs_gone(uid));
 	return KVS_TEST_PASS;
+}
+
+static kvs_test_rc test_rank_killed(void)
+{
+	return with_peer("killed", killed_run);
+}
+
+static kvs_test_rc test_attacher_mapped(void)
+{
+	return with_peer("mapped", attacher_run);
 }
 
 static const struct kvs_test_case cases[] = {
