@@ -7,7 +7,7 @@
 #                fails on any crash, hang, leak or sanitizer report
 #   make fuzz-seeds  regenerate fuzz/corpus/ctl from real caches
 #   make model-check  Spin on model/dump.pml, the dump protocol, and model/pin.pml, the
-#                lock-free READY pin designed for the hit path (model/check.sh):
+#                lock-free READY pin of core/pin.c (model/check.sh):
 #                every configuration exhaustively, every planted mutant refuted
 #   make chaos   a long chaos run (CHAOS_MINUTES, default 10) per variant and mixed
 #                (perf/chaos.sh; CTest runs a short one)

@@ -10,6 +10,10 @@
  * KVS_CLOCK_WEIGHT_MAX + 1 sweeps (enough to bring every weight to 0 and find
  * one), then -ENOSPC: never spin under a bucket lock.
  *
+ * A slot pinned lock-free (a bit in its readers word: core/pin.c) is skipped
+ * like one with a ref; claim() takes it from them by a CAS of that word, which
+ * also keeps new lock-free pins off it until its new key is published.
+ *
  * A DIRTY slot (a dump's bytes, not yet in the backend) is never taken, whatever
  * its age: it is the record of what is to be written (core/layout.h, "Dumps");
  * only its block's writer (cleaned) or the holder of its block's claim
@@ -46,7 +50,8 @@
 #include "wait/wait.h"
 
 /* Try to take slot v for bucket b (b locked).  true: v is EMPTY, unpinned and on
- * b's chain (its old key gone). */
+ * b's chain (its old key gone), its readers word closed to lock-free pins
+ * (pin.c): the caller opens it once the slot is keyed. */
 static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
 {
 	struct kvs_shm_slot *s = &c->slots[v];
@@ -69,6 +74,8 @@ static bool claim(struct kvs_cache *c, uint32_t b, uint32_t v)
 	st = atomic_load_explicit(&c->states[v], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
 	if (st == KVS_SHM_SLOT_DIRTY)
 		goto out; /* a dump's bytes, not in the backend yet: never ours */
+	if (!kvs_core_readers_close(c, v))
+		goto out; /* pinned lock-free */
 	if (st != KVS_SHM_SLOT_EMPTY) {
 		KVS_COUNT(c, evictions, 1);
 		/* EMPTY first: from here the old key is gone even if we die.  No
@@ -100,8 +107,9 @@ static int clock_pool(struct kvs_cache *c, uint32_t b, _Atomic uint64_t *hand, u
 
 		if (h % count == count - 1)
 			KVS_COUNT(c, clock_sweeps, 1);
-		if (atomic_load_explicit(&c->slots[v].ref, memory_order_relaxed) != 0)
-			continue; /* pinned: racy peek, claim() rechecks */
+		if (atomic_load_explicit(&c->slots[v].ref, memory_order_relaxed) != 0 ||
+		    atomic_load_explicit(&c->slots[v].readers, memory_order_relaxed) != 0)
+			continue; /* pinned: racy peeks, claim() rechecks */
 		/* relaxed: the weight is a heuristic (layout.h); a racing use
 		 * that this store overwrites costs one pass of protection, never
 		 * correctness.  Not trusted: a byte above the maximum (another

@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "common/log.h"
@@ -189,10 +190,24 @@ void kvs_core_handle_register(struct kvs_cache *c);
 void kvs_core_handle_unregister(struct kvs_cache *c);
 
 /* ---- pin.c ---- */
-/* Pin-table entry for slot i (under i's bucket lock): 0 or -ENOSPC. */
-int kvs_core_pin_add(struct kvs_cache *c, uint32_t i, bool owner, uint32_t *pin);
+/* Pin-table entry for slot i, kind 0, KVS_PIN_OWNER (both under i's bucket
+ * lock) or KVS_PIN_READER (a lock-free pin's, before its bit): 0 or -ENOSPC. */
+int kvs_core_pin_add(struct kvs_cache *c, uint32_t i, uint32_t kind, uint32_t *pin);
 void kvs_core_pin_set_owner(struct kvs_cache *c, uint32_t pin);
 void kvs_core_pin_del(struct kvs_cache *c, uint32_t pin);
+/* A lock-free pin of slot i (pin.c, "Lock-free pins"): its entry, then this
+ * rank's bit.  0: set, *others the readers word's other bits before it (the
+ * caller rechecks the slot, and undoes with kvs_core_reader_unpin); -EBUSY: an
+ * evictor owns the slot, or this process already holds its bit (a locked pin
+ * then); -ENOSPC: the pin table is full; nothing is left held but on 0. */
+int kvs_core_reader_pin(struct kvs_cache *c, uint32_t i, uint32_t *pin, uint64_t *others);
+/* Give back a lock-free pin: the bit, then the entry. */
+void kvs_core_reader_unpin(struct kvs_cache *c, uint32_t i, uint32_t pin);
+/* Under i's bucket lock, no locked pin on it: take its bytes from the lock-free
+ * pins (true), or leave it (false: one holds it); and give them back after the
+ * slot is re-keyed or made LOADING. */
+bool kvs_core_readers_close(struct kvs_cache *c, uint32_t i);
+void kvs_core_readers_open(struct kvs_cache *c, uint32_t i);
 /* Drop every pin of rank entry r (dead, or ourselves at close); an unfinished
  * fill of r is failed (-ECANCELED at close, -KVS_EOWNERDEAD for a dead rank
  * nobody waits on).  Returns the number dropped or a bucket lock's error. */
@@ -229,6 +244,55 @@ int kvs_core_slot_lock(struct kvs_cache *c, uint32_t i, uint32_t *b);
 /* Under b's lock: the keyed slot of (block, shard), or KVS_IDX_NONE. */
 uint32_t kvs_core_find(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
 		       uint32_t shard);
+/* Without the lock: a slot on b's chain whose key reads (block, shard), or
+ * KVS_IDX_NONE -- a candidate that a lock-free pin rechecks (index.c). */
+uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
+				uint32_t shard);
+
+/* A slot's key (layout.h: the block id as two words, and the shard).  Written
+ * under the slot's bucket lock; relaxed both ways: read under that lock, or
+ * without it by a lock-free pin that rechecks it after its readers bit
+ * (pin.c), so no order between the words is relied on. */
+static inline void kvs_core_key_write(struct kvs_shm_slot *s, const struct kvs_block_id *block,
+				      uint32_t shard)
+{
+	uint64_t w[2];
+
+	memcpy(w, block->bytes, sizeof(w));
+	atomic_store_explicit(&s->key[0], w[0], memory_order_relaxed);
+	atomic_store_explicit(&s->key[1], w[1], memory_order_relaxed);
+	atomic_store_explicit(&s->shard, shard, memory_order_relaxed);
+}
+
+static inline void kvs_core_key_read(struct kvs_shm_slot *s, struct kvs_block_id *block,
+				     uint32_t *shard)
+{
+	uint64_t w[2] = { atomic_load_explicit(&s->key[0], memory_order_relaxed),
+			  atomic_load_explicit(&s->key[1], memory_order_relaxed) };
+
+	memcpy(block->bytes, w, sizeof(w));
+	*shard = atomic_load_explicit(&s->shard, memory_order_relaxed);
+}
+
+static inline bool kvs_core_key_eq(struct kvs_shm_slot *s, const struct kvs_block_id *block,
+				   uint32_t shard)
+{
+	struct kvs_block_id k;
+	uint32_t sh;
+
+	kvs_core_key_read(s, &k, &sh);
+	return sh == shard && memcmp(k.bytes, block->bytes, sizeof(k.bytes)) == 0;
+}
+
+/* The hash of slot s's key (its bucket, once masked). */
+static inline uint64_t kvs_core_key_hash(struct kvs_shm_slot *s)
+{
+	struct kvs_block_id k;
+	uint32_t sh;
+
+	kvs_core_key_read(s, &k, &sh);
+	return kvs_core_hash(&k, sh);
+}
 /* Move slot v from bucket a's chain to b's (both locked). */
 void kvs_core_chain_move(struct kvs_cache *c, uint32_t v, uint32_t a, uint32_t b);
 /* Rebuild bucket b's chain and its slots' refcounts (b locked by the caller). */
@@ -243,7 +307,8 @@ enum kvs_core_pool {
 	KVS_CORE_POOL_ANY,      /* a get with KVS_GET_ALLOW_RESERVED: main, then reserved */
 	KVS_CORE_POOL_PREALLOC, /* reserved only (main only when there is no reserved pool) */
 };
-/* Under b's lock: an unpinned slot re-keyed EMPTY and moved onto b; or -ENOSPC. */
+/* Under b's lock: an unpinned slot made EMPTY and moved onto b, its readers
+ * word closed (the caller re-keys it, then kvs_core_readers_open); or -ENOSPC. */
 int kvs_core_clock_victim(struct kvs_cache *c, uint32_t b, enum kvs_core_pool pool, uint32_t *victim);
 
 /* ---- slot.c ---- */

@@ -5,7 +5,9 @@
  * which (the truth), the chain links are a cache of it.  A keyed slot sits on
  * the bucket of its key's hash; an EMPTY slot may sit anywhere (initially slot i
  * sits on bucket i, buckets >= slots).  Chains, keys, refs and pins of a
- * bucket's slots change only under that bucket's lock.
+ * bucket's slots change only under that bucket's lock -- but for a lock-free
+ * pin's entry and bit (pin.c), which is why links and keys are atomic words a
+ * lookup may read unlocked (kvs_core_find_unlocked).
  *
  * Locks are robust process-shared mutexes taken with a deadline, in slices
  * (see kvs_core_bucket_lock for why).  EOWNERDEAD means the holder
@@ -86,12 +88,6 @@ int kvs_core_mutex_init(pthread_mutex_t *m)
 	return -rc;
 }
 
-static inline bool key_eq(const struct kvs_shm_slot *s, const struct kvs_block_id *block,
-			  uint32_t shard)
-{
-	return s->shard == shard && memcmp(s->block.bytes, block->bytes, 16) == 0;
-}
-
 static inline uint32_t state_of(struct kvs_cache *c, uint32_t i)
 {
 	/* relaxed: read under the bucket lock, which orders every re-key; the
@@ -112,27 +108,36 @@ void kvs_core_bucket_repair(struct kvs_cache *c, uint32_t b)
 
 		if (atomic_load_explicit(&s->bucket_idx, memory_order_relaxed) != b)
 			continue;
-		s->next = head;
+		atomic_store_explicit(&s->next, head, memory_order_relaxed);
 		head = i;
 		atomic_store_explicit(&s->ref, 0, memory_order_relaxed);
 		/* A keyed slot whose key does not hash here was mid-re-key: the
 		 * re-key sets EMPTY before writing the key, so this is only
 		 * defensive; make it EMPTY so it is never found under a wrong key. */
 		if (state_of(c, i) != KVS_SHM_SLOT_EMPTY &&
-		    kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
+		    kvs_core_bucket_of(c, kvs_core_key_hash(s)) != b)
 			kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_EMPTY);
+		/* An evictor's bit: only a holder of this lock sets it, and it died
+		 * holding it (pin.c, "Lock-free pins").  The slot is whatever its
+		 * state says (the old residency, EMPTY mid-re-key, or LOADING
+		 * under its new key), which a pin rechecks: open it again.
+		 * relaxed load: the bit is ours to clear; release: as
+		 * kvs_core_readers_open */
+		if (atomic_load_explicit(&s->readers, memory_order_relaxed) & KVS_READERS_EV)
+			kvs_core_readers_open(c, i);
 	}
-	bk->head = head;
-	/* Refs: the pin entries naming this bucket's slots, over every rank entry
-	 * (dead ones too).  Pins of our slots change only under our lock. */
+	atomic_store_explicit(&bk->head, head, memory_order_relaxed);
+	/* Refs: the locked pin entries naming this bucket's slots, over every
+	 * rank entry (dead ones too).  Pins of our slots change only under our
+	 * lock; a lock-free pin (KVS_PIN_READER) is no ref. */
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
 		for (uint32_t p = 0; p < KVS_RANK_PINS; p++) {
 			/* relaxed: written under the bucket lock we hold (or by a
 			 * dead process, whose writes the kernel made visible) */
-			uint32_t v = atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed) &
-				     KVS_PIN_SLOT_MASK;
+			uint32_t pv = atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed);
+			uint32_t v = pv & KVS_PIN_SLOT_MASK;
 
-			if (v == 0 || v > c->slot_count)
+			if (v == 0 || v > c->slot_count || (pv & KVS_PIN_READER))
 				continue;
 			if (atomic_load_explicit(&c->slots[v - 1].bucket_idx, memory_order_relaxed) == b)
 				atomic_fetch_add_explicit(&c->slots[v - 1].ref, 1, memory_order_relaxed);
@@ -359,16 +364,49 @@ int kvs_core_slot_lock(struct kvs_cache *c, uint32_t i, uint32_t *b)
 	return -EAGAIN;
 }
 
+/* Chain links: relaxed, ordered by the bucket lock for its holders; read
+ * unlocked only by kvs_core_find_unlocked, whose result is a candidate. */
+static inline uint32_t link_get(_Atomic uint32_t *link)
+{
+	return atomic_load_explicit(link, memory_order_relaxed);
+}
+
+static inline void link_set(_Atomic uint32_t *link, uint32_t v)
+{
+	atomic_store_explicit(link, v, memory_order_relaxed);
+}
+
 uint32_t kvs_core_find(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
 		       uint32_t shard)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = c->buckets[b].head; i != KVS_IDX_NONE; i = c->slots[i].next) {
+	for (uint32_t i = link_get(&c->buckets[b].head); i != KVS_IDX_NONE;
+	     i = link_get(&c->slots[i].next)) {
 		if (i >= c->slot_count || ++n > c->slot_count)
 			return KVS_IDX_NONE; /* a corrupt chain: kvs_cache_check reports it */
-		if (state_of(c, i) != KVS_SHM_SLOT_EMPTY && key_eq(&c->slots[i], block, shard))
+		if (state_of(c, i) != KVS_SHM_SLOT_EMPTY && kvs_core_key_eq(&c->slots[i], block, shard))
 			return i;
+	}
+	return KVS_IDX_NONE;
+}
+
+/* Slots an unlocked lookup visits at most: chains hold about one slot (there
+ * are at least as many buckets as slots); a longer walk, or one that a peer's
+ * re-link sends round, ends at the locked path. */
+#define FIND_UNLOCKED_MAX 16u
+
+uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
+				uint32_t shard)
+{
+	uint32_t i = link_get(&c->buckets[b].head);
+
+	for (uint32_t n = 0; i != KVS_IDX_NONE && n < FIND_UNLOCKED_MAX; n++) {
+		if (i >= c->slot_count)
+			return KVS_IDX_NONE;
+		if (kvs_core_key_eq(&c->slots[i], block, shard))
+			return i;
+		i = link_get(&c->slots[i].next);
 	}
 	return KVS_IDX_NONE;
 }
@@ -376,14 +414,15 @@ uint32_t kvs_core_find(struct kvs_cache *c, uint32_t b, const struct kvs_block_i
 /* Unlink v from bucket a's chain (bounded walk: a corrupt chain just ends it). */
 static void chain_unlink(struct kvs_cache *c, uint32_t a, uint32_t v)
 {
-	uint32_t *link = &c->buckets[a].head;
+	_Atomic uint32_t *link = &c->buckets[a].head;
 
-	for (uint32_t n = 0; *link != KVS_IDX_NONE && *link < c->slot_count && n <= c->slot_count; n++) {
-		if (*link == v) {
-			*link = c->slots[v].next;
+	for (uint32_t n = 0, i; (i = link_get(link)) != KVS_IDX_NONE && i < c->slot_count &&
+				n <= c->slot_count; n++) {
+		if (i == v) {
+			link_set(link, link_get(&c->slots[v].next));
 			return;
 		}
-		link = &c->slots[*link].next;
+		link = &c->slots[i].next;
 	}
 }
 
@@ -395,8 +434,8 @@ void kvs_core_chain_move(struct kvs_cache *c, uint32_t v, uint32_t a, uint32_t b
 	 * repaired from bucket_idx by both buckets' next holders. */
 	atomic_store_explicit(&s->bucket_idx, b, memory_order_relaxed);
 	chain_unlink(c, a, v);
-	s->next = c->buckets[b].head;
-	c->buckets[b].head = v;
+	link_set(&s->next, link_get(&c->buckets[b].head));
+	link_set(&c->buckets[b].head, v);
 }
 
 int kvs_core_test_hold_bucket(struct kvs_cache *c, const struct kvs_block_id *block,

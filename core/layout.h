@@ -21,9 +21,12 @@
  *  buckets  buckets_off     bucket_count * 64         64     any rank                robust process-shared mutex guards the
  *                                                                                    chain head and its slots' links, refs,
  *                                                                                    keys, generation and filler.
- *  slots    slots_off       slot_count * 64           64     any rank, under the     as buckets; bucket_idx also read
- *                                                            slot's bucket lock(s)   racily (relaxed) by CLOCK, rechecked
- *                                                                                    under the lock.
+ *  slots    slots_off       slot_count * 64           64     any rank, under the     as buckets; key, generation, links
+ *                                                            slot's bucket lock(s);  and bucket_idx also read without the
+ *                                                            readers by RMW alone    lock (relaxed) by a lock-free pin and
+ *                                                                                    CLOCK, rechecked.  readers: fetch_or /
+ *                                                                                    fetch_and / CAS only (core/pin.c,
+ *                                                                                    "Lock-free pins").
  *  states   states_off      slot_count * 4            64     owner / reaper / get    32-bit state word (wait/wait.h):
  *                                                                                    publish = one exchange (release),
  *                                                                                    waiters acquire.  Off the slot line.
@@ -51,19 +54,24 @@
  * open and in kvs_cache_check; indices and links where they are followed).
  *
  * Crash consistency.  Every bucket chain is a cache of the slots' bucket_idx
- * fields, and every refcount is a cache of the rank pin tables: whoever gets
- * EOWNERDEAD on a bucket lock rebuilds that bucket's chain from bucket_idx and
- * recounts its slots' refs from the pin tables (index.c), so a holder killed at
- * any instruction leaves nothing that cannot be repaired.  A slot being re-keyed
- * is EMPTY while its key is written.
+ * fields, and every refcount is a cache of the rank pin tables' locked entries:
+ * whoever gets EOWNERDEAD on a bucket lock rebuilds that bucket's chain from
+ * bucket_idx, recounts its slots' refs from the pin tables and clears the
+ * evictor bit its dead holder may have left (index.c), so a holder killed at any
+ * instruction leaves nothing that cannot be repaired.  A slot being re-keyed is
+ * EMPTY while its key is written.  A lock-free pin's bit in a slot's readers
+ * word is set only after its pin-table entry and cleared before it, so the
+ * reaper of a dead rank clears every bit the rank may hold (core/pin.c).
  *
  * Memory orders.  A field guarded by a bucket lock (key, ref, bucket_idx, next,
  * generation, filler, error, pin entries) is read and written relaxed under that
  * lock: the mutex orders it; it is atomic only because CLOCK, the checker and the
- * statistics also peek at it unlocked, as hints rechecked under the lock.
- * Rank-entry fields change under the lifecycle OFD lock (state: release when
- * set, acquire when read).  The only lock-free publication is the slot state
- * word: release by kvs_wait_publish, acquire by its readers.
+ * statistics also peek at it unlocked, as hints rechecked under the lock, and
+ * a lock-free pin reads key, generation and links unlocked, rechecked after its
+ * readers bit is set.  Rank-entry fields change under the lifecycle OFD lock
+ * (state: release when set, acquire when read).  The lock-free publications are
+ * the slot state word (release by kvs_wait_publish, acquire by its readers) and
+ * the readers word (core/pin.c, "Lock-free pins").
  *
  * Dumps (core/claim.c, docs/store.md "Dumps").  The invariant: a slot a dump
  * filled (or, over a backend whose blocks are not atomic, a READY one a dump
@@ -95,7 +103,9 @@
 
 #include "kvshare.h"
 
-#define KVS_LAYOUT_VERSION 11u /* 11: the DIRTY slots are the dump record (never evicted,
+#define KVS_LAYOUT_VERSION 12u /* 12: READY hits pinned without the bucket lock (the
+				* slot's readers word, KVS_PIN_READER entries, the key and
+				* the chain links atomic words; slots below 2^30).  11: the DIRTY slots are the dump record (never evicted,
 				* dirty_until_ns per slot); claims only hold the right to
 				* write or drop a block (no counts, no waiters, a STORED
 				* record); dirty_hint, sweep_ns and the backend's identity in
@@ -121,7 +131,7 @@
 #define KVS_MAX_RANKS 64u     /* attached processes (ranks and watchers) */
 #define KVS_RANK_PINS 4096u   /* slots one process may hold pinned at once */
 #define KVS_MAX_SEGS 16u      /* data segments (NUMA nodes in use) */
-#define KVS_MAX_SLOTS ((UINT64_C(1) << 31) - 1) /* slots of one cache */
+#define KVS_MAX_SLOTS ((UINT64_C(1) << 30) - 1) /* slots of one cache */
 #define KVS_MAX_SLOT_BYTES (UINT64_C(1) << 40)  /* bytes of one slot */
 #define KVS_MAX_DATA_BYTES (UINT64_C(1) << 50)  /* slot_bytes * slot_count */
 
@@ -129,11 +139,19 @@
 #define KVS_SHM_BACKEND_ID_MAX 256u /* the header's backend identity text, NUL included */
 #define KVS_SHM_DIR_MAX 256u    /* hugetlbfs mount recorded by the creator, NUL included */
 
-/* Pin entry: slot index + 1 in the low 31 bits (0 = free entry); KVS_PIN_OWNER
+/* Pin entry: slot index + 1 in the low 30 bits (0 = free entry); KVS_PIN_OWNER
  * marks the one pin that owns the slot's fill (its get made it LOADING, or its
- * wait took it over).  Publishing requires that bit and the slot's filler. */
+ * wait took it over).  Publishing requires that bit and the slot's filler.
+ * KVS_PIN_READER marks a lock-free pin: it holds the rank's bit in the slot's
+ * readers word instead of a count in ref (core/pin.c). */
 #define KVS_PIN_OWNER (UINT32_C(1) << 31)
-#define KVS_PIN_SLOT_MASK (KVS_PIN_OWNER - 1)
+#define KVS_PIN_READER (UINT32_C(1) << 30)
+#define KVS_PIN_SLOT_MASK (KVS_PIN_READER - 1)
+/* The readers word of a slot: bit r for rank entry r < KVS_READER_RANKS holding
+ * lock-free pins of it, KVS_READERS_EV for an evictor that owns it (the last
+ * rank entry pins under the lock: its bit is EV's). */
+#define KVS_READERS_EV (UINT64_C(1) << 63)
+#define KVS_READER_RANKS (KVS_MAX_RANKS - 1)
 /* Largest CLOCK weight of a slot (refbits[]): allocation gives 1, a new use
  * adds 1, each pass of the hand takes 1; a slot is evicted at 0.  The hand
  * sweeps a pool at most KVS_CLOCK_WEIGHT_MAX + 1 times per search.  Part of the
@@ -327,16 +345,19 @@ struct kvs_shm_rank {
 
 struct kvs_shm_bucket {
 	alignas(KVS_CACHE_LINE) pthread_mutex_t lock;     /* robust, process-shared */
-	uint32_t head;            /* first slot of the chain, KVS_IDX_NONE if empty */
+	_Atomic uint32_t head;    /* first slot of the chain, KVS_IDX_NONE if empty */
 	_Atomic uint32_t holder;  /* rank index + 1 of the holder (diagnostics) */
 };
 
 struct kvs_shm_slot {
-	struct kvs_block_id block;       /* key; valid unless the state is EMPTY */
-	uint32_t shard;
-	_Atomic uint32_t ref;            /* == pin entries naming this slot */
+	/* The key, valid unless the state is EMPTY: a block id's 16 bytes as two
+	 * words (core/core.h: kvs_core_key_*) and the shard.  Written under the
+	 * bucket lock, read by a lock-free pin too (relaxed: rechecked). */
+	_Atomic uint64_t key[2];
+	_Atomic uint32_t shard;
+	_Atomic uint32_t ref;            /* == locked pin entries naming this slot */
 	_Atomic uint32_t bucket_idx;     /* the chain this slot is on: the truth */
-	uint32_t next;                   /* chain link (cache of bucket_idx) */
+	_Atomic uint32_t next;           /* chain link (cache of bucket_idx) */
 	_Atomic uint32_t generation;     /* bumped at every re-key */
 	_Atomic int32_t error;           /* FAILED code; stored before the publish */
 	_Atomic uint64_t filler;         /* rank index << 32 | rank epoch of the owner,
@@ -345,7 +366,10 @@ struct kvs_shm_slot {
 	 * (CLOCK_MONOTONIC; the latest deadline, plus a grace, of the dumps that
 	 * made or found it DIRTY); 0 otherwise.  Under the bucket lock. */
 	_Atomic uint64_t dirty_until_ns;
-	uint64_t pad;
+	/* Lock-free pins and the evictor (core/pin.c, "Lock-free pins"; model/
+	 * pin.pml): bit r, rank entry r holds some; KVS_READERS_EV, an evictor or
+	 * a reloading owner, holding the bucket lock, owns the slot's bytes. */
+	_Atomic uint64_t readers;
 };
 
 /* One block being written or dropped, or just stored (core/claim.c).  Found by
@@ -387,6 +411,8 @@ _Static_assert((int)KVS_SHM_SLOT_EMPTY == (int)KVS_SLOT_EMPTY &&
 	       "public slot states are the shared state word's values");
 _Static_assert(KVS_MAX_RANKS * KVS_RANK_PINS < UINT32_MAX, "pin counts fit a ref");
 _Static_assert(KVS_MAX_SLOTS <= KVS_PIN_SLOT_MASK, "every slot index + 1 fits a pin");
+_Static_assert(KVS_READER_RANKS <= 63, "reader bits below KVS_READERS_EV");
+_Static_assert(offsetof(struct kvs_shm_slot, key) == 0, "key words aligned");
 
 /* OFD lock bytes of the control file: byte i = rank entry i's liveness; the
  * lifecycle byte serialises create/attach/detach/adopt/reap/remove. */

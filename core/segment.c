@@ -176,13 +176,16 @@ static void bind_regions(struct kvs_cache *c)
  * bounded by the caller). */
 static void rebuild_all(struct kvs_cache *c)
 {
+	/* relaxed: nobody else is attached */
 	for (uint64_t b = 0; b <= c->bucket_mask; b++)
-		c->buckets[b].head = KVS_IDX_NONE;
+		atomic_store_explicit(&c->buckets[b].head, KVS_IDX_NONE, memory_order_relaxed);
 	for (uint32_t i = c->slot_count; i-- > 0;) {
 		uint32_t b = atomic_load_explicit(&c->slots[i].bucket_idx, memory_order_relaxed);
 
-		c->slots[i].next = c->buckets[b].head;
-		c->buckets[b].head = i;
+		atomic_store_explicit(&c->slots[i].next,
+				      atomic_load_explicit(&c->buckets[b].head, memory_order_relaxed),
+				      memory_order_relaxed);
+		atomic_store_explicit(&c->buckets[b].head, i, memory_order_relaxed);
 	}
 }
 
@@ -357,14 +360,16 @@ static void adopt(struct kvs_cache *c)
 		uint32_t b = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
 
 		atomic_store_explicit(&s->ref, 0, memory_order_relaxed);
+		/* no reader is left, and an evictor's bit went with its process */
+		atomic_store_explicit(&s->readers, 0, memory_order_relaxed);
 		/* a dump's DIRTY bytes are kept too, with their protection: the
 		 * record of what is to be written (the adopter's store writes
 		 * what is complete) */
 		if (st != KVS_SHM_SLOT_DIRTY)
 			atomic_store_explicit(&s->dirty_until_ns, 0, memory_order_relaxed);
 		if ((st == KVS_SHM_SLOT_READY || st == KVS_SHM_SLOT_DIRTY) &&
-		    s->shard < c->shards_per_block) {
-			b = kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard));
+		    atomic_load_explicit(&s->shard, memory_order_relaxed) < c->shards_per_block) {
+			b = kvs_core_bucket_of(c, kvs_core_key_hash(s));
 			kept++;
 			dirty += st == KVS_SHM_SLOT_DIRTY;
 		} else {

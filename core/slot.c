@@ -106,6 +106,8 @@ static void make_owner(struct kvs_cache *c, uint32_t i)
 	kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
 }
 
+static int get_lockfree(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			uint32_t flags, struct kvs_slot *slot);
 static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		    uint32_t flags, struct kvs_slot *slot);
 
@@ -131,24 +133,79 @@ static void count_get(struct kvs_cache *c, uint32_t flags, bool owner, uint32_t 
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot)
 {
-	int rc = get_once(c, block, shard, flags, slot);
-
-	if (rc == -ENOSPC && !(flags & KVS_CORE_GET_TRY) && kvs_core_reap_try(c) > 0)
-		rc = get_once(c, block, shard, flags, slot);
-	return rc;
-}
-
-static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-		    uint32_t flags, struct kvs_slot *slot)
-{
-	uint32_t b, i, pin, st, ref;
-	bool owner;
 	int rc;
 
 	if (!c || !block || !slot || shard >= c->shards_per_block)
 		return -EINVAL;
 	if (c->cfg.device_id < 0)
 		return -EOPNOTSUPP;
+	if (get_lockfree(c, block, shard, flags, slot) == 0)
+		return 0;
+	rc = get_once(c, block, shard, flags, slot);
+	if (rc == -ENOSPC && !(flags & KVS_CORE_GET_TRY) && kvs_core_reap_try(c) > 0)
+		rc = get_once(c, block, shard, flags, slot);
+	return rc;
+}
+
+/*
+ * A READY or DIRTY hit pinned without the bucket lock (pin.c, "Lock-free
+ * pins"; model/pin.pml): 0 and *slot, or 1 when the locked path is to decide
+ * (absent, not readable, being evicted, contended, or a get that may own: a
+ * forced reload, a dump's).  The lookup's reads are candidates only: after the
+ * bit is set, and no evictor was in the word it replaced, the slot cannot be
+ * re-keyed, so the rechecks read the residency the pin holds.
+ */
+static int get_lockfree(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			uint32_t flags, struct kvs_slot *slot)
+{
+	uint32_t b, i, st, gen, pin;
+	uint64_t others;
+
+	if (c->rank_idx < 0 || (uint32_t)c->rank_idx >= KVS_READER_RANKS ||
+	    (flags & (KVS_GET_BYPASS_HIT | KVS_CORE_GET_REFILL | KVS_CORE_GET_DUMP)))
+		return 1;
+	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
+	i = kvs_core_find_unlocked(c, b, block, shard);
+	if (i == KVS_IDX_NONE)
+		return 1;
+	/* acquire: pairs with the publish (the bytes); the generation relaxed,
+	 * rechecked below */
+	st = state_value(c, i, memory_order_acquire);
+	gen = atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed);
+	if (!ready_like(st) || kvs_core_reader_pin(c, i, &pin, &others))
+		return 1;
+	/* after the fetch_or (acquire): acquire again for the bytes of a
+	 * DIRTY -> READY clean or a publish since; relaxed for the rest */
+	st = state_value(c, i, memory_order_acquire);
+	if (!ready_like(st) || !kvs_core_key_eq(&c->slots[i], block, shard) ||
+	    atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed) != gen) {
+		kvs_core_reader_unpin(c, i, pin);
+		return 1;
+	}
+	/* a new use when nobody else pins it (a hint: relaxed, see clock_use) */
+	if (others == 0 && atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed) == 0)
+		clock_use(c, i);
+	else
+		clock_alloc(c, i);
+	count_get(c, flags, false, st);
+	fill_slot(c, slot, i, pin, 0, st);
+	return 0;
+}
+
+/* Is slot i (locked) pinned by nobody: no locked pin, no lock-free one (a hint
+ * for CLOCK's weight: the lock-free bits are read relaxed)? */
+static bool unpinned(struct kvs_cache *c, uint32_t i, uint32_t ref)
+{
+	return ref == 0 && atomic_load_explicit(&c->slots[i].readers, memory_order_relaxed) == 0;
+}
+
+static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		    uint32_t flags, struct kvs_slot *slot)
+{
+	uint32_t b, i, pin, st, ref;
+	bool owner, closed = false;
+	int rc;
+
 	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
 	rc = (flags & KVS_CORE_GET_TRY) ? kvs_core_bucket_trylock(c, b) : kvs_core_bucket_lock(c, b);
 	if (rc)
@@ -161,17 +218,20 @@ static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 	if (i == KVS_IDX_NONE) {
 		rc = kvs_core_clock_victim(c, b, (flags & KVS_GET_ALLOW_RESERVED) ? KVS_CORE_POOL_ANY
 									      : KVS_CORE_POOL_MAIN, &i);
-		if (rc == 0)
-			rc = kvs_core_pin_add(c, i, true, &pin);
 		if (rc)
 			goto out;
+		rc = kvs_core_pin_add(c, i, KVS_PIN_OWNER, &pin);
+		if (rc) {
+			kvs_core_readers_open(c, i); /* EMPTY on our chain: free again */
+			goto out;
+		}
 		/* i is EMPTY on our chain: key it (EMPTY while the key is
 		 * written, so a death here leaves nothing half-keyed). */
-		c->slots[i].block = *block;
-		c->slots[i].shard = shard;
+		kvs_core_key_write(&c->slots[i], block, shard);
 		atomic_fetch_add_explicit(&c->slots[i].generation, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&c->slots[i].ref, 1, memory_order_relaxed);
 		make_owner(c, i);
+		kvs_core_readers_open(c, i);
 		clock_alloc(c, i);
 		count_get(c, flags, true, KVS_SHM_SLOT_LOADING);
 		fill_slot(c, slot, i, pin, KVS_SLOT_OWNER, KVS_SHM_SLOT_LOADING);
@@ -191,14 +251,27 @@ static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 		rc = -ENOENT; /* there, but not filled: nothing to pin */
 		goto out;
 	}
-	rc = kvs_core_pin_add(c, i, owner, &pin);
-	if (rc)
+	/* Bytes a lock-free pin may be reading (READY; FAILED by the drop of a
+	 * DIRTY slot one pinned) are refilled only once no such pin is left,
+	 * as an evictor takes them (pin.c); else this get joins as a reader.  A
+	 * dump's refill is exempt, as it is from locked pins: it writes the
+	 * block's own bytes. */
+	if (owner && (st == KVS_SHM_SLOT_READY ||
+		      (st == KVS_SHM_SLOT_FAILED && !(flags & KVS_CORE_GET_REFILL)))) {
+		closed = kvs_core_readers_close(c, i);
+		owner = closed;
+	}
+	rc = kvs_core_pin_add(c, i, owner ? KVS_PIN_OWNER : 0, &pin);
+	if (rc) {
+		if (closed)
+			kvs_core_readers_open(c, i);
 		goto out;
+	}
 	atomic_store_explicit(&c->slots[i].ref, ref + 1, memory_order_relaxed);
 	/* A new use: a hit on a READY slot nobody pins.  A get that joins a
 	 * pinned slot (the other TP ranks of the same load) is the same use, and
 	 * a refill (owner) is an allocation: neither raises the weight. */
-	if (!owner && ref == 0 && ready_like(st))
+	if (!owner && unpinned(c, i, ref) && ready_like(st))
 		clock_use(c, i);
 	else
 		clock_alloc(c, i);
@@ -206,6 +279,8 @@ static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 		make_owner(c, i);
 		st = KVS_SHM_SLOT_LOADING;
 	}
+	if (closed)
+		kvs_core_readers_open(c, i);
 	count_get(c, flags, owner, st);
 	fill_slot(c, slot, i, pin, owner ? KVS_SLOT_OWNER : 0, st);
 out:
@@ -289,9 +364,14 @@ KVS_API int kvs_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
 
 int kvs_core_slot_refill(struct kvs_cache *c, struct kvs_slot *slot)
 {
-	uint32_t b;
-	int rc = kvs_core_slot_lock_pinned(c, slot, &b);
+	uint32_t b, v;
+	int rc = slot_check(c, slot, &v);
 
+	if (rc)
+		return rc;
+	if (v & KVS_PIN_READER)
+		return -EPERM; /* counted in no ref: never an owner's pin (a dump's gets lock) */
+	rc = kvs_core_slot_lock(c, slot->index, &b);
 	if (rc)
 		return rc;
 	/* relaxed: under the bucket lock, where a FAILED slot changes */
@@ -709,12 +789,9 @@ int kvs_core_dirty_key(struct kvs_cache *c, uint32_t i, struct kvs_block_id *blo
 	if (rc)
 		return rc;
 	/* relaxed: under the bucket lock */
+	kvs_core_key_read(&c->slots[i], block, shard);
 	rc = state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_DIRTY &&
-	     c->slots[i].shard < c->shards_per_block;
-	if (rc) {
-		*block = c->slots[i].block;
-		*shard = c->slots[i].shard;
-	}
+	     *shard < c->shards_per_block;
 	kvs_core_bucket_unlock(c, b);
 	return rc;
 }
@@ -761,6 +838,10 @@ KVS_API int kvs_slot_release(struct kvs_cache *c, struct kvs_slot *slot)
 
 	if (rc)
 		return rc;
+	if (v & KVS_PIN_READER) {
+		kvs_core_reader_unpin(c, slot->index, slot->pin);
+		goto done;
+	}
 	if (slot_owned(c, slot, v))
 		publish(c, slot, KVS_SHM_SLOT_FAILED, -ECANCELED);
 	rc = kvs_core_slot_lock(c, slot->index, &b);
@@ -769,6 +850,7 @@ KVS_API int kvs_slot_release(struct kvs_cache *c, struct kvs_slot *slot)
 	atomic_fetch_sub_explicit(&c->slots[slot->index].ref, 1, memory_order_relaxed); /* under lock */
 	kvs_core_pin_del(c, slot->pin);
 	kvs_core_bucket_unlock(c, b);
+done:
 	memset(slot, 0, sizeof(*slot));
 	slot->pin = UINT32_MAX;
 	return 0;
@@ -889,12 +971,12 @@ int kvs_core_prealloc(struct kvs_cache *c, const struct kvs_block_id *block, uin
 	} else {
 		rc = kvs_core_clock_victim(c, b, KVS_CORE_POOL_PREALLOC, &i);
 		if (rc == 0) {
-			c->slots[i].block = *block;
-			c->slots[i].shard = shard;
+			kvs_core_key_write(&c->slots[i], block, shard);
 			atomic_fetch_add_explicit(&c->slots[i].generation, 1, memory_order_relaxed);
 			atomic_store_explicit(&c->slots[i].filler, KVS_FILLER_NONE, memory_order_relaxed);
 			atomic_store_explicit(&c->slots[i].error, 0, memory_order_relaxed);
 			kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
+			kvs_core_readers_open(c, i);
 			clock_alloc(c, i);
 			rc = 1;
 		}

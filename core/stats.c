@@ -104,7 +104,10 @@ KVS_API int kvs_cache_stats(struct kvs_cache *c, int rank, struct kvs_cache_stat
 		o->slots_dirty += st == KVS_SHM_SLOT_DIRTY;
 		o->slots_loading += st == KVS_SHM_SLOT_LOADING;
 		o->slots_failed += st == KVS_SHM_SLOT_FAILED;
-		o->slots_pinned += atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed) != 0;
+		/* pinned under the lock (ref) or lock-free (a rank's bit) */
+		o->slots_pinned += atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed) != 0 ||
+				   (atomic_load_explicit(&c->slots[i].readers, memory_order_relaxed) &
+				    ~KVS_READERS_EV) != 0;
 	}
 	return 0;
 }
@@ -204,7 +207,8 @@ KVS_API int kvs_cache_seg_info(struct kvs_cache *c, uint32_t seg, struct kvs_cac
 		bad++;                                                                  \
 	} while (0)
 
-/* Exact number of pin entries naming slot i (its bucket locked: stable). */
+/* Exact number of locked pin entries naming slot i (its bucket locked:
+ * stable); a lock-free pin's (KVS_PIN_READER) holds no ref. */
 static uint32_t pins_of(struct kvs_cache *c, uint32_t i)
 {
 	uint32_t n = 0;
@@ -212,7 +216,7 @@ static uint32_t pins_of(struct kvs_cache *c, uint32_t i)
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++)
 		for (uint32_t p = 0; p < KVS_RANK_PINS; p++)
 			n += (atomic_load_explicit(&c->ranks[r].pins[p], memory_order_relaxed) &
-			      KVS_PIN_SLOT_MASK) == i + 1;
+			      (KVS_PIN_SLOT_MASK | KVS_PIN_READER)) == i + 1;
 	return n;
 }
 
@@ -234,7 +238,7 @@ static uint32_t members_of(struct kvs_cache *c, uint32_t b)
  * chain being checked: its slots (marked in seen, cleared after the chain) and
  * its keyed slots. */
 struct check_ctx {
-	uint32_t *pins;    /* pin entries per slot */
+	uint32_t *pins;    /* locked pin entries per slot */
 	uint32_t *members; /* slots per bucket_idx */
 	uint8_t *seen;     /* slot already on the current chain */
 	uint32_t *chain;   /* slots of the current chain, in order */
@@ -244,11 +248,14 @@ struct check_ctx {
 static int key_cmp(const void *x, const void *y, void *arg)
 {
 	struct kvs_cache *c = arg;
-	const struct kvs_shm_slot *a = &c->slots[*(const uint32_t *)x];
-	const struct kvs_shm_slot *b = &c->slots[*(const uint32_t *)y];
-	int d = memcmp(a->block.bytes, b->block.bytes, 16);
+	struct kvs_block_id ka, kb;
+	uint32_t sa, sb;
+	int d;
 
-	return d ? d : (a->shard > b->shard) - (a->shard < b->shard);
+	kvs_core_key_read(&c->slots[*(const uint32_t *)x], &ka, &sa);
+	kvs_core_key_read(&c->slots[*(const uint32_t *)y], &kb, &sb);
+	d = memcmp(ka.bytes, kb.bytes, sizeof(ka.bytes));
+	return d ? d : (sa > sb) - (sa < sb);
 }
 
 /* Two keyed slots of one chain with the same key: sorted, then neighbours. */
@@ -258,8 +265,7 @@ static int check_duplicates(struct kvs_cache *c, uint32_t *chain, uint32_t n)
 
 	qsort_r(chain, n, sizeof(*chain), key_cmp, c);
 	for (uint32_t k = 1; k < n && bad < CHECK_MAX_REPORTS; k++)
-		if (c->slots[chain[k]].shard == c->slots[chain[k - 1]].shard &&
-		    memcmp(&c->slots[chain[k]].block, &c->slots[chain[k - 1]].block, 16) == 0)
+		if (key_cmp(&chain[k], &chain[k - 1], c) == 0)
 			BROKEN("slots %u and %u hold the same key", chain[k - 1], chain[k]);
 	return bad;
 }
@@ -273,10 +279,17 @@ static int check_slot(struct kvs_cache *c, uint32_t b, uint32_t i, struct check_
 	uint32_t sb = atomic_load_explicit(&s->bucket_idx, memory_order_relaxed);
 	uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
 	uint32_t ref = atomic_load_explicit(&s->ref, memory_order_relaxed);
+	uint64_t readers = atomic_load_explicit(&s->readers, memory_order_relaxed);
+	struct kvs_block_id key;
+	uint32_t shard;
 	int bad = 0;
 
 	if (sb != b)
 		BROKEN("slot %u on bucket %u's chain says bucket %u", i, b, sb);
+	/* only a holder of b's lock sets the evictor bit, and we hold it */
+	if (readers & KVS_READERS_EV)
+		BROKEN("slot %u: an evictor's bit with no evictor (readers 0x%llx)", i,
+		       (unsigned long long)readers);
 	if (ref != x->pins[i]) {
 		uint32_t exact = pins_of(c, i);
 
@@ -287,11 +300,12 @@ static int check_slot(struct kvs_cache *c, uint32_t b, uint32_t i, struct check_
 		BROKEN("slot %u: state %u", i, st);
 	if (st == KVS_SHM_SLOT_EMPTY || st > KVS_SHM_SLOT_DIRTY)
 		return bad;
-	if (s->shard >= c->shards_per_block)
-		BROKEN("slot %u: shard %u >= %u", i, s->shard, c->shards_per_block);
-	if (kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)) != b)
+	kvs_core_key_read(s, &key, &shard);
+	if (shard >= c->shards_per_block)
+		BROKEN("slot %u: shard %u >= %u", i, shard, c->shards_per_block);
+	if (kvs_core_bucket_of(c, kvs_core_hash(&key, shard)) != b)
 		BROKEN("slot %u: key hashes to bucket %u, sits on %u", i,
-		       kvs_core_bucket_of(c, kvs_core_hash(&s->block, s->shard)), b);
+		       kvs_core_bucket_of(c, kvs_core_hash(&key, shard)), b);
 	if (st == KVS_SHM_SLOT_FAILED && atomic_load_explicit(&s->error, memory_order_relaxed) >= 0)
 		BROKEN("slot %u: FAILED with error %d", i,
 		       atomic_load_explicit(&s->error, memory_order_relaxed));
@@ -377,15 +391,15 @@ static int check_ranks(struct kvs_cache *c, uint32_t *pins)
 		if (state > KVS_SHM_RANK_ATTACHED)
 			BROKEN("rank %u: state %u", r, state);
 		for (uint32_t p = 0; p < KVS_RANK_PINS; p++) {
-			uint32_t v = atomic_load_explicit(&e->pins[p], memory_order_relaxed) &
-				     KVS_PIN_SLOT_MASK;
+			uint32_t pv = atomic_load_explicit(&e->pins[p], memory_order_relaxed);
+			uint32_t v = pv & KVS_PIN_SLOT_MASK;
 
 			if (v == 0)
 				continue;
 			held++;
 			if (v > c->slot_count)
 				BROKEN("rank %u pin %u names slot %u of %u", r, p, v - 1, c->slot_count);
-			else
+			else if (!(pv & KVS_PIN_READER)) /* a lock-free pin holds no ref */
 				pins[v - 1]++;
 		}
 		/* A free entry's pins would hold refs nobody drops (entries go

@@ -199,7 +199,7 @@ struct kvs_cache_config {
 	int32_t device_id;         /* >= 0: a rank (maps the data plane); -1: a watcher */
 	uint32_t local_rank_size;  /* ranks per node sharing the cache (default 8) */
 	uint64_t slot_bytes;       /* bytes of one shard (required, > 0) */
-	uint64_t slot_count;       /* slots in the cache (required, 1 .. 2^31 - 1;
+	uint64_t slot_count;       /* slots in the cache (required, 1 .. 2^30 - 1;
 				      slot_bytes * slot_count <= 2^50) */
 	uint32_t shards_per_block; /* shards of one block (default 1) */
 	uint32_t tensor_count;     /* 0: one tensor of slot_bytes; else entries of tensor_bytes */

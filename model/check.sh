@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # model/check.sh — make model-check: Spin on the protocols modelled in model/:
 # dump.pml (the dump protocol of docs/store.md, "Dumps") and pin.pml (a READY
-# hit pinned without the bucket lock, designed and not built: docs/store.md,
-# "What a hit costs").  Each configuration of a model's opening comment is
+# hit pinned without the bucket lock: core/pin.c, "Lock-free pins").  Each configuration of a model's opening comment is
 # searched exhaustively (safety: assertions, invalid end states) and must find
 # no error; then each mutant (one step of the protocol taken out or changed)
 # must be refuted: a counterexample found, else the model checks nothing that

@@ -1,12 +1,13 @@
 /*
  * model/pin.pml — a READY hit pinned without the bucket lock, for Spin.
  *
- * Designed, not built (docs/store.md, "What a hit costs"): today every pin and
- * release takes the slot's robust bucket mutex, about 40% of a READY hit's
- * instructions.  This is the protocol the C code would follow, checked before
- * any of it is written, as the dump protocol was (model/dump.pml).
+ * The protocol of core/pin.c ("Lock-free pins"): a pin and its release took
+ * the slot's robust bucket mutex, about 40% of a READY hit's instructions
+ * (docs/store.md, "What a hit costs").  Checked before any of it was written,
+ * as the dump protocol was (model/dump.pml); tests/core_pin.c runs it in real
+ * processes.
  *
- * The slot's shared words (core/layout.h would gain `readers`):
+ * The slot's shared words (core/layout.h):
  *   st        the state word;
  *   gen       bumped at every re-key;
  *   khi, klo  its key, written one half at a time (a key is 20 bytes: a reader
@@ -39,7 +40,8 @@
  *                         bytes stay (as today, under the bucket lock)
  *   reap (r dead):        entry[r]: fetch_and(readers, ~bit r); entry[r] = 0
  *   repair (an evictor died holding the bucket lock: EOWNERDEAD):
- *                         the slot EMPTY, fetch_and(readers, ~EV)
+ *                         fetch_and(readers, ~EV), the slot left in whatever
+ *                         state the evictor got it to (a pin rechecks it)
  *
  * Spin interleaves whole statements: sequentially consistent, which the single
  * word `readers` gives the C code by itself (its RMWs are totally ordered); the
@@ -256,16 +258,13 @@ proctype evictor(byte me)
 	atomic { done++; goto out };
 dead:
 	/* killed: a held bucket lock is left EOWNERDEAD; the next holder repairs
-	 * (docs/core.md: the re-keyed slot made EMPTY), clearing EV */
+	 * (core/index.c), clearing EV and leaving the state as it is */
 	atomic {
 		done++;
 		if
 		:: lock ->
 			lock_dead = true;
-			if
-			:: readers & EV -> readers = readers & ~EV; st = EMPTY
-			:: else -> skip
-			fi;
+			readers = readers & ~EV;
 			lock = false
 		:: else -> skip
 		fi

@@ -214,7 +214,7 @@ static kvs_test_rc test_bad_config(void)
 	BAD_FIELD(reserved[3], 1, "reserved");
 	BAD_FIELD(slot_bytes, 0, "slot_bytes");
 	BAD_FIELD(slot_count, 0, "slot_count");
-	BAD_FIELD(slot_count, (UINT64_C(1) << 31) + 1, "slot_count");
+	BAD_FIELD(slot_count, UINT64_C(1) << 30, "slot_count");
 	BAD_FIELD(shards_per_block, 0, "shards_per_block");
 	BAD_FIELD(flags, 0x80, "flags");
 	BAD_FIELD(device_id, -2, "device_id");

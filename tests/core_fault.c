@@ -1,8 +1,8 @@
 /*
  * tests/core_fault.c — peers die at bad moments (kill -9): an owner mid-fill
  * (its waiters take over, or fail with -KVS_EOWNERDEAD when they ask to), a
- * process holding a bucket lock in the middle of a chain edit (the next locker
- * repairs), and a randomised loop killing one of several hammering processes at
+ * process holding a bucket lock in the middle of a chain edit and an eviction
+ * (the next locker repairs, the slot's evictor bit cleared), and a randomised loop killing one of several hammering processes at
  * a random instant.  Nobody hangs, nothing is corrupt, pins are reclaimed.
  */
 #include <pthread.h>
@@ -55,7 +55,8 @@ static kvs_test_rc owner_child(int argc, char **argv)
 }
 
 /* exec'd: --child holder <uid> <fd>: hold KEY's bucket lock mid-"edit": the
- * chain head lost and a refcount off, as a death inside an edit leaves them. */
+ * chain head lost, a refcount off and an evictor's bit left, as a death inside
+ * an edit or an eviction leaves them. */
 static kvs_test_rc holder_child(int argc, char **argv)
 {
 	struct kvs_cache_config cfg;
@@ -69,8 +70,11 @@ static kvs_test_rc holder_child(int argc, char **argv)
 	KVS_CHECK_ERR(kvs_cache_open(&cfg, &c), 0);
 	KVS_CHECK_ERR(kvs_core_test_hold_bucket(c, &k, 0), 0);
 	b = kvs_core_bucket_of(c, kvs_core_hash(&k, 0));
-	if (c->buckets[b].head != KVS_IDX_NONE)
+	if (c->buckets[b].head != KVS_IDX_NONE) {
 		atomic_fetch_add(&c->slots[c->buckets[b].head].ref, 1);
+		/* an evictor's bit too, as one killed past its CAS leaves it */
+		atomic_fetch_or(&c->slots[c->buckets[b].head].readers, KVS_READERS_EV);
+	}
 	c->buckets[b].head = KVS_IDX_NONE;
 	KVS_CHECK_EQ(write(atoi(argv[1]), "x", 1), 1);
 	for (;;)
@@ -252,8 +256,11 @@ static kvs_test_rc test_lock_holder_killed(void)
 	KVS_CHECK_OK(kvs_cache_check(c));
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 	KVS_CHECK_EQ(s.state, KVS_SLOT_READY);
-	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 1);
+	/* a READY hit: pinned lock-free, this rank's bit and no ref */
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].ref), 0);
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].readers), UINT64_C(1) << c->rank_idx);
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
+	KVS_CHECK_EQ(atomic_load(&c->slots[s.index].readers), 0);
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
