@@ -249,6 +249,12 @@ uint32_t kvs_core_find(struct kvs_cache *c, uint32_t b, const struct kvs_block_i
 uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
 				uint32_t shard);
 
+/* A hint that (block, shard) is about to be got: its bucket's line (slot
+ * false), or, a few gets later, the line of the slot its chain starts with,
+ * its state word and CLOCK weight (slot true).  Reads nothing it trusts. */
+void kvs_core_prefetch(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		       bool slot);
+
 /* A slot's key (layout.h: the block id as two words, and the shard).  Written
  * under the slot's bucket lock; relaxed both ways: read under that lock, or
  * without it by a lock-free pin that rechecks it after its readers bit

@@ -411,6 +411,23 @@ uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kv
 	return KVS_IDX_NONE;
 }
 
+void kvs_core_prefetch(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+		       bool slot)
+{
+	uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, shard)), i;
+
+	if (!slot) {
+		__builtin_prefetch(&c->buckets[b].head);
+		return;
+	}
+	i = link_get(&c->buckets[b].head);
+	if (i >= c->slot_count)
+		return; /* an empty chain (or a bad link: the get finds out) */
+	__builtin_prefetch(&c->slots[i]);
+	__builtin_prefetch(&c->states[i]);
+	__builtin_prefetch(&c->refbits[i]);
+}
+
 /* Unlink v from bucket a's chain (bounded walk: a corrupt chain just ends it). */
 static void chain_unlink(struct kvs_cache *c, uint32_t a, uint32_t v)
 {

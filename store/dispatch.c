@@ -383,6 +383,26 @@ static bool expire_deferred(struct disp *d)
 	return any;
 }
 
+/* Visits ahead of the next one whose lines are brought in: a get's bucket line
+ * PREFETCH_FAR visits before it, then (that line at hand) its slot's lines
+ * PREFETCH_NEAR visits before it. */
+#define PREFETCH_FAR 8u
+#define PREFETCH_NEAR 4u
+
+static void prefetch_ahead(struct disp *d, const struct kvs_store_task *t)
+{
+	const struct kvs_store_sh *sh;
+
+	if (t->visited + PREFETCH_FAR < t->n) {
+		sh = &t->sh[t->order[t->visited + PREFETCH_FAR]];
+		kvs_core_prefetch(d->s->cache, &sh->block, sh->shard, false);
+	}
+	if (t->visited + PREFETCH_NEAR < t->n) {
+		sh = &t->sh[t->order[t->visited + PREFETCH_NEAR]];
+		kvs_core_prefetch(d->s->cache, &sh->block, sh->shard, true);
+	}
+}
+
 static bool visit_some(struct disp *d)
 {
 	struct kvs_store_sh *sh;
@@ -412,6 +432,7 @@ static bool visit_some(struct disp *d)
 		if (!d->vis_head)
 			d->vis_tail = NULL;
 		for (uint32_t k = 0; k < VISIT_BURST && t->visited < t->n - 1 && room(d); k++) {
+			prefetch_ahead(d, t);
 			visit(d, &t->sh[t->order[t->visited++]]);
 			progress = true;
 		}
