@@ -14,8 +14,10 @@
  *                   stops.  kvs_cache_get of that key is -ETIMEDOUT after
  *                   lock_timeout_ns, the log naming the holder's pid; SIGCONT:
  *                   the rank unlocks and the get succeeds.  Locked and stopped
- *                   again, then SIGKILL: the next get repairs the lock
- *                   (lock_repairs) and succeeds; the cache checks clean
+ *                   again: a READY hit on the key is served (it pins without
+ *                   the lock), a forced reload times out naming the holder;
+ *                   SIGKILL: the next locker repairs the lock (lock_repairs),
+ *                   the hit reads the bytes; the cache checks clean
  *   stopped_owner_store  the same through the store: an exec'd rank owns a
  *                   block's slot and stops; a store load of the block ends
  *                   -ETIMEDOUT at the task's deadline and the log names the
@@ -380,15 +382,22 @@ static kvs_test_rc stopped_lock(struct kvs_cache *c, pid_t pid, int from, int to
 	KVS_TRY(fill_publish(c, &s, 3));
 	KVS_CHECK_OK(kvs_slot_release(c, &s));
 
-	/* locked and stopped again, then killed: the next locker repairs */
+	/* locked and stopped again: the key is READY now, and a hit needs no
+	 * lock (core/pin.c), so it is served; what needs the lock times out */
 	KVS_TRY(say(to));
 	KVS_TRY(hear(from));
 	KVS_TRY(until_stopped(pid));
+	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
+	KVS_CHECK_EQ(s.flags & KVS_SLOT_OWNER, 0);
+	KVS_TRY(read_slot(c, &s, 3));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
 	hs_log_clear();
-	KVS_CHECK_ERR(kvs_cache_get(c, &k, 0, 0, &s), -ETIMEDOUT);
+	KVS_CHECK_ERR(kvs_cache_get(c, &k, 0, KVS_GET_BYPASS_HIT, &s), -ETIMEDOUT);
 	KVS_TRY(hs_log_has(want));
+	/* then killed: the next locker repairs */
 	KVS_CHECK_OK(kill(pid, SIGKILL));
 	KVS_CHECK_EQ(kvs_test_reap(pid, 20000), 128 + SIGKILL);
+	KVS_CHECK_EQ(kvs_cache_exists(c, &k, 0), 1);
 	KVS_CHECK_OK(kvs_cache_get(c, &k, 0, 0, &s));
 	KVS_CHECK_EQ(s.flags & KVS_SLOT_OWNER, 0);
 	KVS_TRY(read_slot(c, &s, 3));
