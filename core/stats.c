@@ -378,9 +378,11 @@ static int check_header(struct kvs_cache *c)
 
 /* Pre-pass over the rank table, under the lifecycle lock: pins per slot (hints:
  * live ranks pin and release meanwhile), and entries that cannot be right
- * whatever is running (bad state, pins of free entries, pins naming no slot). */
+ * whatever is running (bad state, pins of free entries, pins naming no slot,
+ * lock-free pin bits of free entries). */
 static int check_ranks(struct kvs_cache *c, uint32_t *pins)
 {
+	uint64_t free_bits = 0;
 	int bad = 0;
 
 	for (uint32_t r = 0; r < KVS_MAX_RANKS; r++) {
@@ -406,6 +408,21 @@ static int check_ranks(struct kvs_cache *c, uint32_t *pins)
 		 * free and get taken under the lifecycle lock, which we hold). */
 		if (held && state == KVS_SHM_RANK_FREE)
 			BROKEN("rank %u is free but holds %u pins", r, held);
+		if (state == KVS_SHM_RANK_FREE && r < KVS_READER_RANKS)
+			free_bits |= UINT64_C(1) << r;
+	}
+	/* A free entry's bit in a readers word: no entry of its own names the
+	 * slot, so no release or reaper would clear it, and CLOCK would never
+	 * take the slot (a bit is set after its entry and cleared before it, and
+	 * an entry goes free only once reaped).  Stable here: a free entry is
+	 * taken only under the lifecycle lock. */
+	for (uint32_t i = 0; i < c->slot_count && bad < CHECK_MAX_REPORTS; i++) {
+		uint64_t stray = atomic_load_explicit(&c->slots[i].readers, memory_order_relaxed) &
+				 free_bits;
+
+		if (stray)
+			BROKEN("slot %u: lock-free pin bits 0x%llx of free rank entries", i,
+			       (unsigned long long)stray);
 	}
 	return bad;
 }

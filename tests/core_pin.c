@@ -87,6 +87,11 @@ static kvs_test_rc test_lockfree_hit(void)
 	atomic_fetch_or(&c->slots[b.index].readers, KVS_READERS_EV);
 	KVS_CHECK_ERR(kvs_cache_check(c), -KVS_ECORRUPT);
 	atomic_fetch_and(&c->slots[b.index].readers, ~KVS_READERS_EV);
+	/* So is a free rank entry's bit: no entry of its would ever clear it. */
+	atomic_fetch_or(&c->slots[b.index].readers, UINT64_C(1) << 40);
+	KVS_CHECK_ERR(kvs_cache_check(c), -KVS_ECORRUPT);
+	KVS_CHECK(strstr(core_last_log, "lock-free pin bits 0x10000000000 of free rank entries"));
+	atomic_fetch_and(&c->slots[b.index].readers, ~(UINT64_C(1) << 40));
 	core_log_quiet = 0;
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
