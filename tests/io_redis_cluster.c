@@ -637,11 +637,7 @@ static kvs_test_rc test_uncovered(void)
 	owner = rcl_master_of(slot);
 	KVS_TRY(cb_open(&old, CB_TIMEOUT_MS));
 	KVS_TRY(cb_write_read(old, &id, 1, mem, res));
-	for (int i = 0; i < RCL_NODES; i++) {
-		redisReply *rep = rcl_cmd(rcl.port[i], "CLUSTER DELSLOTS %d", slot);
-
-		freeReplyObject(rep);
-	}
+	KVS_TRY(rcl_uncover(slot, 20000));
 	KVS_TRY(rcl_wait_ok(20000));
 	KVS_CHECK_EQ(rcl_master_of(slot), -1);
 	snprintf(want, sizeof(want), "slot %d", slot);
