@@ -22,7 +22,6 @@
  * else is commented where it happens.
  */
 #include <errno.h>
-#include <string.h>
 #include <time.h>
 
 #if defined(__SANITIZE_THREAD__)

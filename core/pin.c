@@ -149,28 +149,30 @@ void kvs_core_readers_open(struct kvs_cache *c, uint32_t i)
 	atomic_fetch_and_explicit(&c->slots[i].readers, ~KVS_READERS_EV, memory_order_release);
 }
 
-/* Under slot i's bucket lock: drop pin entry p (value v) of rank r. */
+/* Drop lock-free pin entry p (value v) of rank r: the bit, then the entry, as
+ * a release does, and with no bucket lock (the model's reaper holds none).
+ * r's bit may be set or not (r died either side of its fetch_or); only r sets
+ * it, so clearing it takes nobody else's pin.  release: as
+ * kvs_core_reader_unpin. */
+static void drop_reader(struct kvs_cache *c, uint32_t r, uint32_t p, uint32_t v)
+{
+	uint32_t i = (v & KVS_PIN_SLOT_MASK) - 1;
+
+	if (r < KVS_READER_RANKS)
+		atomic_fetch_and_explicit(&c->slots[i].readers, ~reader_bit(r), memory_order_release);
+	atomic_store_explicit(&c->ranks[r].pins[p], 0, memory_order_release);
+}
+
+/* Under slot i's bucket lock: drop locked pin entry p (value v) of rank r. */
 static void drop_one(struct kvs_cache *c, uint32_t r, uint32_t epoch, uint32_t p, uint32_t v)
 {
 	struct kvs_shm_rank *e = &c->ranks[r];
-	uint32_t i = (v & KVS_PIN_SLOT_MASK) - 1, ref, st;
+	uint32_t i = (v & KVS_PIN_SLOT_MASK) - 1;
 	bool self = (int)r == c->rank_idx;
-	uint64_t f;
+	uint32_t ref = atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed);
+	uint32_t st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
+	uint64_t f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
 
-	if (v & KVS_PIN_READER) {
-		/* the bit, then the entry, as a release does: r's bit may be
-		 * set or not (r died either side of its fetch_or); only r sets
-		 * it, so clearing it takes nobody else's pin.  release: as
-		 * kvs_core_reader_unpin */
-		if (r < KVS_READER_RANKS)
-			atomic_fetch_and_explicit(&c->slots[i].readers, ~reader_bit(r),
-						  memory_order_release);
-		atomic_store_explicit(&e->pins[p], 0, memory_order_release);
-		return;
-	}
-	ref = atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed);
-	st = atomic_load_explicit(&c->states[i], memory_order_relaxed) & KVS_WAIT_VALUE_MASK;
-	f = atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed);
 	/* ref is a cache of the pin entries: never let a corrupt count wrap */
 	if (ref > 0)
 		atomic_store_explicit(&c->slots[i].ref, ref - 1, memory_order_relaxed);
@@ -203,6 +205,11 @@ int kvs_core_drop_pins(struct kvs_cache *c, uint32_t r)
 		if ((v & KVS_PIN_SLOT_MASK) == 0 || (v & KVS_PIN_SLOT_MASK) > c->slot_count) {
 			/* names no slot: nothing to drop (kvs_cache_check reports it) */
 			atomic_store_explicit(&e->pins[p], 0, memory_order_relaxed);
+			continue;
+		}
+		if (v & KVS_PIN_READER) {
+			drop_reader(c, r, p, v);
+			dropped++;
 			continue;
 		}
 		rc = kvs_core_slot_lock(c, (v & KVS_PIN_SLOT_MASK) - 1, &b);

@@ -106,10 +106,10 @@ static void make_owner(struct kvs_cache *c, uint32_t i)
 	kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_LOADING);
 }
 
-static int get_lockfree(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-			uint32_t flags, struct kvs_slot *slot);
-static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-		    uint32_t flags, struct kvs_slot *slot);
+static int get_lockfree(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
+			uint32_t shard, uint32_t flags, struct kvs_slot *slot);
+static int get_once(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
+		    uint32_t shard, uint32_t flags, struct kvs_slot *slot);
 
 /* Count a get that pinned a slot in state st (owner: it fills it).  A dump's
  * get is counted apart: a dump that finds its shard READY is a dedup, not a
@@ -133,17 +133,19 @@ static void count_get(struct kvs_cache *c, uint32_t flags, bool owner, uint32_t 
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot)
 {
+	uint32_t b;
 	int rc;
 
 	if (!c || !block || !slot || shard >= c->shards_per_block)
 		return -EINVAL;
 	if (c->cfg.device_id < 0)
 		return -EOPNOTSUPP;
-	if (get_lockfree(c, block, shard, flags, slot) == 0)
+	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
+	if (get_lockfree(c, b, block, shard, flags, slot) == 0)
 		return 0;
-	rc = get_once(c, block, shard, flags, slot);
+	rc = get_once(c, b, block, shard, flags, slot);
 	if (rc == -ENOSPC && !(flags & KVS_CORE_GET_TRY) && kvs_core_reap_try(c) > 0)
-		rc = get_once(c, block, shard, flags, slot);
+		rc = get_once(c, b, block, shard, flags, slot);
 	return rc;
 }
 
@@ -155,16 +157,15 @@ int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t
  * bit is set, and no evictor was in the word it replaced, the slot cannot be
  * re-keyed, so the rechecks read the residency the pin holds.
  */
-static int get_lockfree(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-			uint32_t flags, struct kvs_slot *slot)
+static int get_lockfree(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
+			uint32_t shard, uint32_t flags, struct kvs_slot *slot)
 {
-	uint32_t b, i, st, gen, pin;
+	uint32_t i, st, gen, pin;
 	uint64_t others;
 
 	if (c->rank_idx < 0 || (uint32_t)c->rank_idx >= KVS_READER_RANKS ||
 	    (flags & (KVS_GET_BYPASS_HIT | KVS_CORE_GET_REFILL | KVS_CORE_GET_DUMP)))
 		return 1;
-	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
 	i = kvs_core_find_unlocked(c, b, block, shard);
 	if (i == KVS_IDX_NONE)
 		return 1;
@@ -199,14 +200,13 @@ static bool unpinned(struct kvs_cache *c, uint32_t i, uint32_t ref)
 	return ref == 0 && atomic_load_explicit(&c->slots[i].readers, memory_order_relaxed) == 0;
 }
 
-static int get_once(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-		    uint32_t flags, struct kvs_slot *slot)
+static int get_once(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
+		    uint32_t shard, uint32_t flags, struct kvs_slot *slot)
 {
-	uint32_t b, i, pin, st, ref;
+	uint32_t i, pin, st, ref;
 	bool owner, closed = false;
 	int rc;
 
-	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
 	rc = (flags & KVS_CORE_GET_TRY) ? kvs_core_bucket_trylock(c, b) : kvs_core_bucket_lock(c, b);
 	if (rc)
 		return rc;

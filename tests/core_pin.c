@@ -252,6 +252,16 @@ struct race_out {
 	_Atomic uint64_t lockfree, verified;
 };
 
+/* A race process's handle on the parent's cache, rank device id. */
+static kvs_test_rc race_open(const char *uid, unsigned id, struct kvs_cache_config *cfg,
+			     struct kvs_cache **c)
+{
+	pin_cfg(cfg, "race", uid, RACE_SLOTS);
+	cfg->device_id = (int32_t)id;
+	KVS_CHECK_OK(kvs_cache_open(cfg, c));
+	return KVS_TEST_PASS;
+}
+
 /* A reader: hits on random keys, each pinned slot's bytes checked twice over
  * (the second pass long after the pin: a re-key under it would show). */
 static kvs_test_rc race_reader(const char *uid, unsigned id, uint64_t until_ns,
@@ -262,9 +272,7 @@ static kvs_test_rc race_reader(const char *uid, unsigned id, uint64_t until_ns,
 	unsigned seed = 4200u + id;
 	uint64_t lockfree = 0, verified = 0;
 
-	pin_cfg(&cfg, "race", uid, RACE_SLOTS);
-	cfg.device_id = (int32_t)id;
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(race_open(uid, id, &cfg, &c));
 	while (kvs_now_ns() < until_ns) {
 		uint64_t n = rand_r(&seed) % RACE_KEYS;
 		struct kvs_block_id k = core_block(n);
@@ -306,9 +314,7 @@ static kvs_test_rc race_writer(const char *uid, unsigned id, uint64_t until_ns)
 	struct kvs_cache *c = NULL;
 	unsigned seed = 9100u + id;
 
-	pin_cfg(&cfg, "race", uid, RACE_SLOTS);
-	cfg.device_id = (int32_t)id;
-	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(race_open(uid, id, &cfg, &c));
 	while (kvs_now_ns() < until_ns) {
 		uint64_t n = rand_r(&seed) % RACE_KEYS;
 		struct kvs_block_id k = core_block(n);
