@@ -1383,6 +1383,25 @@ KVS_API int kvs_store_load(struct kvs_store *store, const struct kvs_store_shard
 			   uint32_t n, uint64_t *task);
 
 /*
+ * kvs_store_load of the stored tensors [first_tensor, first_tensor + tensor_count)
+ * of each shard only: the others are not copied, and their entries in a shard's
+ * tensors[] (still the cache's tensor count of them) are not read.  A shard whose
+ * tensors are an engine's layers can so be loaded layer by layer, a task per layer
+ * or per group of layers, each waited for before its layers are computed.  A
+ * shard missing from the cache is read whole from the backend by its first task;
+ * the later ones find it there.  Such tasks are sequenced: a store visits them
+ * one after another in submit order (the next one's visits begin once the one
+ * before has pinned every shard; its copies may still run), so the first range
+ * is not held back by the later ones, while other tasks share the round-robin
+ * with them.  Returns as kvs_store_load; -EINVAL also for an empty range or one
+ * past the cache's tensor count.  Blocks: no.
+ * Ownership: as kvs_store_load.
+ */
+KVS_API int kvs_store_load_tensors(struct kvs_store *store, const struct kvs_store_shard *shards,
+				   uint32_t n, uint32_t first_tensor, uint32_t tensor_count,
+				   uint64_t *task);
+
+/*
  * Dump n shards from their tensors into the cache and the backend; cuda_event,
  * when not NULL, is a cudaEvent_t the gathers wait for (the caller's compute);
  * NULL with the host engine.  The shards of a block may come from any ranks and

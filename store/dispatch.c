@@ -3,7 +3,11 @@
  * backend issuer.
  *
  * Visits.  Every task being visited gets its turn (round-robin, a few shards at a
- * time), so a task of a thousand shards never holds up a load of one; within a
+ * time), so a task of a thousand shards never holds up a load of one; but the
+ * sequenced tasks (kvs_store_load_tensors: a layer-wise load's layer groups)
+ * are in the visiting list one at a time, in submit order, the next one taking
+ * its turn once the one before visited its last shard, so the first group's
+ * copies come first.  Within a
  * task the shards go in the task's visiting order (rotated: rank r starts at
  * slice r and strides by local_rank_size, so the ranks of a node own different
  * shards at the same moment).  A visit pins the shard's slot
@@ -79,6 +83,9 @@ struct disp {
 	int epfd;
 	bool backend_fd;                 /* the backend's wait descriptor is in epfd */
 	struct kvs_store_task *vis_head, *vis_tail; /* tasks with shards to visit */
+	/* Sequenced tasks (kvs_store_load_tensors): one at a time in the visiting
+	 * list (seq_active), the others waiting their turn here, FIFO. */
+	struct kvs_store_task *seq_active, *seq_head, *seq_tail;
 	struct kvs_store_sh *revisits;   /* shards to visit again (store/dump.c) */
 	/* Load and prefetch misses met while reads waited for backend room: not
 	 * owned, no pin; visited again (FIFO) once the read queue is empty. */
@@ -334,12 +341,65 @@ static void expire_rest(struct disp *d, struct kvs_store_task *t)
 		free(t);
 }
 
-/* Drop the tasks past their deadline from the visiting list, finishing the
- * shards they have left.  Returns whether there were any. */
-static bool expire_tasks(struct disp *d)
+/* Append t to the task list *head ... *tail. */
+static void task_push(struct kvs_store_task **head, struct kvs_store_task **tail,
+		      struct kvs_store_task *t)
 {
-	struct kvs_store_task **link = &d->vis_head, *t, *last = NULL;
-	uint64_t now = kvs_now_ns();
+	t->next = NULL;
+	if (*tail)
+		(*tail)->next = t;
+	else
+		*head = t;
+	*tail = t;
+}
+
+static void vis_push(struct disp *d, struct kvs_store_task *t)
+{
+	task_push(&d->vis_head, &d->vis_tail, t);
+}
+
+/* A task to visit: into the visiting list, unless it is sequenced and another
+ * sequenced one is there (then it waits its turn, FIFO). */
+static void take_task(struct disp *d, struct kvs_store_task *t)
+{
+	if (t->in_sequence && d->seq_active) {
+		task_push(&d->seq_head, &d->seq_tail, t);
+		return;
+	}
+	if (t->in_sequence)
+		d->seq_active = t;
+	vis_push(d, t);
+}
+
+/* No sequenced task in the visiting list: the next one waiting takes its turn. */
+static void seq_next(struct disp *d)
+{
+	struct kvs_store_task *next = d->seq_head;
+
+	if (d->seq_active || !next)
+		return;
+	d->seq_head = next->next;
+	if (!d->seq_head)
+		d->seq_tail = NULL;
+	take_task(d, next);
+}
+
+/* t's last shard is about to be visited: the next sequenced task takes its turn
+ * if t's was it.  Before that visit: t may end, and be freed, after it. */
+static void vis_done(struct disp *d, struct kvs_store_task *t)
+{
+	if (t == d->seq_active) {
+		d->seq_active = NULL;
+		seq_next(d);
+	}
+}
+
+/* Drop the tasks past their deadline from *head's list (its tail *tail),
+ * finishing the shards they have left.  Returns whether there were any. */
+static bool expire_list(struct disp *d, struct kvs_store_task **head,
+			struct kvs_store_task **tail, uint64_t now)
+{
+	struct kvs_store_task **link = head, *t, *last = NULL;
 	bool any = false;
 
 	while ((t = *link)) {
@@ -349,10 +409,24 @@ static bool expire_tasks(struct disp *d)
 			continue;
 		}
 		*link = t->next;
+		if (t == d->seq_active)
+			d->seq_active = NULL;
 		expire_rest(d, t);
 		any = true;
 	}
-	d->vis_tail = last;
+	*tail = last;
+	return any;
+}
+
+/* The tasks past their deadline, visited or waiting their turn; then the next
+ * sequenced task takes its turn if the one visited has gone. */
+static bool expire_tasks(struct disp *d)
+{
+	uint64_t now = kvs_now_ns();
+	bool any = expire_list(d, &d->vis_head, &d->vis_tail, now);
+
+	any |= expire_list(d, &d->seq_head, &d->seq_tail, now);
+	seq_next(d);
 	return any;
 }
 
@@ -437,17 +511,13 @@ static bool visit_some(struct disp *d)
 			progress = true;
 		}
 		if (t->visited == t->n - 1 && room(d)) {
+			vis_done(d, t);
 			visit(d, &t->sh[t->order[t->visited++]]);
 			progress = true;
 			continue;
 		}
 		/* back in line, at the end (round-robin) */
-		t->next = NULL;
-		if (d->vis_tail)
-			d->vis_tail->next = t;
-		else
-			d->vis_head = t;
-		d->vis_tail = t;
+		vis_push(d, t);
 		if (d->blocked)
 			break;
 	}
@@ -734,12 +804,7 @@ static bool take_inputs(struct disp *d)
 		struct kvs_store_task *t = s->q_head;
 
 		s->q_head = t->next;
-		t->next = NULL;
-		if (d->vis_tail)
-			d->vis_tail->next = t;
-		else
-			d->vis_head = t;
-		d->vis_tail = t;
+		take_task(d, t);
 	}
 	s->q_tail = NULL;
 	reads = s->reads_in;
@@ -783,7 +848,7 @@ static bool take_inputs(struct disp *d)
 		d->jobs++;
 		rev = next;
 	}
-	return leave && !d->vis_head && !d->revisits && !d->def_head && !d->rq_head && !d->wq_head &&
+	return leave && !d->vis_head && !d->seq_head && !d->revisits && !d->def_head && !d->rq_head && !d->wq_head &&
 	       d->jobs == 0 &&
 	       d->reads_inflight + d->writes_inflight == 0;
 }
@@ -795,6 +860,9 @@ static int sleep_ms(struct disp *d)
 	bool inflight = d->reads_inflight + d->writes_inflight > 0;
 
 	for (struct kvs_store_task *t = d->vis_head; t; t = t->next)
+		if (t->deadline_ns < until)
+			until = t->deadline_ns;
+	for (struct kvs_store_task *t = d->seq_head; t; t = t->next)
 		if (t->deadline_ns < until)
 			until = t->deadline_ns;
 	for (struct kvs_store_job *j = d->retries; j; j = j->next)

@@ -298,12 +298,14 @@ static int tensor_seg(const struct kvs_store *s, uint32_t i, const struct kvs_st
 }
 
 /* Allocate and fill a task: shards (load, dump) or every shard of blocks
- * (prefetch). */
+ * (prefetch); a shard's copies are its stored tensors [first, first + count)
+ * (a dump's: every one). */
 static int task_build(struct kvs_store *s, uint32_t op, const struct kvs_store_shard *shards,
-		      const struct kvs_block_id *blocks, uint32_t n, struct kvs_store_task **out)
+		      const struct kvs_block_id *blocks, uint32_t n, uint32_t first,
+		      uint32_t count, struct kvs_store_task **out)
 {
 	uint32_t nsh = op == KVS_STORE_OP_PREFETCH ? n * s->spb : n;
-	uint32_t nseg = op == KVS_STORE_OP_PREFETCH ? 0 : n * s->tensor_count;
+	uint32_t nseg = op == KVS_STORE_OP_PREFETCH ? 0 : n * count;
 	size_t bytes = sizeof(struct kvs_store_task) + (size_t)nsh * sizeof(struct kvs_store_sh) +
 		       (size_t)nseg * sizeof(struct kvs_copy_seg) + (size_t)nsh * sizeof(uint32_t);
 	struct kvs_store_task *t;
@@ -338,8 +340,8 @@ static int task_build(struct kvs_store *s, uint32_t op, const struct kvs_store_s
 		sh->block = in->block;
 		sh->shard = in->shard;
 		sh->segs = seg;
-		sh->nseg = s->tensor_count;
-		for (uint32_t k = 0; k < s->tensor_count; k++)
+		sh->nseg = count;
+		for (uint32_t k = first; k < first + count; k++)
 			if (tensor_seg(s, k, &in->tensors[k], op == KVS_STORE_OP_DUMP, seg++))
 				goto inval;
 	}
@@ -353,10 +355,19 @@ inval:
 	return -EINVAL;
 }
 
+/* The stored tensors a load copies of each shard (kvs_store_load_tensors). */
+struct tensor_range {
+	uint32_t first, count;
+};
+
+/* Submit a task; range: a load of those tensors only, sequenced (NULL: every
+ * tensor, visited round-robin with the others). */
 static int task_submit(struct kvs_store *s, uint32_t op, const struct kvs_store_shard *shards,
-		       const struct kvs_block_id *blocks, uint32_t n, void *event, uint64_t *id)
+		       const struct kvs_block_id *blocks, uint32_t n,
+		       const struct tensor_range *range, void *event, uint64_t *id)
 {
 	struct kvs_store_task *t = NULL;
+	uint32_t first, count;
 	uint32_t idx;
 	int rc;
 
@@ -368,9 +379,14 @@ static int task_submit(struct kvs_store *s, uint32_t op, const struct kvs_store_
 		return -EOPNOTSUPP;
 	if (event && op != KVS_STORE_OP_DUMP)
 		return -EINVAL;
-	rc = task_build(s, op, shards, blocks, n, &t);
+	first = range ? range->first : 0;
+	count = range ? range->count : s->tensor_count;
+	if (first >= s->tensor_count || count == 0 || count > s->tensor_count - first)
+		return -EINVAL;
+	rc = task_build(s, op, shards, blocks, n, first, count, &t);
 	if (rc)
 		return rc;
+	t->in_sequence = range != NULL;
 	t->event = event;
 	t->submit_ns = kvs_now_ns();
 	t->deadline_ns = kvs_deadline_after(s->cfg.timeout_ns);
@@ -409,19 +425,28 @@ static int task_submit(struct kvs_store *s, uint32_t op, const struct kvs_store_
 KVS_API int kvs_store_load(struct kvs_store *s, const struct kvs_store_shard *shards, uint32_t n,
 			   uint64_t *task)
 {
-	return task_submit(s, KVS_STORE_OP_LOAD, shards, NULL, n, NULL, task);
+	return task_submit(s, KVS_STORE_OP_LOAD, shards, NULL, n, NULL, NULL, task);
+}
+
+KVS_API int kvs_store_load_tensors(struct kvs_store *s, const struct kvs_store_shard *shards,
+				   uint32_t n, uint32_t first_tensor, uint32_t tensor_count,
+				   uint64_t *task)
+{
+	struct tensor_range range = { first_tensor, tensor_count };
+
+	return task_submit(s, KVS_STORE_OP_LOAD, shards, NULL, n, &range, NULL, task);
 }
 
 KVS_API int kvs_store_dump(struct kvs_store *s, const struct kvs_store_shard *shards, uint32_t n,
 			   void *cuda_event, uint64_t *task)
 {
-	return task_submit(s, KVS_STORE_OP_DUMP, shards, NULL, n, cuda_event, task);
+	return task_submit(s, KVS_STORE_OP_DUMP, shards, NULL, n, NULL, cuda_event, task);
 }
 
 KVS_API int kvs_store_prefetch(struct kvs_store *s, const struct kvs_block_id *blocks, uint32_t n,
 			       uint64_t *task)
 {
-	return task_submit(s, KVS_STORE_OP_PREFETCH, NULL, blocks, n, NULL, task);
+	return task_submit(s, KVS_STORE_OP_PREFETCH, NULL, blocks, n, NULL, NULL, task);
 }
 
 /* Under mu: the task of id, or NULL. */

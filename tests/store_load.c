@@ -17,7 +17,11 @@
  *                 the next load) and at 10% errors+short reads over many tasks
  *                 (failed tasks say -EIO, the others carry the right bytes);
  *   head slices   four simulated ranks each copy a quarter of every tensor of
- *                 one stored block; bad slices and other bad tasks -EINVAL.
+ *                 one stored block; bad slices and other bad tasks -EINVAL;
+ *   tensor ranges kvs_store_load_tensors copies its range of each shard's
+ *                 tensors only (the others' entries are not read), the first
+ *                 range reading whole shards, the later ones hits; bad ranges;
+ *                 range loads are visited one after another, in submit order.
  *
  * Content is kvs_pattern_fill() of (block, shard, offset) (tests/store_util.h).
  * The fault generator's seed is fixed and printed.
@@ -591,6 +595,153 @@ static kvs_test_rc test_head_slices(void)
 	return KVS_TEST_PASS;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Tensor ranges                                                             */
+
+#define TR_TENSOR 4096
+#define TR_TENSORS 4
+
+/* Tensors [first, first + count) of every shard of t are the stored content, the
+ * others still poison. */
+static kvs_test_rc tr_verify(const struct st_task *t, uint32_t first, uint32_t count)
+{
+	for (uint32_t i = 0; i < t->n; i++) {
+		for (uint32_t k = 0; k < t->tcount; k++) {
+			const unsigned char *got = st_buf(t, i, k);
+			unsigned char want[TR_TENSOR];
+
+			if (k >= first && k < first + count) {
+				kvs_pattern_fill(&t->shards[i].block, t->shards[i].shard,
+						 t->base[k] + t->off[k], want, st_copy_len(t, k));
+				if (memcmp(got, want, st_copy_len(t, k)))
+					KVS_FAILF("shard %u tensor %u: not the stored bytes (range %u+%u)",
+						  i, k, first, count);
+				continue;
+			}
+			for (uint64_t q = 0; q < st_copy_len(t, k); q++)
+				if (got[q] != ST_POISON)
+					KVS_FAILF("shard %u tensor %u byte %llu written, outside the range "
+						  "%u+%u", i, k, (unsigned long long)q, first, count);
+		}
+	}
+	return KVS_TEST_PASS;
+}
+
+/* kvs_store_load_tensors: a range of each shard's tensors is copied, the others
+ * are neither copied nor read; the first range reads whole shards from the
+ * backend, the later ones hit; bad ranges -EINVAL. */
+static kvs_test_rc test_tensor_ranges(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct kvs_store_stats st;
+	struct st_task t;
+	struct kvs_store_tensor whole[6 * TR_TENSORS];
+	char uid[96];
+	uint64_t task = 0;
+	const struct {
+		uint32_t first, count;
+	} ranges[] = { { 1, 2 }, { 3, 1 }, { 0, 4 } };
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "ranges"), 0, TR_TENSORS * TR_TENSOR, 16,
+	       2);
+	st_latency(&cfg, 1 * ST_MS);
+	cfg.tensor_bytes = TR_TENSOR;
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&t, 6, TR_TENSORS, TR_TENSORS * TR_TENSOR));
+	for (uint32_t i = 0; i < 6; i++) {
+		struct kvs_block_id b = st_block(15, i / 2);
+		st_task_set(&t, i, &b, i % 2);
+	}
+	memcpy(whole, t.tensors, sizeof(whole));
+	for (size_t r = 0; r < KVS_ARRAY_LEN(ranges); r++) {
+		uint32_t first = ranges[r].first, count = ranges[r].count;
+
+		st_task_poison(&t);
+		/* entries outside the range are not read: make them invalid */
+		for (uint32_t i = 0; i < t.n; i++)
+			for (uint32_t k = 0; k < TR_TENSORS; k++)
+				if (k < first || k >= first + count)
+					t.tensors[i * TR_TENSORS + k] =
+						(struct kvs_store_tensor){ 0, UINT64_MAX, UINT64_MAX };
+		KVS_CHECK_OK(kvs_store_load_tensors(s, t.shards, t.n, first, count, &task));
+		KVS_TRY(st_wait_expect(s, task, WAIT_MS, 0, "tensor range load"));
+		KVS_TRY(tr_verify(&t, first, count));
+		KVS_TRY(st_stats(s, st_rank(s), &st));
+		printf("  tensors %u+%u: owner_reads %llu load_hits %llu copy_bytes %llu\n", first,
+		       count, (unsigned long long)st.owner_reads, (unsigned long long)st.load_hits,
+		       (unsigned long long)st.copy_bytes);
+		KVS_CHECK_EQ(st.owner_reads, 6); /* the first range read the shards whole */
+		KVS_CHECK_EQ(st.load_hits, 6 * r);
+		memcpy(t.tensors, whole, sizeof(whole));
+	}
+	KVS_CHECK_EQ(st.copy_bytes, 6 * (2 + 1 + 4) * TR_TENSOR);
+	/* bad ranges: -EINVAL at submit, nothing queued */
+	const struct {
+		uint32_t first, count;
+	} bad[] = { { 0, 0 }, { 4, 1 }, { 2, 3 }, { 1, UINT32_MAX }, { UINT32_MAX, 2 } };
+	for (size_t c = 0; c < KVS_ARRAY_LEN(bad); c++) {
+		int rc = kvs_store_load_tensors(s, t.shards, t.n, bad[c].first, bad[c].count, &task);
+
+		if (rc != -EINVAL)
+			KVS_FAILF("tensors %u+%u of %d: got %d (%s), want -EINVAL", bad[c].first,
+				  bad[c].count, TR_TENSORS, rc, kvs_strerror(rc));
+	}
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	KVS_CHECK_EQ(st.tasks_load, KVS_ARRAY_LEN(ranges));
+	KVS_TRY(st_cache_clean(s, true));
+	kvs_store_close(s);
+	st_task_free(&t);
+	return KVS_TEST_PASS;
+}
+
+/* Range loads are sequenced: submitted back to back over the same 128 shards,
+ * with a slow copier (copy_delay), the first is done before the second's
+ * copies are well under way; visited round-robin, all three would have
+ * copied most of their shards by then (3 x 128 - 2 x 16). */
+static kvs_test_rc test_tensor_ranges_in_order(void)
+{
+	enum { N = 128, SPB = 8 };
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct kvs_store_stats st;
+	struct st_task t;
+	uint64_t task[3] = { 0 };
+	char uid[96];
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "ranges_seq"), 0,
+	       TR_TENSORS * TR_TENSOR, 2 * N + 16, SPB);
+	cfg.tensor_bytes = TR_TENSOR;
+	cfg.copy_delay_ns = 200 * 1000;
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&t, N, TR_TENSORS, TR_TENSORS * TR_TENSOR));
+	for (uint32_t i = 0; i < N; i++) {
+		struct kvs_block_id b = st_block(16, i / SPB);
+		st_task_set(&t, i, &b, i % SPB);
+	}
+	KVS_TRY(st_dump(s, &t, WAIT_MS));
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	uint64_t loaded0 = st.shards_loaded;
+
+	st_task_poison(&t);
+	for (uint32_t r = 0; r < 3; r++)
+		KVS_CHECK_OK(kvs_store_load_tensors(s, t.shards, t.n, r, 1, &task[r]));
+	KVS_TRY(st_wait_expect(s, task[0], WAIT_MS, 0, "first range"));
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	printf("  first range done: %llu shards loaded (first range %d, all three %d)\n",
+	       (unsigned long long)(st.shards_loaded - loaded0), N, 3 * N);
+	if (st.shards_loaded - loaded0 >= 2 * N)
+		KVS_FAILF("the first range finished after %llu shard copies: the ranges were not "
+			  "visited in order", (unsigned long long)(st.shards_loaded - loaded0));
+	KVS_TRY(st_wait_expect(s, task[1], WAIT_MS, 0, "second range"));
+	KVS_TRY(st_wait_expect(s, task[2], WAIT_MS, 0, "third range"));
+	KVS_TRY(tr_verify(&t, 0, 3));
+	KVS_TRY(st_cache_clean(s, true));
+	kvs_store_close(s);
+	st_task_free(&t);
+	return KVS_TEST_PASS;
+}
+
 static const struct kvs_test_case cases[] = {
 	{ "roundtrip_one_tensor", test_roundtrip_one_tensor },
 	{ "roundtrip_tensors", test_roundtrip_tensors },
@@ -603,6 +754,8 @@ static const struct kvs_test_case cases[] = {
 	{ "fault_all_eio", test_fault_all_eio },
 	{ "fault_ten_percent", test_fault_ten_percent },
 	{ "head_slices", test_head_slices },
+	{ "tensor_ranges", test_tensor_ranges },
+	{ "tensor_ranges_in_order", test_tensor_ranges_in_order },
 };
 
 KVS_TEST_MAIN(cases)
