@@ -15,11 +15,11 @@ load_library(path) or LD_LIBRARY_PATH; docs/python.md).
 from ._lib import KvsError, error_name, load_library, strerror
 from ._lib import lib as _lib
 from .batch import BatchResult, BatchStore, key_id
-from .store import Store, Task, block_id, check_config, stable_id
+from .store import ShardList, Store, Task, block_id, check_config, stable_id
 
-__all__ = ["BatchResult", "BatchStore", "KvsError", "Store", "Task", "block_id", "check_config",
-           "error_name", "key_id", "load_library", "stable_id", "strerror", "variant",
-           "version"]
+__all__ = ["BatchResult", "BatchStore", "KvsError", "ShardList", "Store", "Task", "block_id",
+           "check_config", "error_name", "key_id", "load_library", "stable_id", "strerror",
+           "variant", "version"]
 
 
 def version():

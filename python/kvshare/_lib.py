@@ -180,6 +180,9 @@ _SIGNATURES = {
 # node, restype, argtypes).  A library without one still loads (versioned()).
 _VERSIONED = {
     "kvs_store_flush": ("KVSHARE_1.1", ctypes.c_int, [c_store_p, ctypes.c_uint64, _u64p]),
+    "kvs_store_load_tensors": ("KVSHARE_1.2", ctypes.c_int,
+                               [c_store_p, ctypes.POINTER(_abi.kvs_store_shard), ctypes.c_uint32,
+                                ctypes.c_uint32, ctypes.c_uint32, _u64p]),
 }
 
 

@@ -30,6 +30,7 @@ in wait() until its task ends or reaches its deadline), and a call made once
 close has begun raises ValueError (_Handle).
 """
 
+import array
 import ctypes
 import errno
 import hashlib
@@ -184,6 +185,26 @@ class Task:
 
     def __repr__(self):
         return f"<kvshare.Task {self.kind} {self.id}>"
+
+
+class ShardList:
+    """Units of Store.load_shards packed once (Store.shard_list), bound to
+    their store: the C arrays of their shards and tensor addresses, kept
+    alive by this object."""
+
+    __slots__ = ("store", "c_shards", "n", "_keep")
+
+    def __init__(self, store, c_shards, n, keep):
+        self.store = store
+        self.c_shards = c_shards
+        self.n = n
+        self._keep = keep
+
+    def __len__(self):
+        return self.n
+
+    def __repr__(self):
+        return f"<kvshare.ShardList {self.n} shards>"
 
 
 def _parse(config):
@@ -477,20 +498,14 @@ class Store:
 
     def _c_shards(self, units, keep):
         """C arrays of units (block id, shard, addresses), checked as they are
-        packed: addresses an int, the first byte of the shard's stored tensors
-        in order (load_shards'), or a list of one address per stored tensor.
-        Packed with struct into bytearrays the C arrays are views of (about
-        0.5 us a unit; a ctypes object per unit cost 3-5 us, the most of a
-        layer's submit in perf/vllm_load_profile.py)."""
+        gathered: addresses an int, the first byte of the shard's stored
+        tensors in order (load_shards'), or a list of one address per stored
+        tensor.  One step per unit here, the rest _pack's."""
         n, offs, spb = len(units), self._tensor_offsets, self.shards_per_block
         if not n:
             raise ValueError("kvshare: no shards")
         tc = len(offs)
-        tstep = tc * _TENSOR.size
-        tbuf, sbuf = bytearray(n * tstep), bytearray(n * _SHARD.size)
-        c_tensors = (ctypes.c_char * len(tbuf)).from_buffer(tbuf)
-        tbase = ctypes.addressof(c_tensors)
-        pack_s, pack_t, ssz, tsz = _SHARD.pack_into, _TENSOR.pack_into, _SHARD.size, _TENSOR.size
+        bids, shards, flat = bytearray(), array.array("I"), []
         for i, (b, shard, addrs) in enumerate(units):
             if not 0 <= shard < spb:
                 raise ValueError(f"kvshare: unit {i}: shard {shard}, a block has {spb}")
@@ -498,12 +513,40 @@ class Store:
                 addrs = (addrs,) if tc == 1 else [addrs + off for off in offs]
             elif not isinstance(addrs, list) or len(addrs) != tc:
                 raise TypeError(f"kvshare: unit {i}: an address is a positive int")
-            bid = b if type(b) is bytes and len(b) == 16 else block_id(b)
-            pack_s(sbuf, i * ssz, bid, shard, tc, tbase + i * tstep)
-            t = i * tstep
-            for a in addrs:
-                pack_t(tbuf, t, a, 0, 0)
-                t += tsz
+            bids += b if type(b) is bytes and len(b) == 16 else block_id(b)
+            shards.append(shard)
+            flat.extend(addrs)
+        return self._pack(n, memoryview(bids), shards, array.array("Q", flat), keep)
+
+    def _shards_arg(self, units, keep):
+        """The C arrays of load_shards' or dump_shards' units: packed here, or
+        a ShardList's (which keep then holds until the task is reaped)."""
+        if not isinstance(units, ShardList):
+            return self._c_shards(units, keep)
+        if units.store is not self:
+            raise ValueError(f"kvshare: {units!r} was packed by another store")
+        keep.append(units)
+        return units.c_shards, units.n
+
+    def _pack(self, n, bids, shards, addrs, keep):
+        """The C arrays of n shards, checked: bids (16 bytes each, a flat byte
+        view), shards (n uint32, an array("I")), addrs (n * tensor_count 64-bit words).  Written
+        column by column into bytearrays the C arrays are views of (strided
+        memoryview stores: no Python step per tensor; struct.pack_into per
+        tensor cost about 0.5 us a unit, a ctypes object per unit 3-5 us)."""
+        tc = len(self._tensor_offsets)
+        tstep = tc * _TENSOR.size
+        tbuf, sbuf = bytearray(n * tstep), bytearray(n * _SHARD.size)
+        c_tensors = (ctypes.c_char * len(tbuf)).from_buffer(tbuf)
+        tbase = ctypes.addressof(c_tensors)
+        sw, tw, bw = memoryview(sbuf).cast("Q"), memoryview(tbuf).cast("Q"), bids.cast("Q")
+        si = memoryview(sbuf).cast("I")
+        # struct kvs_store_shard (_SHARD): 4 words, the id's two, then shard and
+        # tensor_count (32 bits each: u32 4 and 5 of 8), then the tensors
+        sw[0::4], sw[1::4] = bw[0::2], bw[1::2]
+        si[4::8], si[5::8] = shards, array.array("I", [tc]) * n
+        sw[3::4] = array.array("Q", range(tbase, tbase + n * tstep, tstep))
+        tw[0::3] = addrs  # struct kvs_store_tensor {addr, offset 0, len 0 (whole)}
         keep.append(c_tensors)  # the shards point into it until the submit copies both
         return (_abi.kvs_store_shard * n).from_buffer(sbuf), n
 
@@ -541,23 +584,73 @@ class Store:
         event = getattr(cuda_event, "cuda_event", cuda_event)
         return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
 
-    def load_shards(self, units, keep=()):
+    def shard_list(self, units):
+        """units, as load_shards takes them, checked and packed once: a
+        ShardList that load_shards takes in their place, as often as needed
+        (e.g. a range of tensors each time: a layer, or a group of layers, at
+        a time).  shard_table packs arrays of them faster."""
+        keep = []
+        shards, n = self._c_shards(units, keep)
+        return ShardList(self, shards, n, keep)
+
+    def shard_table(self, blocks, shards, addrs):
+        """n shards given as arrays, checked and packed into a ShardList with
+        no Python step per shard or tensor: what a connector moving thousands
+        of shards a step builds (shard_list takes units one by one).  blocks:
+        the n block ids back to back, 16 bytes each as block_id gives them (a
+        bytes-like object of n * 16 bytes); shards: the n shard numbers (a
+        sequence of ints or a buffer of them); addrs: the n * tensor_count
+        addresses of the shards' stored tensors, shard after shard, in a
+        C-contiguous buffer of 64-bit ints (a numpy int64 array, a CPU torch
+        int64 tensor's .numpy(), array.array("q")).  ValueError when the
+        lengths do not agree, a shard is out of range or an address is not
+        positive."""
+        tc, spb = len(self._tensor_offsets), self.shards_per_block
+        bids = memoryview(blocks).cast("B")
+        n = len(bids) // 16
+        if not n or len(bids) != 16 * n:
+            raise ValueError(f"kvshare: blocks: {len(bids)} bytes, want 16 per block id")
+        sh = array.array("q", shards)
+        if len(sh) != n:
+            raise ValueError(f"kvshare: {len(sh)} shard numbers for {n} block ids")
+        if not 0 <= min(sh) <= max(sh) < spb:
+            raise ValueError(f"kvshare: shards {min(sh)}..{max(sh)}, a block has {spb}")
+        raw = memoryview(addrs).cast("B")
+        if len(raw) != 8 * n * tc:
+            raise ValueError(f"kvshare: addrs: {len(raw)} bytes, want {n} shards x {tc} "
+                             "tensors x 8")
+        if min(raw.cast("q")) <= 0:
+            raise ValueError("kvshare: addrs: an address is not positive")
+        keep = []
+        shards_c, n = self._pack(n, bids, array.array("I", sh), raw.cast("Q"), keep)
+        return ShardList(self, shards_c, n, keep)
+
+    def load_shards(self, units, keep=(), tensors=None):
         """Load shards given by address, any shard of any block per unit:
         units are (block id, shard, address) with address the first byte of
         shard_bytes the shard's stored tensors fill in order (a device address
-        with the cuda engine).  What an engine's connector calls, one task for
-        a layer's blocks and heads.  The addresses are not checked: the caller
-        vouches for them, and keep (e.g. the KV tensors they point into) is
-        held until the task is reaped.  Returns a Task."""
+        with the cuda engine), or a ShardList of this store's (shard_list).
+        What an engine's connector calls.  tensors: None copies every stored
+        tensor of each shard; (first, count) only those
+        (kvs_store_load_tensors: the other tensors' addresses are not used;
+        KvsError -EOPNOTSUPP when the loaded library predates it, ABI
+        KVSHARE_1.2).  The addresses are not checked: the caller vouches for
+        them, and keep (e.g. the KV tensors they point into) is held until
+        the task is reaped.  Returns a Task."""
         keep = list(keep)
-        shards, n = self._c_shards(units, keep)
-        return self._submit("load", self._lib.kvs_store_load, shards, n, keep=keep)
+        shards, n = self._shards_arg(units, keep)
+        if tensors is None:
+            return self._submit("load", self._lib.kvs_store_load, shards, n, keep=keep)
+        first, count = (operator.index(v) for v in tensors)
+        return self._submit("load", versioned("kvs_store_load_tensors"), shards, n, first, count,
+                            keep=keep)
 
     def dump_shards(self, units, keep=(), cuda_event=None):
-        """Dump shards given by address (as load_shards, the other way; as dump
-        for cuda_event and completion).  Returns a Task."""
+        """Dump shards given by address (as load_shards, the other way: units
+        or a ShardList; as dump for cuda_event and completion).  Returns a
+        Task."""
         keep = list(keep)
-        shards, n = self._c_shards(units, keep)
+        shards, n = self._shards_arg(units, keep)
         event = getattr(cuda_event, "cuda_event", cuda_event)
         return self._submit("dump", self._lib.kvs_store_dump, shards, n, event, keep=keep)
 

@@ -133,6 +133,73 @@ def test_shards_by_address(posix):
     assert torch.equal(dst, src[np.argsort(order)])
 
 
+def test_shard_list_tensor_ranges(posix):
+    """A ShardList packed once, loaded a range of stored tensors at a time (a
+    connector's layer groups): each load fills its tensors of every shard and
+    nothing else; the first reads the shards whole from the backend, the
+    later ones hit; a bad range or another store's list is refused."""
+    ids = blocks(8)
+    src = torch.randint(0, 256, (NBLOCKS, SHARD * SPB), dtype=torch.uint8)
+    with kvshare.Store(posix("rng1")) as s:
+        assert s.dump(ids, list(src)).wait()
+    offs = [0, TENSORS[0], TENSORS[0] + TENSORS[1]]
+    with kvshare.Store(posix("rng2")) as s, kvshare.Store(posix("rng3")) as other:
+        dst = torch.zeros_like(src)
+        units = [(b, sh, dst[i].data_ptr() + sh * SHARD) for i, b in enumerate(ids)
+                 for sh in range(SPB)]
+        packed = s.shard_list(units)
+        assert len(packed) == NBLOCKS * SPB
+        want = torch.zeros_like(src)
+        for first, count in ((1, 2), (0, 1)):
+            assert s.load_shards(packed, keep=[dst], tensors=(first, count)).wait()
+            for i in range(NBLOCKS):
+                for sh in range(SPB):
+                    lo = sh * SHARD + offs[first]
+                    hi = sh * SHARD + (offs[first + count] if first + count < len(offs) else SHARD)
+                    want[i, lo:hi] = src[i, lo:hi]
+            assert torch.equal(dst, want)  # the range, every shard; nothing else
+        st = s.stats()
+        assert st["owner_reads"] == NBLOCKS * SPB and st["load_hits"] == NBLOCKS * SPB
+        for bad in ((0, 0), (3, 1), (2, 2)):
+            with pytest.raises(kvshare.KvsError) as e:
+                s.load_shards(packed, keep=[dst], tensors=bad)
+            assert e.value.code == -errno.EINVAL
+        with pytest.raises(ValueError, match="another store"):
+            other.load_shards(packed, keep=[dst])
+        assert s.load_shards(packed, keep=[dst]).wait()  # every tensor, from the list
+    assert torch.equal(dst, src)
+
+
+def test_shard_table(posix):
+    """shard_table: the shards as arrays (ids, shard numbers, an address per
+    stored tensor) load what the same units do; every array is checked."""
+    ids = blocks(9)
+    src = torch.randint(0, 256, (NBLOCKS, SHARD * SPB), dtype=torch.uint8)
+    offs = np.cumsum([0] + TENSORS[:-1])
+    with kvshare.Store(posix("tab1")) as s:
+        assert s.dump(ids, list(src)).wait()
+        dst = torch.zeros_like(src)
+        order = np.random.default_rng(9).permutation(NBLOCKS * SPB)  # any shard per row
+        bids = b"".join(kvshare.block_id(ids[u // SPB]) for u in order)
+        shards = [int(u % SPB) for u in order]
+        addrs = np.array([[dst.data_ptr() + u * SHARD + o for o in offs] for u in order],
+                         dtype=np.int64)
+        table = s.shard_table(bids, shards, addrs)
+        assert len(table) == NBLOCKS * SPB
+        assert s.load_shards(table, keep=[dst]).wait()
+        assert torch.equal(dst, src)
+        for args, match in (((bids[:-1], shards, addrs), "16 per block id"),
+                            ((b"", [], addrs[:0]), "16 per block id"),
+                            ((bids, shards[:-1], addrs), "shard numbers"),
+                            ((bids, [SPB] + shards[1:], addrs), "a block has 4"),
+                            ((bids, [-1] + shards[1:], addrs), "a block has 4"),
+                            ((bids, shards, addrs[:, :2].copy()), "addrs"),
+                            ((bids, shards, np.where(addrs == addrs[3, 1], 0, addrs)),
+                             "not positive")):
+            with pytest.raises(ValueError, match=match):
+                s.shard_table(*args)
+
+
 def test_prefetch_then_load_hits(posix):
     src = torch.randint(0, 256, (NBLOCKS, SHARD * SPB), dtype=torch.uint8)
     ids = blocks(5)
