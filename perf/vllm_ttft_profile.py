@@ -7,9 +7,9 @@ PYTHONPATH, kv_connector "ProfiledKVShareConnector").
 Every hook of both roles is timed with time.perf_counter() (CLOCK_MONOTONIC:
 comparable across the engine's processes and the child that sends the
 request), and inside them the pieces: the scheduler's block ids
-(identity.block_ids) and lookup_prefix, the worker's _units (the Python unit
-lists), Store.load_shards / dump_shards (the binding: ctypes arrays and the
-submit) and Store.wait.  The store's counters (kvs_store_stats: copy_ns,
+(identity.block_ids) and lookup_prefix, the worker's _units (the shards'
+addresses computed and packed: Store.shard_table), Store.load_shards /
+dump_shards (the submits) and Store.wait.  The store's counters (kvs_store_stats: copy_ns,
 owner_reads, load_hits, ...) are taken around each step with loads.
 
 Events go to $KVS_TTFT_PROFILE_DIR/<pid>.jsonl, one JSON object a line
@@ -77,9 +77,9 @@ class _TimedStore:
         LOG.add("store.lookup_prefix", t0, n=len(ids), hit=r)
         return r
 
-    def load_shards(self, units, keep=()):
+    def load_shards(self, units, keep=(), tensors=None):
         t0 = _now()
-        r = self._s.load_shards(units, keep)
+        r = self._s.load_shards(units, keep, tensors)
         LOG.add("store.load_shards", t0, n=len(units))
         return r
 

@@ -193,9 +193,10 @@ vllm_load_profile.py)
 	for c in backend_hot cache_hit; do
 		want 1 "^vllm_load_profile tp=1 case=$c total_ms=$num .* owner_reads=[0-9]+ load_hits=[0-9]+ gib_per_s=$num floor_ms=$num total/floor=$num best_ms=$num rounds=1 all_ms=[0-9]+$"
 	done
-	# 4 blocks x 8 shards (a KV head each, every layer)
-	want 1 "^vllm_load_profile tp=1 case=backend_hot .* owner_reads=32 load_hits=0 "
-	want 1 "^vllm_load_profile tp=1 case=cache_hit .* owner_reads=0 load_hits=32 "
+	# 4 blocks x 8 shards (a KV head each, every layer), loaded as the connector's
+	# 4 layer groups: the first group's task reads each shard, the other 3 hit it
+	want 1 "^vllm_load_profile tp=1 case=backend_hot .* owner_reads=32 load_hits=96 "
+	want 1 "^vllm_load_profile tp=1 case=cache_hit .* owner_reads=0 load_hits=128 "
 	want 0 "FAILED"
 	;;
 python_load.py)

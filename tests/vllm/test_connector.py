@@ -16,6 +16,8 @@ both roles on one node's store (posix backend under tmp_path).
   one token to compute;
 - a load of blocks that are not stored reports those vLLM blocks as load
   errors (vLLM then recomputes them), and does not hang;
+- a load in the step is kvshare_load_groups tasks of runs of layers (the
+  key checked at start-up), every layer arriving;
 - the store's keys: the user's override the connector's defaults, the ones
   derived from the engine cannot be set; layout_tag is the fingerprint's;
 - a block stored under the same id with another fingerprint's layout_tag (a
@@ -333,9 +335,47 @@ def test_missing_blocks_are_load_errors(node, monkeypatch):
          [(stored[0], 2)])
     missing = ids(2, 4)
     errors = load(c, [(stored[0], 4), (missing[0], 5), (missing[1], 6)])
-    assert errors == {4, 5, 6}  # a layer's load is one task: all its blocks recompute
+    assert errors == {4, 5, 6}  # the step's load fails whole: all its blocks recompute
     assert load(c, [(stored[0], 4)]) == set()
     assert c.get_block_ids_with_load_errors() == set()  # reported once
+
+
+@pytest.mark.parametrize("groups", [1, 2, 5])
+def test_layer_groups(node, monkeypatch, groups):
+    """A load in the step is kvshare_load_groups tasks (at most one a layer),
+    each of its run of layers; every layer arrives, whichever the count."""
+    one = node(1, "WORKER")
+    src = register(monkeypatch, one, 0, HEADS, True)
+    stored = ids(3, 9)
+    save(one, src, [(i, 1 + k) for k, i in enumerate(stored)])
+    c = node(1, "WORKER", kvshare_load_groups=groups)
+    dst = register(monkeypatch, c, 0, HEADS, False)
+    before = c._store.stats()["tasks_load"]
+    assert load(c, [(i, 6 + k) for k, i in enumerate(stored)]) == set()
+    assert c._store.stats()["tasks_load"] - before == min(groups, LAYERS)
+    for n in NAMES:
+        assert torch.equal(dst[n][6:9], src[n][1:4]), n
+
+
+def test_load_groups_key_checked(tiny_model, tmp_path):
+    """kvshare_load_groups is checked when vLLM resolves the class: an int >= 1."""
+    from vllm.config import KVTransferConfig
+
+    from kvshare.vllm.connector import check_transfer_config
+
+    good = {"backend": "posix", "backend_roots": str(tmp_path), "cache_buffer_capacity_gb": 1}
+
+    def check(value):
+        check_transfer_config(KVTransferConfig(
+            kv_connector="KVShareConnector", kv_connector_module_path="kvshare.vllm",
+            kv_role="kv_both", kv_connector_extra_config={
+                "kvshare_config": good, "kvshare_load_groups": value}))
+
+    for value in (1, 4, 80):
+        check(value)
+    for value in (0, -1, 2.0, "4", True, None):
+        with pytest.raises(ValueError, match="kvshare_load_groups"):
+            check(value)
 
 
 def test_store_keys(node, tiny_model):

@@ -21,10 +21,12 @@ block id) pairs to load and those that became full this step, to save.
 
 Worker side (one per rank): the rank's store (a GPU rank of the cache, its
 device the rank's).  A shard is one KV head of a block across every layer, a
-tensor per layer (layout.py), so a step moves its blocks in one task each way:
-start_load_kv submits the load of the shards of the rank's heads of every
-block to load, and the first wait_for_layer_load waits for it (the forward
-needs layer 0 first, and every layer arrives with it); wait_for_save, once
+tensor per layer (layout.py), so a step's load is the shards of the rank's
+heads of every block to load: start_load_kv packs them once and submits
+kvshare_load_groups tasks (LOAD_GROUPS), each copying the tensors of a run
+of consecutive layers, and wait_for_layer_load waits for its layer's task
+(the forward computes the first layers while the later ones are copied);
+the step's dump is one task: wait_for_save, once
 the forward computed every layer, submits the step's dump and waits for it to
 be in the shared cache (dump_wait=cached: the backend write then runs from the
 cache, and the KV blocks are the engine's again); save_kv_layer has nothing
@@ -50,6 +52,7 @@ for the node's other ranks or its next opener to write.  Nothing raises out of
 shutdown.
 """
 
+import bisect
 import logging
 import math
 import os
@@ -105,6 +108,7 @@ EXTRA_UNIQUE_ID = "kvshare_unique_id"  # the cache's name (default: from the fin
 EXTRA_FLUSH_TIMEOUT = "kvshare_flush_timeout_s"  # shutdown's flush bound, seconds
 EXTRA_LOAD_MODE = "kvshare_load_mode"  # LOAD_MODES: which loads leave the step
 EXTRA_STEP_LOAD_MIB = "kvshare_step_load_mib"  # hybrid: what a rank loads in a step
+EXTRA_LOAD_GROUPS = "kvshare_load_groups"  # tasks a load in the step is cut into
 # "hybrid": a request whose blocks are all resident in the shared cache loads in
 # the step while the step's loads stay within kvshare_step_load_mib a rank, or
 # whatever its size when it is the engine's only request; any other (a backend
@@ -131,6 +135,11 @@ STEP_LOAD_MIB = 64
 # threads were off the forward's core (docs/vllm.md, "Where a CPU worker's
 # store threads run").
 HOST_COPY_THREADS = 2
+# A load in the step is LOAD_GROUPS tasks, each of a run of consecutive layers
+# (kvs_store_load_tensors: a shard's tensors are its layers), submitted at once
+# in the model's order; the forward waits for a layer's task only, and computes
+# the first layers while the later ones are copied (docs/vllm.md, "Layer groups").
+LOAD_GROUPS = 4
 # The store's cpu_affinity_cores takes CPUs below this (KVS_STORE_MAX_CPUS).
 STORE_MAX_CPUS = 1024
 # The default bound of the flush at shutdown: inside the 5 s vLLM gives a
@@ -205,8 +214,8 @@ def _flush_timeout(extra):
 
 
 def _load_policy(extra):
-    """(mode, bytes a rank loads in a step) from kv_connector_extra_config;
-    ValueError naming the key otherwise."""
+    """(mode, bytes a rank loads in a step, tasks a load in the step is cut
+    into) from kv_connector_extra_config; ValueError naming the key otherwise."""
     mode = extra.get(EXTRA_LOAD_MODE, "hybrid")
     if mode not in LOAD_MODES:
         raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_LOAD_MODE!r}] is "
@@ -216,7 +225,12 @@ def _load_policy(extra):
         raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_STEP_LOAD_MIB!r}] is "
                          f"{mib!r}: want MiB, a finite number >= 0 (what a rank loads in a "
                          "step; more goes asynchronous)")
-    return mode, int(mib * 2**20)
+    groups = extra.get(EXTRA_LOAD_GROUPS, LOAD_GROUPS)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"kvshare: kv_connector_extra_config[{EXTRA_LOAD_GROUPS!r}] is "
+                         f"{groups!r}: want an int >= 1 (tasks a load in the step is cut into, "
+                         "each a run of layers; 1: one task, the first layer waits for all)")
+    return mode, int(mib * 2**20), groups
 
 
 def _cpu_list(cpus):
@@ -335,13 +349,16 @@ def _store_id(keys):
 
 class _Load:
     """A load on a worker (a step's, or one request's asynchronous one): its
-    task, the vLLM blocks it fills, and when staged the block ids (rows) and
-    each layer's buffer not yet scattered."""
-    __slots__ = ("task", "blocks", "rows", "staged", "waited")
+    tasks, one per run of layers (ends[g]: the first layer after task g's),
+    how many were waited for, the vLLM blocks it fills, and when staged the
+    block ids (rows) and each layer's buffer not yet scattered."""
+    __slots__ = ("tasks", "ends", "waited", "failed", "blocks", "rows", "staged")
 
-    def __init__(self, task, blocks, rows, staged):
-        self.task, self.blocks, self.rows, self.staged = task, blocks, rows, staged
-        self.waited = False
+    def __init__(self, tasks, ends, blocks, rows, staged):
+        self.tasks, self.ends, self.blocks = tasks, ends, blocks
+        self.rows, self.staged = rows, staged
+        self.waited = 0
+        self.failed = False  # reported to vLLM (its blocks are load errors)
 
 
 class _Req:
@@ -377,7 +394,8 @@ class KVShareConnector(KVConnectorBase_V1):
         self._saves_on = kt.kv_role in ("kv_both", "kv_producer")
         self._block = self._geo.block_size
         self._flush_s = _flush_timeout(kt.kv_connector_extra_config or {})
-        self._load_mode, self._step_budget = _load_policy(kt.kv_connector_extra_config or {})
+        self._load_mode, self._step_budget, self._load_groups = _load_policy(
+            kt.kv_connector_extra_config or {})
         self._store = None
         if role == KVConnectorRole.SCHEDULER:
             self._reqs = {}
@@ -576,6 +594,7 @@ class KVShareConnector(KVConnectorBase_V1):
             except ValueError as e:
                 raise ValueError(f"kvshare: layer {name}: {e} (docs/vllm.md)") from None
             self._layers[name] = (kv, view)
+        self._layer_index = {name: i for i, name in enumerate(self._layers)}
         self._heads_of_rank = view.shape[1]
         self._heads = layout.rank_heads(geo.heads, tp, rank, self._heads_of_rank)
         self._rank_bytes = geo.shard_bytes * len(self._heads)  # of a block: its heads' shards
@@ -616,17 +635,23 @@ class KVShareConnector(KVConnectorBase_V1):
                 f"{e}") from None
 
     def _units(self, pairs, views):
-        """(kvshare id, shard, an address per layer) of the rank's heads of the
-        given blocks; views, one per layer in the model's order, hold them in
-        layout.kv_view's shape: the layers' views when in place (indexed by
-        vLLM block id), else staging buffers (indexed by pair)."""
-        layers = [(v.data_ptr(), v.stride(0) * v.element_size(), v.stride(1) * v.element_size())
-                  for v in views]
-        heads = [(self._geo.shard(h), j) for j, h in enumerate(self._heads)]
-        return [(kid, shard, [base + row * by_row + j * by_head
-                              for base, by_row, by_head in layers])
-                for k, (kid, blk) in enumerate(pairs)
-                for row in (blk if self._in_place else k,) for shard, j in heads]
+        """The rank's heads of the given blocks as a ShardList
+        (Store.shard_table): (block k, head j) in that order, each with an
+        address per layer; views, one per layer in the model's order, hold
+        them in layout.kv_view's shape: the layers' views when in place
+        (indexed by vLLM block id), else staging buffers (indexed by pair).
+        Computed as tensors: no Python step per shard or layer."""
+        i64, nh = torch.int64, len(self._heads)
+        base = torch.tensor([v.data_ptr() for v in views], dtype=i64)
+        by_row = torch.tensor([v.stride(0) * v.element_size() for v in views], dtype=i64)
+        by_head = torch.tensor([v.stride(1) * v.element_size() for v in views], dtype=i64)
+        rows = (torch.tensor([blk for _, blk in pairs], dtype=i64) if self._in_place
+                else torch.arange(len(pairs), dtype=i64))
+        addrs = (base + rows[:, None, None] * by_row
+                 + torch.arange(nh, dtype=i64)[None, :, None] * by_head)
+        return self._store.shard_table(b"".join(kid * nh for kid, _ in pairs),
+                                       [self._geo.shard(h) for h in self._heads] * len(pairs),
+                                       addrs.reshape(-1).numpy())
 
     def _staging(self, view, n):
         """A staging buffer of n blocks of a layer's view, on its device."""
@@ -640,23 +665,39 @@ class KVShareConnector(KVConnectorBase_V1):
     def _count(self, key, n):
         self._counts[key] = self._counts.get(key, 0) + n
 
-    def _submit_load(self, pairs):
+    def _submit_load(self, pairs, groups=1):
         """A _Load of the rank's heads of pairs' blocks, every layer, submitted
-        (into the layers' views in place, else staging buffers); None when
-        the submit failed (logged: its blocks are then load errors)."""
+        (into the layers' views in place, else staging buffers) as `groups`
+        tasks (at most one a layer), each of a run of consecutive layers in
+        the model's order: the shards packed once (_units), each task
+        copying its layers' tensors of them.  None when no task was
+        submitted; a task refused after the first leaves the load failed,
+        its submitted tasks still to be waited for.  A refusal is logged and
+        its blocks become load errors."""
         kvs = [kv for kv, _ in self._layers.values()]
         views = [view if self._in_place else self._staging(view, len(pairs))
                  for _, view in self._layers.values()]
         blocks = {blk for _, blk in pairs}
+        groups = min(groups, len(views))
+        ends = [len(views) * (g + 1) // groups for g in range(groups)]
+        tasks, failed = [], False
         try:
-            task = self._store.load_shards(self._units(pairs, views), keep=kvs + views)
+            units = self._units(pairs, views)
+            for g, end in enumerate(ends):
+                first = ends[g - 1] if g else 0
+                tasks.append(self._store.load_shards(
+                    units, keep=kvs + views, tensors=(first, end - first) if groups > 1 else None))
         except KvsError as e:
             logger.warning("kvshare: load of %d blocks not submitted: %s", len(blocks), e)
             self._load_failed(blocks)
-            return None
-        staged = {} if self._in_place else dict(zip(self._layers, views))
+            if not tasks:
+                return None
+            failed = True
+        staged = {} if self._in_place or failed else dict(zip(self._layers, views))
         rows = None if self._in_place else self._rows(views[0], pairs)
-        return _Load(task, blocks, rows, staged)
+        ld = _Load(tasks, ends, blocks, rows, staged)
+        ld.failed = failed
+        return ld
 
     def _load_failed(self, blocks):
         """blocks' load failed: reported to vLLM, which recomputes them."""
@@ -684,28 +725,32 @@ class KVShareConnector(KVConnectorBase_V1):
         if not pairs:
             return
         self._loading_reqs = {req_id for req_id, _ in meta.loads}
-        self._loading = self._submit_load(pairs)
-        if self._loading is None:
+        self._loading = self._submit_load(pairs, self._load_groups)
+        if self._loading is None or self._loading.failed:
             self._tainted |= self._loading_reqs
         else:
             self._count("loaded_blocks", len(pairs))
             self._count("loaded_bytes", len(pairs) * self._rank_bytes)
 
-    def _wait_load(self):
-        """Wait for the step's load (once); a failure reports its blocks to
-        vLLM and leaves nothing to scatter."""
+    def _wait_load(self, upto):
+        """Wait for the step's load's tasks before upto, in order, each once;
+        the first failure reports its blocks to vLLM and leaves nothing to
+        scatter (the later tasks are still waited for)."""
         ld = self._loading
-        if ld.waited:
-            return
-        ld.waited = True
-        try:
-            self._store.wait(ld.task)
-        except KvsError as e:
-            logger.warning("kvshare: a load failed (%s): %d blocks are recomputed", e,
-                           len(ld.blocks))
-            self._load_failed(ld.blocks)
-            self._tainted |= self._loading_reqs
-            ld.staged.clear()
+        while ld.waited < min(upto, len(ld.tasks)):
+            task = ld.tasks[ld.waited]
+            ld.waited += 1
+            try:
+                self._store.wait(task)
+            except KvsError as e:
+                if ld.failed:
+                    continue
+                ld.failed = True
+                logger.warning("kvshare: a load failed (%s): %d blocks are recomputed", e,
+                               len(ld.blocks))
+                self._load_failed(ld.blocks)
+                self._tainted |= self._loading_reqs
+                ld.staged.clear()
 
     def _scatter(self, ld, name):
         """Staged: a layer's blocks of ld into its KV, on its stream."""
@@ -714,15 +759,18 @@ class KVShareConnector(KVConnectorBase_V1):
             self._layers[name][1].index_copy_(0, ld.rows, shards)
 
     def wait_for_layer_load(self, layer_name):
-        if self._loading is not None:
-            self._wait_load()
-            self._scatter(self._loading, layer_name)
+        """The task of the layer's group and those before it waited for; the
+        layer scattered where staged."""
+        ld = self._loading
+        if ld is not None:
+            self._wait_load(bisect.bisect_right(ld.ends, self._layer_index[layer_name]) + 1)
+            self._scatter(ld, layer_name)
 
     def _finish_load(self):
         """The step's load done and scattered: layers the forward never waited
         for included."""
         if self._loading is not None:
-            self._wait_load()
+            self._wait_load(len(self._loading.tasks))
             for name in list(self._loading.staged):
                 self._scatter(self._loading, name)
             self._loading = None
@@ -744,7 +792,8 @@ class KVShareConnector(KVConnectorBase_V1):
         for req_id, ld in list(self._async.items()):
             try:
                 t, wait_s = wait_s, 0
-                if not (self._store.wait(ld.task, t) if t else self._store.check(ld.task)):
+                task = ld.tasks[0]  # one task: an asynchronous load is waited for whole
+                if not (self._store.wait(task, t) if t else self._store.check(task)):
                     continue
             except KvsError as e:
                 logger.warning("kvshare: the load of %s failed (%s): %d blocks are "
