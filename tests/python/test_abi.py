@@ -97,3 +97,19 @@ def test_open_error_keeps_every_line(uid, base):
     lines = ei.value.detail.split("\n")
     assert lines[0].startswith(f"backend: root {root}: No such file"), lines
     assert lines[-1] == "store: opening the backend: No such file or directory", lines
+
+
+def test_submits_keep_the_gil():
+    """The calls that never block keep the GIL (PyDLL: _lib's "Threads"), the
+    others release it (CDLL): a submit that dropped it would wait to take it
+    back while another Python thread ran, up to the switch interval."""
+    import importlib
+
+    lib_mod = importlib.import_module("kvshare._lib")
+    lib = lib_mod.lib()
+    keeps = {name: bool(type(getattr(lib, name))._flags_ & ctypes._FUNCFLAG_PYTHONAPI)
+             for name in (*lib_mod._SIGNATURES, *lib_mod._VERSIONED)
+             if getattr(lib, name) is not None}
+    assert "kvs_store_load_tensors" in keeps  # this build has ABI 1.2
+    assert {n for n, keep in keeps.items() if keep} == lib_mod._KEEP_GIL
+    assert not keeps["kvs_store_wait"] and not keeps["kvs_store_close"]
