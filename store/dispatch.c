@@ -409,7 +409,7 @@ static bool expire_list(struct disp *d, struct kvs_store_task **head,
 			continue;
 		}
 		*link = t->next;
-		if (t == d->seq_active)
+		if (t == d->seq_active) /* the visiting list's: its turn ends */
 			d->seq_active = NULL;
 		expire_rest(d, t);
 		any = true;
@@ -848,8 +848,8 @@ static bool take_inputs(struct disp *d)
 		d->jobs++;
 		rev = next;
 	}
-	return leave && !d->vis_head && !d->seq_head && !d->revisits && !d->def_head && !d->rq_head && !d->wq_head &&
-	       d->jobs == 0 &&
+	return leave && !d->vis_head && !d->seq_head && !d->revisits && !d->def_head &&
+	       !d->rq_head && !d->wq_head && d->jobs == 0 &&
 	       d->reads_inflight + d->writes_inflight == 0;
 }
 

@@ -529,11 +529,12 @@ class Store:
         return units.c_shards, units.n
 
     def _pack(self, n, bids, shards, addrs, keep):
-        """The C arrays of n shards, checked: bids (16 bytes each, a flat byte
-        view), shards (n uint32, an array("I")), addrs (n * tensor_count 64-bit words).  Written
-        column by column into bytearrays the C arrays are views of (strided
-        memoryview stores: no Python step per tensor; struct.pack_into per
-        tensor cost about 0.5 us a unit, a ctypes object per unit 3-5 us)."""
+        """The C arrays of n shards the caller checked: bids (16 bytes each, a
+        flat byte view), shards (n uint32, an array("I")), addrs (n *
+        tensor_count 64-bit words).  Written column by column into bytearrays
+        the C arrays are views of (strided memoryview stores: no Python step
+        per tensor; struct.pack_into per tensor cost about 0.5 us a unit, a
+        ctypes object per unit 3-5 us)."""
         tc = len(self._tensor_offsets)
         tstep = tc * _TENSOR.size
         tbuf, sbuf = bytearray(n * tstep), bytearray(n * _SHARD.size)
