@@ -17,7 +17,8 @@ both roles on one node's store (posix backend under tmp_path).
 - a load of blocks that are not stored reports those vLLM blocks as load
   errors (vLLM then recomputes them), and does not hang;
 - a load in the step is kvshare_load_groups tasks of runs of layers (the
-  key checked at start-up), every layer arriving;
+  key checked at start-up), every layer arriving; a group refused at submit
+  fails the step's load once, the groups submitted still reaped;
 - the store's keys: the user's override the connector's defaults, the ones
   derived from the engine cannot be set; layout_tag is the fingerprint's;
 - a block stored under the same id with another fingerprint's layout_tag (a
@@ -355,6 +356,25 @@ def test_layer_groups(node, monkeypatch, groups):
     assert c._store.stats()["tasks_load"] - before == min(groups, LAYERS)
     for n in NAMES:
         assert torch.equal(dst[n][6:9], src[n][1:4]), n
+
+
+def test_load_group_refused(node, monkeypatch):
+    """A group's task refused after the first was submitted (a task queue of
+    one: -EAGAIN) fails the step's load: its blocks are load errors, reported
+    once, and the submitted task is still reaped, so the queue is free for
+    the step's save."""
+    one = node(1, "WORKER")
+    src = register(monkeypatch, one, 0, HEADS, True)
+    stored = ids(2, 10)
+    save(one, src, [(i, 1 + k) for k, i in enumerate(stored)])
+    c = node(1, "WORKER", config={"waiting_queue_depth": 1}, kvshare_load_groups=2)
+    dst = register(monkeypatch, c, 0, HEADS, False)
+    assert load(c, [(i, 6 + k) for k, i in enumerate(stored)]) == {6, 7}
+    stats = c.get_kv_connector_stats().data
+    assert stats["load_errors"] == 1 and stats["recomputed_tokens"] == 2 * BLOCK
+    save(c, dst, [(ids(1, 11)[0], 3)])  # the load's first task is no longer queued
+    stats = c.get_kv_connector_stats().data
+    assert stats.get("save_errors", 0) == 0 and stats["saved_blocks"] == 1
 
 
 def test_load_groups_key_checked(tiny_model, tmp_path):

@@ -279,7 +279,7 @@ def _store_keys(vllm_config, fp, geo, device_id, copy_engine):
     defaults = {
         "unique_id": extra.get(EXTRA_UNIQUE_ID) or "vllm-" + fp.hex()[:16],
         "dump_wait": "cached",
-        # a step's load and dump, and tasks a failed step left unreaped
+        # a step's load groups and dump, and tasks a failed step left unreaped
         "waiting_queue_depth": 64,
         "copy_engine": copy_engine,
     }
