@@ -349,6 +349,10 @@ void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout
 #define KVS_CORE_GET_QUIET (1u << 19)  /* not a hit in the stats */
 #define KVS_CORE_GET_DUMP (1u << 20)   /* a store dump's get: counted in dump_gets, not as a
 					  hit, join or miss (those count reads) */
+#define KVS_CORE_GET_DEFER (1u << 21)  /* with NO_OWN: a key the unlocked lookup does not find
+					  is -ENOENT at once, no bucket lock (a candidate
+					  answer: the caller defers the shard and gets it
+					  again later, locked) */
 /* A writer's get: pin only what is there, not a use anyone asked for. */
 #define KVS_CORE_GET_RESIDENT (KVS_CORE_GET_NO_OWN | KVS_CORE_GET_QUIET)
 /* kvs_cache_get without the public flag check and with the raw state (DIRTY). */

@@ -141,8 +141,9 @@ int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t
 	if (c->cfg.device_id < 0)
 		return -EOPNOTSUPP;
 	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
-	if (get_lockfree(c, b, block, shard, flags, slot) == 0)
-		return 0;
+	rc = get_lockfree(c, b, block, shard, flags, slot);
+	if (rc <= 0)
+		return rc;
 	rc = get_once(c, b, block, shard, flags, slot);
 	if (rc == -ENOSPC && !(flags & KVS_CORE_GET_TRY) && kvs_core_reap_try(c) > 0)
 		rc = get_once(c, b, block, shard, flags, slot);
@@ -155,7 +156,11 @@ int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t
  * (absent, not readable, being evicted, contended, or a get that may own: a
  * forced reload, a dump's).  The lookup's reads are candidates only: after the
  * bit is set, and no evictor was in the word it replaced, the slot cannot be
- * re-keyed, so the rechecks read the residency the pin holds.
+ * re-keyed, so the rechecks read the residency the pin holds.  An absent key
+ * is -ENOENT here for a get that only defers a miss (KVS_CORE_GET_DEFER): a
+ * key keyed meanwhile, or one a peer's re-link hid from the walk, costs that
+ * caller a later look, nothing else (store/dispatch.c: a miss met while the
+ * backend is full is visited again once it has room).
  */
 static int get_lockfree(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
 			uint32_t shard, uint32_t flags, struct kvs_slot *slot)
@@ -168,7 +173,7 @@ static int get_lockfree(struct kvs_cache *c, uint32_t b, const struct kvs_block_
 		return 1;
 	i = kvs_core_find_unlocked(c, b, block, shard);
 	if (i == KVS_IDX_NONE)
-		return 1;
+		return (flags & KVS_CORE_GET_DEFER) && (flags & KVS_CORE_GET_NO_OWN) ? -ENOENT : 1;
 	/* acquire: pairs with the publish (the bytes); the generation relaxed,
 	 * rechecked below */
 	st = state_value(c, i, memory_order_acquire);

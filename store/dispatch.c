@@ -70,6 +70,13 @@
 #define DISPATCH_REAP 64u
 /* Shards of one task visited before the next task's turn. */
 #define VISIT_BURST 16u
+/* A task's misses deferred at once, at most (visit()): past them its visits
+ * wait until reads complete and the deferred ones are visited again.  Without
+ * the bound a cold load of thousands of shards looked every one up while the
+ * first reads were in flight, and again when their turn came, their bucket and
+ * slot lines long evicted by the fills in between; 32 keep the second look
+ * within a few completions of the first. */
+#define DEFER_AHEAD 32u
 /* Idle sleep bound (the wake is the eventfd; this only bounds it). */
 #define IDLE_MS 1000
 /* Poll slice of a backend with no wait descriptor, transfers in flight. */
@@ -256,6 +263,7 @@ static void out_push(struct disp *d, struct kvs_store_sh *sh)
 
 static void defer(struct disp *d, struct kvs_store_sh *sh)
 {
+	sh->task->deferred++;
 	sh->next = NULL;
 	if (d->def_tail)
 		d->def_tail->next = sh;
@@ -271,8 +279,11 @@ static void defer(struct disp *d, struct kvs_store_sh *sh)
  * a rank never owns more slots than it can start filling (its reads in flight
  * and one more), so the next misses are owned by the peers with backend room
  * and the node's reads run in parallel.  Hits and waits are pinned whatever
- * the queue (they need no backend room); a miss is deferred.  A dump owns
- * every miss: it fills from the device, not the backend.
+ * the queue (they need no backend room); a miss is deferred, told from the
+ * unlocked lookup where that finds no key (KVS_CORE_GET_DEFER: a cold load's
+ * misses past the read cap are each visited twice, and the first visit took
+ * the bucket lock for nothing).  A dump owns every miss: it fills from the
+ * device, not the backend.
  */
 static void visit(struct disp *d, struct kvs_store_sh *sh)
 {
@@ -281,7 +292,7 @@ static void visit(struct disp *d, struct kvs_store_sh *sh)
 	int rc;
 
 	if (d->rq_head && sh->task->op != KVS_STORE_OP_DUMP)
-		flags |= KVS_CORE_GET_NO_OWN;
+		flags |= KVS_CORE_GET_NO_OWN | KVS_CORE_GET_DEFER;
 	rc = kvs_store_visit_get(s, sh, flags, queue_own_read, d);
 	if (rc == -ENOENT && (flags & KVS_CORE_GET_NO_OWN)) {
 		defer(d, sh);
@@ -449,6 +460,7 @@ static bool expire_deferred(struct disp *d)
 			continue;
 		}
 		*link = sh->next;
+		sh->task->deferred--; /* before the finish: the task may go with it */
 		kvs_store_sh_finish(d->s, sh, -ETIMEDOUT);
 		any = true;
 	}
@@ -479,6 +491,7 @@ static void prefetch_ahead(struct disp *d, const struct kvs_store_task *t)
 
 static bool visit_some(struct disp *d)
 {
+	struct kvs_store_task *parked_head = NULL, *parked_tail = NULL;
 	struct kvs_store_sh *sh;
 	bool progress = expire_tasks(d);
 
@@ -495,9 +508,12 @@ static bool visit_some(struct disp *d)
 			d->def_tail = NULL;
 			d->def_next_ns = 0;
 		}
+		sh->task->deferred--; /* before the visit: the task may go with it */
 		visit(d, sh);
 		progress = true;
 	}
+	/* Round-robin over the tasks; one with DEFER_AHEAD deferred misses waits
+	 * out this pass (parked) and goes back in line after it. */
 	while (d->vis_head) {
 		struct kvs_store_task *t = d->vis_head;
 
@@ -505,10 +521,16 @@ static bool visit_some(struct disp *d)
 		d->vis_head = t->next;
 		if (!d->vis_head)
 			d->vis_tail = NULL;
-		for (uint32_t k = 0; k < VISIT_BURST && t->visited < t->n - 1 && room(d); k++) {
+		for (uint32_t k = 0; k < VISIT_BURST && t->visited < t->n - 1 &&
+				     t->deferred < DEFER_AHEAD && room(d);
+		     k++) {
 			prefetch_ahead(d, t);
 			visit(d, &t->sh[t->order[t->visited++]]);
 			progress = true;
+		}
+		if (t->deferred >= DEFER_AHEAD) {
+			task_push(&parked_head, &parked_tail, t);
+			continue;
 		}
 		if (t->visited == t->n - 1 && room(d)) {
 			vis_done(d, t);
@@ -520,6 +542,13 @@ static bool visit_some(struct disp *d)
 		vis_push(d, t);
 		if (d->blocked)
 			break;
+	}
+	if (parked_head) {
+		if (d->vis_tail)
+			d->vis_tail->next = parked_head;
+		else
+			d->vis_head = parked_head;
+		d->vis_tail = parked_tail;
 	}
 	flush_visits(d);
 	return progress;

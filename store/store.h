@@ -196,6 +196,7 @@ struct kvs_store_task {
 	_Atomic uint32_t live;         /* shards not yet released + 1 until reaped */
 	bool done;                     /* under the store's mu */
 	uint32_t visited;              /* dispatcher: shards visited so far (order[] index) */
+	uint32_t deferred;             /* dispatcher: its shards on the deferred list */
 	bool in_sequence;              /* kvs_store_load_tensors: visited after the one before */
 	bool event_waited;             /* copier: wait_event done */
 	bool filler_named;             /* copier: a peer's slot timed out, its filler logged */

@@ -8,6 +8,8 @@
  *   readers_kept        CLOCK never takes a slot pinned lock-free, a forced
  *                       reload does not rewrite it, nor a load retry its
  *                       FAILED bytes; released, it is evicted as any other;
+ *   absent_unlocked     a deferring get (KVS_CORE_GET_DEFER) tells an absent
+ *                       key without the bucket lock, and only an absent one;
  *   reader_killed       a process killed holding lock-free pins: the next
  *                       attach reaps its bits and entries, the slots evictable;
  *   race                readers (forked and exec'd) hold lock-free pins and
@@ -93,6 +95,53 @@ static kvs_test_rc test_lockfree_hit(void)
 	KVS_CHECK(strstr(core_last_log, "lock-free pin bits 0x10000000000 of free rank entries"));
 	atomic_fetch_and(&c->slots[b.index].readers, ~(UINT64_C(1) << 40));
 	core_log_quiet = 0;
+	KVS_CHECK_OK(kvs_cache_check(c));
+	kvs_cache_close(c);
+	return KVS_TEST_PASS;
+}
+
+/* A deferring get (KVS_CORE_GET_DEFER, the store's visit of a miss while its
+ * reads wait for backend room) tells an absent key from the unlocked lookup:
+ * -ENOENT with its bucket's lock held elsewhere, where a plain try is -EBUSY.
+ * A key that is there still goes by the lock (a LOADING one: -EBUSY) or pins
+ * lock-free (READY), and nothing is keyed for the absent one. */
+static kvs_test_rc test_absent_unlocked(void)
+{
+	const uint32_t defer = KVS_CORE_GET_TRY | KVS_CORE_GET_NO_OWN | KVS_CORE_GET_DEFER;
+	struct kvs_cache_config cfg;
+	struct kvs_cache *c = NULL;
+	struct kvs_block_id absent = core_block(7), loading = core_block(8), ready = core_block(9);
+	struct kvs_slot own, s;
+	uint32_t ba, bl, br;
+
+	pin_cfg(&cfg, "absent", NULL, 8);
+	KVS_CHECK_OK(kvs_cache_open(&cfg, &c));
+	KVS_TRY(core_put(c, 9));
+	KVS_CHECK_OK(kvs_cache_get(c, &loading, 0, 0, &own));
+	KVS_CHECK_EQ(own.flags, KVS_SLOT_OWNER);
+	ba = kvs_core_bucket_of(c, kvs_core_hash(&absent, 0));
+	bl = kvs_core_bucket_of(c, kvs_core_hash(&loading, 0));
+	br = kvs_core_bucket_of(c, kvs_core_hash(&ready, 0));
+
+	KVS_CHECK_OK(kvs_core_bucket_lock(c, ba));
+	KVS_CHECK_ERR(kvs_core_get(c, &absent, 0, defer, &s), -ENOENT);
+	KVS_CHECK_ERR(kvs_core_get(c, &absent, 0, defer & ~KVS_CORE_GET_DEFER, &s), -EBUSY);
+	kvs_core_bucket_unlock(c, ba);
+	KVS_CHECK_EQ(kvs_cache_exists(c, &absent, 0), 0);
+
+	KVS_CHECK_OK(kvs_core_bucket_lock(c, bl));
+	KVS_CHECK_ERR(kvs_core_get(c, &loading, 0, defer, &s), -EBUSY);
+	kvs_core_bucket_unlock(c, bl);
+
+	KVS_CHECK_OK(kvs_core_bucket_lock(c, br));
+	KVS_CHECK_OK(kvs_core_get(c, &ready, 0, defer, &s));
+	kvs_core_bucket_unlock(c, br);
+	KVS_CHECK_EQ(s.state, KVS_SLOT_READY);
+	KVS_CHECK_EQ(readers_of(c, s.index), bit_of(c));
+	KVS_CHECK_OK(kvs_slot_release(c, &s));
+
+	KVS_TRY(core_fill_publish(c, &own, 8, 0));
+	KVS_CHECK_OK(kvs_slot_release(c, &own));
 	KVS_CHECK_OK(kvs_cache_check(c));
 	kvs_cache_close(c);
 	return KVS_TEST_PASS;
@@ -421,6 +470,7 @@ static kvs_test_rc test_race(void)
 static const struct kvs_test_case cases[] = {
 	{ "lockfree_hit", test_lockfree_hit },
 	{ "readers_kept", test_readers_kept },
+	{ "absent_unlocked", test_absent_unlocked },
 	{ "reader_killed", test_reader_killed },
 	{ "race", test_race },
 };

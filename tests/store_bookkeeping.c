@@ -12,7 +12,9 @@
  *                 cached dump submitted behind a load of 128 slow reads (the
  *                 backend's default queue depth) completes while that load
  *                 still runs (before: the reads' shards filled the copier's
- *                 working set and the dump waited for them);
+ *                 working set and the dump waited for them); a cold load
+ *                 defers at most 32 misses ahead of its reads (a hit within
+ *                 them is found at once, one past them once reads complete);
  *   watcher       lookup / lookup_prefix from a watcher agree with the rank (in
  *                 cache, only in the backend after eviction or on a fresh cache,
  *                 absent); load/dump/prefetch from a watcher -EOPNOTSUPP;
@@ -80,6 +82,64 @@ static kvs_test_rc test_slow_reads_leave_room(void)
 	KVS_CHECK_EQ(kvs_store_check(s, load), 1); /* the dump was not held behind the reads */
 	KVS_TRY(st_wait_expect(s, load, WAIT_MS, 0, "load"));
 	KVS_TRY(st_task_verify(&l)); /* the latency backend's pattern */
+	kvs_store_close(s);
+	st_task_free(&l);
+	st_task_free(&d);
+	return KVS_TEST_PASS;
+}
+
+/* A load of 101 one-shard blocks, reads of 20 ms one at a time (latency
+ * backend, queue depth 1), blocks 10 and 100 already in the cache.  Shard 0's
+ * read is in flight and shard 1's queued; the misses after them are deferred,
+ * at most 32 (DEFER_AHEAD in store/dispatch.c) before the task's visits wait
+ * for completions: block 10's hit is found in the first pass, block 100's
+ * (97 misses on) only once the reads have caught up.  Unbounded, the first
+ * pass looked up every shard of the task, and both hits came at once. */
+static kvs_test_rc test_deferral_bounded(void)
+{
+	enum { N = 101, NEAR = 10, FAR = 100 };
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct kvs_store_stats st;
+	struct st_task l, d;
+	uint64_t load = 0, hits0, hits = 0;
+	char uid[96];
+	struct kvs_block_id b;
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "defer"), 0, SHARD, 256, 1);
+	KVS_TRY(st_parse(&cfg, "backend=latency,latency_us=20000,latency_queue_depth=1,"
+			       "local_rank_size=1"));
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&d, 2, 1, SHARD));
+	b = st_block(42, NEAR);
+	st_task_set(&d, 0, &b, 0);
+	b = st_block(42, FAR);
+	st_task_set(&d, 1, &b, 0);
+	KVS_TRY(st_dump(s, &d, WAIT_MS));
+	KVS_TRY(st_task_whole(&l, N, 1, SHARD));
+	for (uint32_t i = 0; i < N; i++) {
+		b = st_block(42, i);
+		st_task_set(&l, i, &b, 0);
+	}
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	hits0 = st.load_hits;
+	KVS_CHECK_OK(kvs_store_load(s, l.shards, l.n, &load));
+	for (int ms = 0; ms < WAIT_MS && hits == 0; ms++) {
+		KVS_TRY(st_stats(s, st_rank(s), &st));
+		hits = st.load_hits - hits0;
+		if (hits == 0)
+			usleep(1000);
+	}
+	printf("  first pass: %llu hit(s) found (want block %d's only)\n",
+	       (unsigned long long)hits, NEAR);
+	KVS_CHECK_EQ(hits, 1);
+	usleep(60 * 1000); /* three completions: still far from block 100 */
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	KVS_CHECK_EQ(st.load_hits - hits0, 1);
+	KVS_TRY(st_wait_expect(s, load, WAIT_MS, 0, "load"));
+	KVS_TRY(st_stats(s, st_rank(s), &st));
+	KVS_CHECK_EQ(st.load_hits - hits0, 2);
+	KVS_TRY(st_task_verify(&l));
 	kvs_store_close(s);
 	st_task_free(&l);
 	st_task_free(&d);
@@ -642,6 +702,7 @@ static const struct kvs_test_case cases[] = {
 	{ "queue_full", test_queue_full },
 	{ "task_timeout", test_task_timeout },
 	{ "slow_reads_leave_room", test_slow_reads_leave_room },
+	{ "deferral_bounded", test_deferral_bounded },
 	{ "task_ids", test_task_ids },
 	{ "close_running", test_close_running },
 	{ "release_before_done", test_release_before_done },
