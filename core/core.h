@@ -249,11 +249,11 @@ uint32_t kvs_core_find(struct kvs_cache *c, uint32_t b, const struct kvs_block_i
 uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *block,
 				uint32_t shard);
 
-/* A hint that (block, shard) is about to be got: its bucket's line (slot
- * false), or, a few gets later, the line of the slot its chain starts with,
- * its state word and CLOCK weight (slot true).  Reads nothing it trusts. */
-void kvs_core_prefetch(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-		       bool slot);
+/* A hint that the key of hash (kvs_core_hash) is about to be got: its bucket's
+ * line (slot false), or, a few gets later, the line of the slot its chain
+ * starts with, its state word and CLOCK weight (slot true).  Reads nothing it
+ * trusts. */
+void kvs_core_prefetch(struct kvs_cache *c, uint64_t hash, bool slot);
 
 /* A slot's key (layout.h: the block id as two words, and the shard).  Written
  * under the slot's bucket lock; relaxed both ways: read under that lock, or
@@ -358,6 +358,10 @@ void kvs_core_log_fill_timeout(struct kvs_cache *c, uint32_t i, uint64_t timeout
 /* kvs_cache_get without the public flag check and with the raw state (DIRTY). */
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot);
+/* kvs_core_get given the key's hash, kvs_core_hash(block, shard) (a caller that
+ * prefetches the key first computes it once for both). */
+int kvs_core_get_hashed(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			uint64_t hash, uint32_t flags, struct kvs_slot *slot);
 /* The bytes of slot i in this process (a slot index a get returned: in a data
  * segment), or NULL for one no segment holds. */
 void *kvs_core_slot_addr(const struct kvs_cache *c, uint32_t i);

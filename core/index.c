@@ -410,10 +410,9 @@ uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kv
 	return KVS_IDX_NONE;
 }
 
-void kvs_core_prefetch(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-		       bool slot)
+void kvs_core_prefetch(struct kvs_cache *c, uint64_t hash, bool slot)
 {
-	uint32_t b = kvs_core_bucket_of(c, kvs_core_hash(block, shard)), i;
+	uint32_t b = kvs_core_bucket_of(c, hash), i;
 
 	if (!slot) {
 		__builtin_prefetch(&c->buckets[b].head);

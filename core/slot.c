@@ -133,6 +133,14 @@ static void count_get(struct kvs_cache *c, uint32_t flags, bool owner, uint32_t 
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot)
 {
+	if (!block)
+		return -EINVAL;
+	return kvs_core_get_hashed(c, block, shard, kvs_core_hash(block, shard), flags, slot);
+}
+
+int kvs_core_get_hashed(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
+			uint64_t hash, uint32_t flags, struct kvs_slot *slot)
+{
 	uint32_t b;
 	int rc;
 
@@ -140,7 +148,7 @@ int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t
 		return -EINVAL;
 	if (c->cfg.device_id < 0)
 		return -EOPNOTSUPP;
-	b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
+	b = kvs_core_bucket_of(c, hash);
 	rc = get_lockfree(c, b, block, shard, flags, slot);
 	if (rc <= 0)
 		return rc;

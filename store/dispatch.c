@@ -182,6 +182,16 @@ void kvs_store_read_owned(struct kvs_store *s, struct kvs_store_sh *sh,
 	queue_read(s, sh, arg);
 }
 
+/* sh's key hash: its bucket's prefetches and its get share one computation. */
+static uint64_t sh_hash(struct kvs_store_sh *sh)
+{
+	if (!(sh->flags & KVS_SH_HASHED)) {
+		sh->hash = kvs_core_hash(&sh->block, sh->shard);
+		sh->flags |= KVS_SH_HASHED;
+	}
+	return sh->hash;
+}
+
 int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t flags,
 			void (*queue_read)(struct kvs_store *s, struct kvs_store_sh *sh, void *arg),
 			void *arg)
@@ -194,7 +204,7 @@ int kvs_store_visit_get(struct kvs_store *s, struct kvs_store_sh *sh, uint32_t f
 	else if (op == KVS_STORE_OP_DUMP) /* a dump has the bytes a failed fill lacked; its
 					      gets are dump_gets, not hits */
 		flags |= KVS_CORE_GET_REFILL | KVS_CORE_GET_DUMP;
-	rc = kvs_core_get(s->cache, &sh->block, sh->shard, flags, &sh->slot);
+	rc = kvs_core_get_hashed(s->cache, &sh->block, sh->shard, sh_hash(sh), flags, &sh->slot);
 	if (rc)
 		return rc;
 	sh->flags |= KVS_SH_GOT; /* in the pin budget: the caller counts it (s->pins) */
@@ -475,18 +485,14 @@ static bool expire_deferred(struct disp *d)
 #define PREFETCH_FAR 8u
 #define PREFETCH_NEAR 4u
 
-static void prefetch_ahead(struct disp *d, const struct kvs_store_task *t)
+static void prefetch_ahead(struct disp *d, struct kvs_store_task *t)
 {
-	const struct kvs_store_sh *sh;
-
-	if (t->visited + PREFETCH_FAR < t->n) {
-		sh = &t->sh[t->order[t->visited + PREFETCH_FAR]];
-		kvs_core_prefetch(d->s->cache, &sh->block, sh->shard, false);
-	}
-	if (t->visited + PREFETCH_NEAR < t->n) {
-		sh = &t->sh[t->order[t->visited + PREFETCH_NEAR]];
-		kvs_core_prefetch(d->s->cache, &sh->block, sh->shard, true);
-	}
+	if (t->visited + PREFETCH_FAR < t->n)
+		kvs_core_prefetch(d->s->cache, sh_hash(&t->sh[t->order[t->visited + PREFETCH_FAR]]),
+				  false);
+	if (t->visited + PREFETCH_NEAR < t->n)
+		kvs_core_prefetch(d->s->cache, sh_hash(&t->sh[t->order[t->visited + PREFETCH_NEAR]]),
+				  true);
 }
 
 static bool visit_some(struct disp *d)

@@ -137,6 +137,7 @@ enum kvs_store_op {
 				   found DIRTY and its protection extended) */
 #define KVS_SH_WAITING (1u << 4) /* dump: acknowledged to the block's record, waits for it
 				    to be in the backend (durable; sh->dirty names its slot) */
+#define KVS_SH_HASHED (1u << 5) /* sh->hash is its key's kvs_core_hash */
 
 /* kvs_store_xfer.result while the transfer is queued or in flight. */
 #define KVS_XFER_PENDING 1
@@ -168,6 +169,8 @@ struct kvs_store_sh {
 	struct kvs_block_id block;
 	uint32_t shard;
 	uint32_t flags;                /* KVS_SH_* */
+	uint64_t hash;                 /* KVS_SH_HASHED: computed once for its prefetches and
+					  gets (store/dispatch.c, sh_hash) */
 	const struct kvs_copy_seg *segs; /* nseg tensor copies (host_off within the slot) */
 	uint32_t nseg;
 	int32_t err;                   /* the visit's failure, before the copier sees it */
