@@ -88,7 +88,7 @@ static kvs_test_rc test_slow_reads_leave_room(void)
 	return KVS_TEST_PASS;
 }
 
-/* A load of 101 one-shard blocks, reads of 20 ms one at a time (latency
+/* A load of 101 one-shard blocks, reads of 5 ms one at a time (latency
  * backend, queue depth 1), blocks 10 and 100 already in the cache.  Shard 0's
  * read is in flight and shard 1's queued; the misses after them are deferred,
  * at most 32 (DEFER_AHEAD in store/dispatch.c) before the task's visits wait
@@ -107,7 +107,7 @@ static kvs_test_rc test_deferral_bounded(void)
 	struct kvs_block_id b;
 
 	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "defer"), 0, SHARD, 256, 1);
-	KVS_TRY(st_parse(&cfg, "backend=latency,latency_us=20000,latency_queue_depth=1,"
+	KVS_TRY(st_parse(&cfg, "backend=latency,latency_us=5000,latency_queue_depth=1,"
 			       "local_rank_size=1"));
 	KVS_TRY(st_open(&cfg, &s));
 	KVS_TRY(st_task_whole(&d, 2, 1, SHARD));
@@ -133,7 +133,7 @@ static kvs_test_rc test_deferral_bounded(void)
 	printf("  first pass: %llu hit(s) found (want block %d's only)\n",
 	       (unsigned long long)hits, NEAR);
 	KVS_CHECK_EQ(hits, 1);
-	usleep(60 * 1000); /* three completions: still far from block 100 */
+	usleep(60 * 1000); /* a dozen completions: still far from block 100's 66 */
 	KVS_TRY(st_stats(s, st_rank(s), &st));
 	KVS_CHECK_EQ(st.load_hits - hits0, 1);
 	KVS_TRY(st_wait_expect(s, load, WAIT_MS, 0, "load"));
