@@ -128,8 +128,6 @@ static void count_get(struct kvs_cache *c, uint32_t flags, bool owner, uint32_t 
 		KVS_COUNT(c, joins, 1); /* a read in flight serves this get too */
 }
 
-/* A get that found every candidate slot pinned: if a dead rank's pins are among
- * them, they go (reaped; not for a get that must not block), and it tries again. */
 int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 		 uint32_t flags, struct kvs_slot *slot)
 {
@@ -138,6 +136,8 @@ int kvs_core_get(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t
 	return kvs_core_get_hashed(c, block, shard, kvs_core_hash(block, shard), flags, slot);
 }
 
+/* A get that found every candidate slot pinned: if a dead rank's pins are among
+ * them, they go (reaped; not for a get that must not block), and it tries again. */
 int kvs_core_get_hashed(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
 			uint64_t hash, uint32_t flags, struct kvs_slot *slot)
 {
