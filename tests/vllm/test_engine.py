@@ -595,7 +595,7 @@ class Fleet:
         deadline = time.monotonic() + 60
         for e in self.engines.values():
             e.close_end(deadline - time.monotonic())
-        self._remove_torch_shm()
+        self._remove_engine_shm()
         total = time.monotonic() - self.t0
         SUMMARY.append("vllm.engine: engine start-ups (launch: s after the module's start; "
                        "ready: s from launch to its first reply):")
@@ -608,12 +608,13 @@ class Fleet:
         SUMMARY.append(f"vllm.engine: {len(self.engines)} engines, {total:.0f} s from the "
                        f"module's first engine to the last one's end")
 
-    def _remove_torch_shm(self):
+    def _remove_engine_shm(self):
         """The engines are SIGKILLed at the end, so the shared memory of
         vLLM's and Python's multiprocessing in them (psm_*, sem.mp-*: hundreds
-        of MB a run) is never unlinked: remove what appeared during the run
-        and no live process maps (a name another process is about to open
-        would be mapped by its creator)."""
+        of MB a run) and the TP=2 engines' CPU communicator segments
+        (vllm_dist_*: 8 MiB an engine) are never unlinked: remove what
+        appeared during the run and no live process maps (a name another
+        process is about to open would be mapped by its creator)."""
         mapped = set()
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -623,7 +624,7 @@ class Fleet:
             except OSError:
                 continue
         for name in set(os.listdir("/dev/shm")) - self.shm0 - mapped:
-            if name.startswith(("psm_", "sem.mp-")):
+            if name.startswith(("psm_", "sem.mp-", "vllm_dist_")):
                 try:
                     os.unlink(os.path.join("/dev/shm", name))
                 except OSError:
