@@ -6,13 +6,16 @@
  * pushed, so arrival order is due order and a FIFO is the sorted queue: poll
  * pops from the head while the head is due, and sleeps until the head's due
  * time (or the caller's deadline) otherwise.  No thread per transfer; a wait
- * descriptor's timer, where one is asked for, is armed for the head's due time.
+ * descriptor's timer, where one is asked for, is armed for the head's due time
+ * -- or, where every entry is due at once, an eventfd is signalled while the
+ * queue holds any (the _ready functions; fifo.h says why).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/fifo.h"
+#include "io/internal.h"
 
 int kvs_io_fifo_push(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e)
 {
@@ -54,4 +57,34 @@ void kvs_io_fifo_fini(struct kvs_io_fifo *q)
 {
 	free(q->v);
 	memset(q, 0, sizeof(*q));
+}
+
+int kvs_io_fifo_push_ready(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e, int efd)
+{
+	bool was_empty = q->count == 0;
+	int rc = kvs_io_fifo_push(q, e);
+
+	if (rc == 0 && was_empty && efd >= 0)
+		kvs_io_event_signal(efd);
+	return rc;
+}
+
+void kvs_io_fifo_ready_drained(const struct kvs_io_fifo *q, int efd)
+{
+	if (q->count == 0 && efd >= 0)
+		kvs_io_event_drain(efd);
+}
+
+int kvs_io_fifo_ready_fd(const struct kvs_io_fifo *q, int *efd)
+{
+	if (*efd < 0) {
+		int fd = kvs_io_event_open();
+
+		if (fd < 0)
+			return fd;
+		*efd = fd;
+		if (q->count) /* pushed before it was asked for */
+			kvs_io_event_signal(fd);
+	}
+	return *efd;
 }

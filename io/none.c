@@ -51,12 +51,8 @@ static int none_submit_write(void *state, const struct kvs_backend_io *io)
 {
 	struct none *n = state;
 	struct kvs_io_fifo_entry e = { .token = io->token, .result = (int64_t)io->len };
-	bool was_empty = !kvs_io_fifo_head(&n->done);
-	int rc = kvs_io_fifo_push(&n->done, &e);
 
-	if (rc == 0 && was_empty && n->efd >= 0)
-		kvs_io_event_signal(n->efd);
-	return rc;
+	return kvs_io_fifo_push_ready(&n->done, &e, n->efd);
 }
 
 static int none_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
@@ -73,8 +69,8 @@ static int none_poll(void *state, struct kvs_backend_completion *out, uint32_t m
 		k++;
 		kvs_io_fifo_pop(&n->done);
 	}
-	if (k > 0 && !kvs_io_fifo_head(&n->done) && n->efd >= 0)
-		kvs_io_event_drain(n->efd);
+	if (k > 0)
+		kvs_io_fifo_ready_drained(&n->done, n->efd);
 	return (int)k;
 }
 
@@ -82,16 +78,7 @@ static int none_wait_fd(void *state)
 {
 	struct none *n = state;
 
-	if (n->efd < 0) {
-		int fd = kvs_io_event_open();
-
-		if (fd < 0)
-			return fd;
-		n->efd = fd;
-		if (kvs_io_fifo_head(&n->done)) /* writes made before it was asked for */
-			kvs_io_event_signal(n->efd);
-	}
-	return n->efd;
+	return kvs_io_fifo_ready_fd(&n->done, &n->efd);
 }
 
 static void none_close(void *state)

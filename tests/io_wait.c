@@ -16,7 +16,8 @@
  *   late      transfers submitted before the descriptor was first asked for
  *             are covered by it.
  *   none      an eventfd: writes complete at once.
- *   latency   a timerfd at the FIFO head's due time.
+ *   latency   a timerfd at the FIFO head's due time; at latency 0
+ *             (latency_zero) an eventfd, readable while completions wait.
  *   fault     an epoll set over its delay FIFO's timerfd and the inner
  *             backend's descriptor: delays, injected errors, an inner delay
  *             with none of its own (the inner wake reaps it), fault over
@@ -248,6 +249,16 @@ static kvs_test_rc test_latency(void)
 	cfg.latency_ns = 200 * ST_MS;
 	return all_cases(&cfg, (struct expect){ .pattern = true, .min_ns = cfg.latency_ns,
 						.wakes_max = 1 });
+}
+
+/* Due at submit: the eventfd (io/fifo.h), no timer -- the same contract. */
+static kvs_test_rc test_latency_zero(void)
+{
+	struct kvs_backend_config cfg;
+
+	cfg_kind(&cfg, KVS_BACKEND_LATENCY);
+	cfg.latency_ns = 0;
+	return all_cases(&cfg, (struct expect){ .pattern = true, .wakes_max = 1 });
 }
 
 static kvs_test_rc test_latency_hold(void)
@@ -596,6 +607,7 @@ static const struct kvs_test_case uring_cases[] = {
 static const struct kvs_test_case cases[] = {
 	{ "none", test_none },
 	{ "latency", test_latency },
+	{ "latency_zero", test_latency_zero },
 	{ "latency_hold", test_latency_hold },
 	{ "fault_delay", test_fault_delay },
 	{ "fault_hold", test_fault_hold },
