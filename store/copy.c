@@ -618,10 +618,15 @@ static void copier_sleep(struct copier *cp, uint32_t bell)
 		struct timespec ts = kvs_ns_to_timespec(deadline);
 
 		pthread_mutex_lock(&s->mu);
+		/* seq_cst RMW, then the look at the bell: the Dekker pair of
+		 * kvs_store_wake_copier (task.c) */
+		atomic_exchange_explicit(&s->copier_on_cv, 1, memory_order_seq_cst);
 		/* acquire: pairs with kvs_store_wake_copier's bump (the hand-off) */
 		if ((atomic_load_explicit(&s->copier_bell, memory_order_acquire) &
 		     KVS_WAIT_VALUE_MASK) == bell)
 			pthread_cond_timedwait(&s->copier_cv, &s->mu, &ts);
+		/* relaxed: a waker that still reads 1 sends a spare signal */
+		atomic_store_explicit(&s->copier_on_cv, 0, memory_order_relaxed);
 		pthread_mutex_unlock(&s->mu);
 		return;
 	}

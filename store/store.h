@@ -356,6 +356,11 @@ struct kvs_store {
 	/* Bumped (kvs_wait_bump) at every hand-off to the copier, so a copier asleep
 	 * on slot words (kvs_wait_any) wakes too. */
 	_Atomic uint32_t copier_bell;
+	/* 1 while the copier is in, or on its way into, its wait on copier_cv:
+	 * written by the copier under mu, read by wakers without it (task.c,
+	 * kvs_store_wake_copier), so that a hand-off to a copier that is up costs
+	 * no lock and no signal. */
+	_Atomic uint32_t copier_on_cv;
 	pthread_t disp_thr, copier_thr;
 };
 

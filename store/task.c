@@ -211,12 +211,30 @@ void kvs_store_wake_dispatcher(struct kvs_store *s)
 		kvs_log_debug(&s->log, "store: dispatcher wake: %s", kvs_strerror(-errno));
 }
 
+/*
+ * The bell wakes a copier asleep on shared words; one asleep on copier_cv (no
+ * shared word to wait for: copy.c, copier_sleep) needs the condition, and only
+ * it.  A Dekker pair: the copier sets copier_on_cv, then looks at the bell; a
+ * waker bumps the bell, then looks at copier_on_cv.  Both looks go through a
+ * seq_cst read-modify-write of copier_on_cv, so the two are ordered and the
+ * later one sees what the earlier side wrote before it: the copier sees the
+ * bump and stays up, or this sees the copier going to sleep.  (RMWs, not
+ * atomic_thread_fence: the same guarantee, and one ThreadSanitizer can see;
+ * core.h, kvs_core_dirty_fence.)  A copier that is up -- the common case while
+ * work flows -- so costs the hand-off no lock and no futex call.  The signal
+ * comes after the unlock: one sent while holding mu woke the copier only to
+ * block on mu (two more futex calls and a switch per hand-off, strace of
+ * hit_bench --path cold); taking mu first still orders it after the copier's
+ * wait began.  A stale 1 costs a signal nobody waits for.
+ */
 void kvs_store_wake_copier(struct kvs_store *s)
 {
 	kvs_wait_bump(&s->copier_bell);
+	if (!atomic_fetch_add_explicit(&s->copier_on_cv, 0, memory_order_seq_cst))
+		return;
 	pthread_mutex_lock(&s->mu);
-	pthread_cond_signal(&s->copier_cv);
 	pthread_mutex_unlock(&s->mu);
+	pthread_cond_signal(&s->copier_cv);
 }
 
 void kvs_store_handoff_read(struct kvs_store *s, struct kvs_store_sh *sh)
