@@ -254,6 +254,11 @@ uint32_t kvs_core_find_unlocked(struct kvs_cache *c, uint32_t b, const struct kv
  * starts with, its state word and CLOCK weight (slot true).  Reads nothing it
  * trusts. */
 void kvs_core_prefetch(struct kvs_cache *c, uint64_t hash, bool slot);
+/* A hint that slot, pinned through this handle for the key of hash, is about to
+ * be released (kvs_slot_release): its line, whose generation the release checks,
+ * and for a locked pin its bucket's, whose lock it takes.  Reads nothing it
+ * trusts. */
+void kvs_core_prefetch_release(struct kvs_cache *c, const struct kvs_slot *slot, uint64_t hash);
 
 /* A slot's key (layout.h: the block id as two words, and the shard).  Written
  * under the slot's bucket lock; relaxed both ways: read under that lock, or

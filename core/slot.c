@@ -844,6 +844,16 @@ KVS_API int kvs_slot_publish_failed(struct kvs_cache *c, struct kvs_slot *slot, 
 	return publish(c, slot, KVS_SHM_SLOT_FAILED, err);
 }
 
+void kvs_core_prefetch_release(struct kvs_cache *c, const struct kvs_slot *slot, uint64_t hash)
+{
+	if (slot->index >= c->slot_count || slot->pin >= KVS_RANK_PINS)
+		return;
+	__builtin_prefetch(&c->slots[slot->index]);
+	/* relaxed: our own entry; a wrong guess costs one prefetch */
+	if (!(atomic_load_explicit(&c->me->pins[slot->pin], memory_order_relaxed) & KVS_PIN_READER))
+		__builtin_prefetch(&c->buckets[kvs_core_bucket_of(c, hash)], 1);
+}
+
 KVS_API int kvs_slot_release(struct kvs_cache *c, struct kvs_slot *slot)
 {
 	uint32_t b, v;
