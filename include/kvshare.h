@@ -758,7 +758,7 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  * wakes for the steps of a dump, at most four per block).  Every built-in
  * backend has one: posix an eventfd (registered with the io_uring ring, or
  * signalled by the pool's workers), none an eventfd, latency a timerfd for the
- * next due completion, fault an epoll descriptor over its own timerfd and the
+ * next due completion (at latency 0 an eventfd), fault an epoll descriptor over its own timerfd and the
  * inner backend's descriptor (none when the inner has none), redis an epoll
  * descriptor over the sockets with replies outstanding and a timerfd for the
  * nearest command or connect deadline (docs/io.md, "Waiting").
