@@ -329,6 +329,13 @@ static inline uint64_t kvs_core_filler(uint32_t rank, uint32_t epoch)
 	return (uint64_t)rank << 32 | epoch;
 }
 
+
+/* Slot i's state word without its WAITERS bit, read with order mo. */
+static inline uint32_t kvs_core_state_value(struct kvs_cache *c, uint32_t i, memory_order mo)
+{
+	return atomic_load_explicit(&c->states[i], mo) & KVS_WAIT_VALUE_MASK;
+}
+
 /* Count an event in this rank's stats.  relaxed: a statistic summed racily by
  * readers, ordering nothing. */
 #define KVS_COUNT(c, field, n) \

@@ -2,7 +2,8 @@
  * core/slot.c — the slot protocol (the get table in the comment of
  * kvs_cache_get in include/kvshare.h; docs/core.md, "API"): get, wait,
  * publish, release, and the read-only questions (exists, lookup,
- * lookup_prefix) plus prealloc and touch.
+ * lookup_prefix) plus prealloc and touch.  A dump's DIRTY slots, once
+ * published, are dirty.c's.
  *
  * Every get records a pin (pin.c); the pin of the get that made the slot
  * LOADING carries the owner bit.  A struct kvs_slot is the caller's memory, so
@@ -34,11 +35,6 @@
 #include "common/clock.h"
 #include "core/core.h"
 #include "wait/wait.h"
-
-static inline uint32_t state_value(struct kvs_cache *c, uint32_t i, memory_order mo)
-{
-	return atomic_load_explicit(&c->states[i], mo) & KVS_WAIT_VALUE_MASK;
-}
 
 /* Bytes valid: READY, or DIRTY (a dump's, not yet in the backend). */
 static inline bool ready_like(uint32_t st)
@@ -184,13 +180,13 @@ static int get_lockfree(struct kvs_cache *c, uint32_t b, const struct kvs_block_
 		return (flags & KVS_CORE_GET_DEFER) && (flags & KVS_CORE_GET_NO_OWN) ? -ENOENT : 1;
 	/* acquire: pairs with the publish (the bytes); the generation relaxed,
 	 * rechecked below */
-	st = state_value(c, i, memory_order_acquire);
+	st = kvs_core_state_value(c, i, memory_order_acquire);
 	gen = atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed);
 	if (!ready_like(st) || kvs_core_reader_pin(c, i, &pin, &others))
 		return 1;
 	/* after the fetch_or (acquire): acquire again for the bytes of a
 	 * DIRTY -> READY clean or a publish since; relaxed for the rest */
-	st = state_value(c, i, memory_order_acquire);
+	st = kvs_core_state_value(c, i, memory_order_acquire);
 	if (!ready_like(st) || !kvs_core_key_eq(&c->slots[i], block, shard) ||
 	    atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed) != gen) {
 		kvs_core_reader_unpin(c, i, pin);
@@ -253,7 +249,7 @@ static int get_once(struct kvs_cache *c, uint32_t b, const struct kvs_block_id *
 	/* relaxed: ref and state are stable under the bucket lock except for
 	 * the owner's publish, which only moves LOADING to READY/FAILED */
 	ref = atomic_load_explicit(&c->slots[i].ref, memory_order_relaxed);
-	st = state_value(c, i, memory_order_acquire); /* acquire: pairs with the publish */
+	st = kvs_core_state_value(c, i, memory_order_acquire); /* acquire: pairs with the publish */
 	/* LOADING or FAILED unpinned (retry, or preallocated), or a forced reload
 	 * (of READY bytes: DIRTY ones are in no backend); a refill takes FAILED
 	 * whoever pins it (a dump holds the bytes a failed load lacked) */
@@ -346,7 +342,8 @@ static bool slot_owned(struct kvs_cache *c, const struct kvs_slot *slot, uint32_
 
 	/* relaxed: the filler and state of a slot we pin as its owner change
 	 * only by our own publish or a takeover (which needs us dead) */
-	return (v & KVS_PIN_OWNER) && state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_LOADING &&
+	return (v & KVS_PIN_OWNER) &&
+	       kvs_core_state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_LOADING &&
 	       atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) ==
 		       kvs_core_filler((uint32_t)c->rank_idx, c->rank_epoch);
 }
@@ -359,7 +356,7 @@ int kvs_core_slot_state(struct kvs_cache *c, struct kvs_slot *slot)
 	if (rc)
 		return rc;
 	/* acquire: pairs with the owner's publish (the bytes and error code) */
-	slot->state = state_value(c, slot->index, memory_order_acquire);
+	slot->state = kvs_core_state_value(c, slot->index, memory_order_acquire);
 	if (slot->state == KVS_SHM_SLOT_FAILED)
 		slot->error = atomic_load_explicit(&c->slots[slot->index].error, memory_order_relaxed);
 	return (int)slot->state;
@@ -388,7 +385,7 @@ int kvs_core_slot_refill(struct kvs_cache *c, struct kvs_slot *slot)
 	if (rc)
 		return rc;
 	/* relaxed: under the bucket lock, where a FAILED slot changes */
-	if (state_value(c, slot->index, memory_order_relaxed) == KVS_SHM_SLOT_FAILED) {
+	if (kvs_core_state_value(c, slot->index, memory_order_relaxed) == KVS_SHM_SLOT_FAILED) {
 		make_owner(c, slot->index);
 		kvs_core_pin_set_owner(c, slot->pin);
 		slot->flags |= KVS_SLOT_OWNER;
@@ -433,7 +430,7 @@ static int filler_check(void *arg)
 	rc = kvs_core_slot_lock(c, i, &b);
 	if (rc)
 		return 0; /* try again next slice; the deadline still bounds us */
-	if (state_value(c, i, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
+	if (kvs_core_state_value(c, i, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
 	    atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed) != f) {
 		/* published meanwhile, or already taken over by a peer */
 	} else if (t->flags & KVS_SLOT_WAIT_NO_TAKEOVER) {
@@ -464,7 +461,7 @@ int kvs_core_slot_recover(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 	if (rc)
 		return rc;
 	/* relaxed: a hint; filler_check rechecks under the bucket lock */
-	if (state_value(c, slot->index, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
+	if (kvs_core_state_value(c, slot->index, memory_order_relaxed) != KVS_SHM_SLOT_LOADING ||
 	    slot_owned(c, slot, v))
 		return 0;
 	filler_check(&t);
@@ -527,7 +524,7 @@ KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 	if (flags & ~KVS_SLOT_WAIT_NO_TAKEOVER)
 		return -EINVAL;
 	/* acquire: pairs with the owner's publish (the bytes and error code) */
-	rc = (int)state_value(c, slot->index, memory_order_acquire);
+	rc = (int)kvs_core_state_value(c, slot->index, memory_order_acquire);
 	if (rc != KVS_SHM_SLOT_LOADING)
 		return wait_result(c, slot, rc);
 	if (slot_owned(c, slot, v))
@@ -548,7 +545,7 @@ KVS_API int kvs_slot_wait(struct kvs_cache *c, struct kvs_slot *slot, uint32_t f
 		return KVS_SLOT_WAIT_OWNER;
 	}
 	if (rc == -KVS_EOWNERDEAD) /* failed by our own check: read what we published */
-		rc = (int)state_value(c, slot->index, memory_order_acquire);
+		rc = (int)kvs_core_state_value(c, slot->index, memory_order_acquire);
 	if (rc == -ETIMEDOUT && timeout_ns) /* a zero timeout is a poll: nothing to say */
 		kvs_core_log_fill_timeout(c, slot->index, timeout_ns);
 	if (rc < 0)
@@ -641,202 +638,6 @@ int kvs_core_slot_publish_dirty(struct kvs_cache *c, struct kvs_slot *slot, uint
 	return rc;
 }
 
-int kvs_core_dirty_hold(struct kvs_cache *c, struct kvs_slot *slot, uint64_t until_ns, bool redirty)
-{
-	uint32_t b, st;
-	int rc = kvs_core_slot_lock_pinned(c, slot, &b);
-
-	if (rc)
-		return rc;
-	/* relaxed: under the bucket lock, where a DIRTY slot's until changes and
-	 * where it leaves DIRTY (kvs_core_dirty_clean, _drop) */
-	st = state_value(c, slot->index, memory_order_relaxed);
-	if (st == KVS_SHM_SLOT_READY && redirty) {
-		/* its bytes are the block's, dumped: part of the block's record
-		 * again, so the block's write writes it (a backend whose blocks are
-		 * not atomic proves only this shard stored) */
-		atomic_fetch_add_explicit(&c->hdr->dirty_hint, 1, memory_order_relaxed);
-		atomic_store_explicit(&c->slots[slot->index].dirty_until_ns, until_ns, memory_order_relaxed);
-		kvs_wait_publish(&c->states[slot->index], KVS_SHM_SLOT_DIRTY);
-		st = KVS_SHM_SLOT_DIRTY;
-	} else if (st == KVS_SHM_SLOT_DIRTY &&
-		   atomic_load_explicit(&c->slots[slot->index].dirty_until_ns, memory_order_relaxed) <
-			   until_ns) {
-		atomic_store_explicit(&c->slots[slot->index].dirty_until_ns, until_ns, memory_order_relaxed);
-	}
-	kvs_core_bucket_unlock(c, b);
-	slot->state = st;
-	return (int)st;
-}
-
-/* Lock the bucket of the slot keyed (block, shard) and find it: 0 and *b, *i
- * (KVS_IDX_NONE: absent), or the lock's error. */
-static int key_lock(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-		    uint32_t *b, uint32_t *i)
-{
-	int rc;
-
-	*b = kvs_core_bucket_of(c, kvs_core_hash(block, shard));
-	rc = kvs_core_bucket_lock(c, *b);
-	if (rc == 0)
-		*i = kvs_core_find(c, *b, block, shard);
-	return rc;
-}
-
-int kvs_core_dirty_scan(struct kvs_cache *c, const struct kvs_block_id *block, uint64_t now_ns,
-			bool full, struct kvs_dirty_scan *out, struct kvs_dirty_shard *shards)
-{
-	memset(out, 0, sizeof(*out));
-	/* From the last shard down: layer-wise dumps fill a block from its first
-	 * shard up, so an incomplete block is found so at once */
-	for (uint32_t s = c->shards_per_block; s-- > 0;) {
-		uint32_t b, i, st = KVS_SHM_SLOT_EMPTY;
-		int rc = key_lock(c, block, s, &b, &i);
-
-		if (rc)
-			return rc;
-		if (i != KVS_IDX_NONE) {
-			/* relaxed: under the bucket lock */
-			uint64_t until = atomic_load_explicit(&c->slots[i].dirty_until_ns,
-							      memory_order_relaxed);
-
-			st = state_value(c, i, memory_order_relaxed);
-			if (shards)
-				shards[s] = (struct kvs_dirty_shard){
-					i, atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed)
-				};
-			if (st == KVS_SHM_SLOT_DIRTY) {
-				out->dirty++;
-				out->fresh |= until > now_ns;
-				if (until > out->until_ns)
-					out->until_ns = until;
-			}
-		}
-		kvs_core_bucket_unlock(c, b);
-		if (st == KVS_SHM_SLOT_READY)
-			out->ready++;
-		else if (st != KVS_SHM_SLOT_DIRTY) {
-			out->missing++;
-			if (!full)
-				break;
-		}
-	}
-	return 0;
-}
-
-/* Lock slot i's bucket; is it still residency gen and DIRTY?  (The lock is
- * held when 1 or 0 is returned.) */
-static int dirty_locked(struct kvs_cache *c, uint32_t i, uint32_t gen, uint32_t *b)
-{
-	int rc;
-
-	if (i >= c->slot_count)
-		return -EINVAL;
-	rc = kvs_core_slot_lock(c, i, b);
-	if (rc)
-		return rc;
-	/* relaxed: under the bucket lock */
-	return atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed) == gen &&
-	       state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_DIRTY;
-}
-
-int kvs_core_dirty_clean(struct kvs_cache *c, uint32_t i, uint32_t gen)
-{
-	uint32_t b;
-	int rc = dirty_locked(c, i, gen, &b);
-
-	if (rc < 0)
-		return rc;
-	if (rc == 1) {
-		atomic_store_explicit(&c->slots[i].dirty_until_ns, 0, memory_order_relaxed);
-		/* release (the publish): a reader that sees READY sees the block stored */
-		kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_READY);
-		atomic_fetch_sub_explicit(&c->hdr->dirty_hint, 1, memory_order_relaxed); /* after */
-	}
-	kvs_core_bucket_unlock(c, b);
-	return rc;
-}
-
-int kvs_core_dirty_drop(struct kvs_cache *c, uint32_t i, uint32_t gen, int err, uint64_t before_ns)
-{
-	uint32_t b;
-	int rc = dirty_locked(c, i, gen, &b);
-
-	if (rc < 0)
-		return rc;
-	/* relaxed: under the bucket lock, where dumps extend it */
-	if (rc == 1 && before_ns &&
-	    atomic_load_explicit(&c->slots[i].dirty_until_ns, memory_order_relaxed) >= before_ns)
-		rc = 0; /* a dump protects it again: not dropped */
-	if (rc == 1) {
-		atomic_store_explicit(&c->slots[i].dirty_until_ns, 0, memory_order_relaxed);
-		atomic_store_explicit(&c->slots[i].error, err, memory_order_relaxed);
-		/* the heaviest CLOCK weight: FAILED lingers a little, for the durable
-		 * dumps that look at it to read its error */
-		atomic_store_explicit(&c->refbits[i], KVS_CLOCK_WEIGHT_MAX, memory_order_relaxed);
-		/* release (the publish): the error before the state */
-		kvs_wait_publish(&c->states[i], KVS_SHM_SLOT_FAILED);
-		atomic_fetch_sub_explicit(&c->hdr->dirty_hint, 1, memory_order_relaxed); /* after */
-	}
-	kvs_core_bucket_unlock(c, b);
-	return rc;
-}
-
-bool kvs_core_dirty_peek(struct kvs_cache *c, uint32_t i, uint32_t gen)
-{
-	/* relaxed: a hint (acquire on the state: a slot that left DIRTY is looked
-	 * at under the lock by kvs_core_dirty_look) */
-	return i < c->slot_count &&
-	       state_value(c, i, memory_order_acquire) == KVS_SHM_SLOT_DIRTY &&
-	       atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed) == gen;
-}
-
-int kvs_core_dirty_key(struct kvs_cache *c, uint32_t i, struct kvs_block_id *block, uint32_t *shard)
-{
-	uint32_t b;
-	int rc;
-
-	if (i >= c->slot_count)
-		return -EINVAL;
-	rc = kvs_core_slot_lock(c, i, &b);
-	if (rc)
-		return rc;
-	/* relaxed: under the bucket lock */
-	kvs_core_key_read(&c->slots[i], block, shard);
-	rc = state_value(c, i, memory_order_relaxed) == KVS_SHM_SLOT_DIRTY &&
-	     *shard < c->shards_per_block;
-	kvs_core_bucket_unlock(c, b);
-	return rc;
-}
-
-int kvs_core_slot_filler_rank(struct kvs_cache *c, uint32_t i)
-{
-	/* relaxed: a hint (the gatherer of a DIRTY slot, for who writes its block) */
-	uint64_t f = i < c->slot_count ? atomic_load_explicit(&c->slots[i].filler, memory_order_relaxed)
-				       : KVS_FILLER_NONE;
-
-	return f == KVS_FILLER_NONE || (f >> 32) >= KVS_MAX_RANKS ? -1 : (int)(f >> 32);
-}
-
-int kvs_core_dirty_look(struct kvs_cache *c, const struct kvs_block_id *block, uint32_t shard,
-			uint32_t i, uint32_t gen, int32_t *err)
-{
-	uint32_t b, found;
-	int rc = key_lock(c, block, shard, &b, &found);
-
-	if (rc)
-		return rc;
-	/* relaxed: under the bucket lock */
-	if (found != i || atomic_load_explicit(&c->slots[i].generation, memory_order_relaxed) != gen) {
-		rc = -ESTALE;
-	} else {
-		rc = (int)state_value(c, i, memory_order_relaxed);
-		*err = atomic_load_explicit(&c->slots[i].error, memory_order_relaxed);
-	}
-	kvs_core_bucket_unlock(c, b);
-	return rc;
-}
-
 KVS_API int kvs_slot_publish_failed(struct kvs_cache *c, struct kvs_slot *slot, int err)
 {
 	if (err >= 0)
@@ -902,7 +703,7 @@ static int resident(struct kvs_cache *c, const struct kvs_block_id *block, uint3
 		if (i != KVS_IDX_NONE && touch) {
 			clock_use(c, i);
 			found++;
-		} else if (i != KVS_IDX_NONE && ready_like(state_value(c, i, memory_order_relaxed))) {
+		} else if (i != KVS_IDX_NONE && ready_like(kvs_core_state_value(c, i, memory_order_relaxed))) {
 			found++;
 		}
 		kvs_core_bucket_unlock(c, b);
