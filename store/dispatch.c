@@ -27,7 +27,7 @@
  * a stopped peer costs its own shards, never the completions other ranks wait
  * for.  For the same reason the last release of a read's pin goes to the copier.
  *
- * Transfers.  Reads and writes have their own queues.  Reads go first and are
+ * Transfers (issue.c).  Reads and writes have their own queues.  Reads go first and are
  * submitted whatever their task's deadline (a read is useful to every rank
  * waiting on its slot: a task past its deadline reports at the deadline, the
  * read drains into the cache), at most read_cap in flight
@@ -64,10 +64,8 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
-#include "store/store.h"
+#include "store/dispatch.h"
 
-/* Completions reaped per poll call. */
-#define DISPATCH_REAP 64u
 /* Shards of one task visited before the next task's turn. */
 #define VISIT_BURST 16u
 /* A task's misses deferred at once, at most (visit()): past them its visits
@@ -81,49 +79,7 @@
 #define IDLE_MS 1000
 /* Poll slice of a backend with no wait descriptor, transfers in flight. */
 #define NOFD_SLICE_MS 1
-/* Backoff after a failed poll: doubling from the first to the last. */
-#define POLL_BACKOFF_MIN_NS (1 * KVS_NSEC_PER_MSEC)
-#define POLL_BACKOFF_MAX_NS KVS_NSEC_PER_SEC
 
-struct disp {
-	struct kvs_store *s;
-	int epfd;
-	bool backend_fd;                 /* the backend's wait descriptor is in epfd */
-	struct kvs_store_task *vis_head, *vis_tail; /* tasks with shards to visit */
-	/* Sequenced tasks (kvs_store_load_tensors): one at a time in the visiting
-	 * list (seq_active), the others waiting their turn here, FIFO. */
-	struct kvs_store_task *seq_active, *seq_head, *seq_tail;
-	struct kvs_store_sh *revisits;   /* shards to visit again (store/dump.c) */
-	/* Load and prefetch misses met while reads waited for backend room: not
-	 * owned, no pin; visited again (FIFO) once the read queue is empty. */
-	struct kvs_store_sh *def_head, *def_tail;
-	uint64_t def_next_ns;            /* the earliest deadline among them (or later) */
-	struct kvs_store_xfer *rq_head, *rq_tail; /* reads waiting for the backend */
-	struct kvs_store_job *wq_head, *wq_tail;  /* block writes with shards to submit */
-	struct kvs_store_job *retries;   /* block writes waiting out a retry's backoff */
-	uint32_t reads_inflight, writes_inflight, write_cap;
-	uint32_t read_cap;               /* reads in flight at most (KVS_STORE_OWNED_READS_MAX) */
-	uint32_t jobs;                   /* block writes not finished */
-	bool blocked;                    /* visits wait for pins or ring room */
-	/* The visits of this pass, handed to the copier together (flush_visits):
-	 * the shards for the ring, the room left for more (ring places and pins,
-	 * taken under mu once per batch), the pins and load hits counted since. */
-	struct kvs_store_sh **out;       /* s->visits */
-	uint32_t nout, room, pinned, hits;
-	bool copier_due;                 /* completions published: wake the copier */
-	/* prealloc */
-	bool prealloc_due;
-	struct kvs_block_id prealloc_block;
-	uint32_t prealloc_shard;
-	struct kvs_block_id recent_block[KVS_STORE_PREALLOC_RECENT];
-	uint32_t recent_shard[KVS_STORE_PREALLOC_RECENT];
-	uint32_t recent_next;
-	struct kvs_log_limit write_log;  /* backend write errors (a backend down: every write) */
-	/* a failing backend poll */
-	int poll_err;
-	uint64_t poll_retry_ns;
-	struct kvs_store_backoff poll_backoff;
-};
 
 static bool same_block(const struct kvs_block_id *a, const struct kvs_block_id *b)
 {
@@ -132,27 +88,14 @@ static bool same_block(const struct kvs_block_id *a, const struct kvs_block_id *
 
 /* ---- visits ---- */
 
-/* Owned reads of this thread's visits go straight to its queue. */
-static void rq_push(struct disp *d, struct kvs_store_xfer *xf)
-{
-	xf->next = NULL;
-	if (d->rq_tail)
-		d->rq_tail->next = xf;
-	else
-		d->rq_head = xf;
-	d->rq_tail = xf;
-}
-
-static bool submit_reads(struct disp *d);
-
 /* An owned read of a visit starts at once: the read queue holds only reads the
  * backend had no room for (then the visits own no more misses: visit()). */
 static void queue_own_read(struct kvs_store *s, struct kvs_store_sh *sh, void *arg)
 {
 	struct disp *d = arg;
 
-	rq_push(d, &sh->rd);
-	submit_reads(d);
+	kvs_store_rq_push(d, &sh->rd);
+	kvs_store_submit_reads(d);
 	if (s->cfg.prealloc && sh->shard + 1 < s->spb) {
 		d->prealloc_due = true;
 		d->prealloc_block = sh->block;
@@ -560,235 +503,6 @@ static bool visit_some(struct disp *d)
 	return progress;
 }
 
-/* ---- transfers ---- */
-
-/* The owner's read of xf's shard ended with err: publish, then the copier. */
-static void read_done(struct disp *d, struct kvs_store_xfer *xf, int err)
-{
-	struct kvs_store *s = d->s;
-	struct kvs_store_sh *sh = xf->owner;
-	int rc;
-
-	/* relaxed: ordered by the reference drop below (the copier reads it after
-	 * it saw our reference gone) */
-	atomic_store_explicit(&xf->result, err, memory_order_relaxed);
-	if (err) {
-		KVS_STORE_COUNT_FAILURE(s, read_errors); /* its owner_reads was counted */
-		rc = kvs_slot_publish_failed(s->cache, &sh->slot, err);
-	} else {
-		rc = kvs_slot_publish_ready(s->cache, &sh->slot);
-	}
-	if (rc)
-		kvs_log_error(&s->log, "store: publishing slot %u: %s", sh->slot.index,
-			      kvs_strerror(rc));
-	/* Our reference, last: after it, sh may be gone.  acq_rel: the result and
-	 * the publish happen before the copier sees the reference dropped (its
-	 * acquire), so it releases the pin before it finishes the shard; if we are
-	 * the last (the copier gave up on the shard at its deadline), the release
-	 * takes a bucket lock, which this thread never waits for: the copier's. */
-	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1) {
-		atomic_store_explicit(&sh->refs, 1, memory_order_relaxed); /* the copier's now */
-		kvs_store_handoff_release(s, sh);
-	} else {
-		d->copier_due = true; /* woken once for the completions reaped together */
-	}
-}
-
-static void wq_push(struct disp *d, struct kvs_store_job *job)
-{
-	job->next = NULL;
-	job->queued = true;
-	if (d->wq_tail)
-		d->wq_tail->next = job;
-	else
-		d->wq_head = job;
-	d->wq_tail = job;
-}
-
-static void wq_pop(struct disp *d)
-{
-	d->wq_head->queued = false;
-	d->wq_head = d->wq_head->next;
-	if (!d->wq_head)
-		d->wq_tail = NULL;
-}
-
-/* A block write's attempt is over -- every write back, or a failure and nothing
- * left in flight -- and it is off the write queue: exactly once per attempt.
- * The copier cleans its slots and ends its claim, or retries it. */
-static void job_end(struct disp *d, struct kvs_store_job *job)
-{
-	d->jobs--;
-	kvs_store_handoff_job_done(d->s, job);
-}
-
-static void write_done(struct disp *d, struct kvs_store_xfer *xf, int err)
-{
-	struct kvs_store *s = d->s;
-	struct kvs_store_job *job = xf->owner;
-
-	if (err) {
-		KVS_STORE_COUNT_FAILURE(s, write_errors); /* its backend_writes was counted */
-		if (!job->err) { /* the attempt's first: the copier says the rest */
-			kvs_log_limited(&s->log, &d->write_log, KVS_STORE_LOG_INTERVAL_NS,
-					KVS_LOG_ERROR, "store: backend write of shard %u of claim %u: %s",
-					xf->shard, job->claim.idx, kvs_strerror(err));
-			job->err = err; /* a job still queued leaves it in submit_writes */
-		}
-	}
-	job->inflight--;
-	if (job->inflight == 0 && !job->queued)
-		job_end(d, job);
-}
-
-static bool submit_reads(struct disp *d)
-{
-	struct kvs_store *s = d->s;
-	struct kvs_store_xfer *xf;
-	bool progress = false;
-
-	while ((xf = d->rq_head) && d->reads_inflight < d->read_cap) {
-		struct kvs_backend_io io = {
-			.block = xf->block, .shard = xf->shard, .buf = xf->buf,
-			.len = s->slot_bytes, .token = (uint64_t)(uintptr_t)xf,
-		};
-		int rc = kvs_backend_submit_read(s->backend, &io);
-
-		if (rc == -EAGAIN)
-			break;
-		d->rq_head = xf->next;
-		if (!d->rq_head)
-			d->rq_tail = NULL;
-		progress = true;
-		/* An attempt, taken or refused: counted before read_done can count
-		 * its failure, so read_errors stays within owner_reads. */
-		KVS_STORE_COUNT(s, owner_reads, 1);
-		if (rc) {
-			read_done(d, xf, rc);
-			continue;
-		}
-		d->reads_inflight++;
-	}
-	return progress;
-}
-
-/* Retries whose backoff is over join the write queue. */
-static bool retries_due(struct disp *d)
-{
-	struct kvs_store_job **link = &d->retries, *job;
-	uint64_t now = kvs_now_ns();
-	bool any = false;
-
-	while ((job = *link)) {
-		if (now < job->retry_ns) {
-			link = &job->next;
-			continue;
-		}
-		*link = job->next;
-		wq_push(d, job);
-		any = true;
-	}
-	return any;
-}
-
-/* Hand writes to the backend, block by block in queue order, within write_cap.
- * A block whose attempt failed leaves the queue at once (its writes in flight
- * still end it, in write_done). */
-static bool submit_writes(struct disp *d)
-{
-	struct kvs_store *s = d->s;
-	struct kvs_store_job *job;
-	bool progress = retries_due(d);
-
-	while ((job = d->wq_head) && (job->err || d->writes_inflight < d->write_cap)) {
-		struct kvs_store_xfer *xf = &job->xf[job->next_submit];
-		struct kvs_backend_io io = {
-			.block = xf->block, .shard = xf->shard, .buf = xf->buf,
-			.len = s->slot_bytes, .token = (uint64_t)(uintptr_t)xf,
-		};
-		int rc = job->err ? job->err : kvs_backend_submit_write(s->backend, &io);
-
-		if (rc == -EAGAIN)
-			break;
-		progress = true;
-		if (!job->err) {
-			/* An attempt, taken or refused (the shards of an attempt that
-			 * failed already are not tried): counted before its failure. */
-			KVS_STORE_COUNT(s, backend_writes, 1);
-			if (rc)
-				KVS_STORE_COUNT_FAILURE(s, write_errors);
-		}
-		if (rc) {
-			if (!job->err)
-				job->err = rc;
-			wq_pop(d);
-			if (job->inflight == 0)
-				job_end(d, job);
-			continue;
-		}
-		job->next_submit++;
-		job->inflight++;
-		d->writes_inflight++;
-		if (job->next_submit == job->n)
-			wq_pop(d); /* its completions end it */
-	}
-	return progress;
-}
-
-/* Reap what is ready (never waits: the sleep is epoll's).  A failing poll is
- * logged once per run of failures and retried with a doubling backoff. */
-/* Reap what has completed; timeout_ns > 0: sleep in the backend's poll up to
- * that long for the first completion (a backend with no wait descriptor). */
-static bool reap(struct disp *d, uint64_t timeout_ns)
-{
-	struct kvs_store *s = d->s;
-	struct kvs_backend_completion comp[DISPATCH_REAP];
-	bool progress = false;
-	int n;
-
-	if (d->reads_inflight + d->writes_inflight == 0)
-		return false;
-	if (d->poll_err && kvs_now_ns() < d->poll_retry_ns)
-		return false;
-	do {
-		n = kvs_backend_poll(s->backend, comp, DISPATCH_REAP, timeout_ns);
-		timeout_ns = 0;
-		if (n < 0) {
-			if (n != d->poll_err)
-				kvs_log_error(&s->log, "store: backend poll: %s (retrying with a "
-						       "backoff; transfers in flight wait)",
-					      kvs_strerror(n));
-			d->poll_err = n;
-			d->poll_retry_ns = kvs_now_ns() + kvs_store_backoff_next(&d->poll_backoff,
-										 POLL_BACKOFF_MIN_NS,
-										 POLL_BACKOFF_MAX_NS);
-			return progress;
-		}
-		if (d->poll_err && n > 0)
-			kvs_log_info(&s->log, "store: backend poll works again");
-		if (n > 0) {
-			d->poll_err = 0;
-			d->poll_backoff.step_ns = 0;
-		}
-		for (int i = 0; i < n; i++) {
-			struct kvs_store_xfer *xf = (struct kvs_store_xfer *)(uintptr_t)comp[i].token;
-			int err = comp[i].result == (int64_t)s->slot_bytes ? 0
-				  : comp[i].result < 0			 ? (int)comp[i].result
-									 : -EIO;
-
-			progress = true;
-			if (xf->op == KVS_XFER_READ) {
-				d->reads_inflight--;
-				read_done(d, xf, err);
-			} else {
-				d->writes_inflight--;
-				write_done(d, xf, err);
-			}
-		}
-	} while (n == (int)DISPATCH_REAP);
-	return progress;
-}
-
 /* In the idle window: key the next shard of the block last read, from the
  * reserved pool, so its get owns it at once. */
 static void prealloc_next(struct disp *d)
@@ -853,7 +567,7 @@ static bool take_inputs(struct disp *d)
 	for (struct kvs_store_sh *sh = reverse_sh(reads); sh;) {
 		struct kvs_store_sh *next = sh->next;
 
-		rq_push(d, &sh->rd);
+		kvs_store_rq_push(d, &sh->rd);
 		sh = next;
 	}
 	if (revisits) {
@@ -878,7 +592,7 @@ static bool take_inputs(struct disp *d)
 			rev->next = d->retries;
 			d->retries = rev;
 		} else {
-			wq_push(d, rev);
+			kvs_store_wq_push(d, rev);
 		}
 		d->jobs++;
 		rev = next;
@@ -975,9 +689,9 @@ void *kvs_store_dispatcher(void *arg)
 
 		if (take_inputs(&d))
 			break;
-		progress = submit_reads(&d);
-		progress |= submit_writes(&d);
-		progress |= reap(&d, 0);
+		progress = kvs_store_submit_reads(&d);
+		progress |= kvs_store_submit_writes(&d);
+		progress |= kvs_store_reap(&d, 0);
 		progress |= visit_some(&d); /* ends with flush_visits: the copier woken once */
 		if (progress)
 			continue;
@@ -988,7 +702,7 @@ void *kvs_store_dispatcher(void *arg)
 		if (!d.backend_fd && !d.poll_err && d.reads_inflight + d.writes_inflight)
 			/* nothing to sleep on but the backend's own poll: completions
 			 * reaped as they come, a submit waits a slice at most */
-			reap(&d, NOFD_SLICE_MS * KVS_NSEC_PER_MSEC);
+			kvs_store_reap(&d, NOFD_SLICE_MS * KVS_NSEC_PER_MSEC);
 		else if (d.epfd >= 0)
 			disp_sleep(&d);
 		else
