@@ -172,6 +172,11 @@ hit_bench.sh)
 		done
 	done
 	;;
+hit_profile.sh)
+	for v in kernel plain; do
+		want 1 "^hit_profile variant=$v shard_bytes=8192 shards=64 rounds=2 fill_ns=$num copy_ns=$num dispatcher_own_ns=$num copier_own_ns=$num own_ns=$num base_fill_ns=$num base_nt_ns=$num base_memcpy_ns=$num overhead_cpu_ns_per_shard=-?$num$"
+	done
+	;;
 open_cost.sh)
 	pool_short='huge pages not free'
 	p="gib=0.125 ranks=8 blocks=8 create_ms=$num attach_ms_mean=$num attach_ms_max=$num load_ms_max=$num cpu_s=$num wall_s=$num$"
