@@ -67,7 +67,8 @@ struct kvs_cache {
 	int rank_idx;                   /* own rank entry, -1 before attach */
 	uint32_t rank_epoch;
 	struct kvs_shm_rank *me;
-	_Atomic uint32_t pin_hint;      /* where to start looking for a free pin entry */
+	_Atomic uint32_t pin_hint;      /* where to look for a free pin entry: one past
+					 * the last taken (pin.c) */
 	struct kvs_wait_spin spin;      /* adaptive spin history, shared by this handle's threads */
 	/* The lifecycle OFD lock excludes other open file descriptions only: this
 	 * mutex excludes this handle's own threads (reaping from wait hooks). */

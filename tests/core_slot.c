@@ -437,12 +437,14 @@ static kvs_test_rc test_stale_handles(void)
 	KVS_CHECK(p == NULL);
 	KVS_CHECK_ERR(kvs_slot_wait(a, &old, 0, 0), -ESTALE);
 	KVS_CHECK_ERR(kvs_slot_release(a, &old), -ESTALE);
-	/* re-keyed: the one slot now holds k2 under the same pin entry, a new
-	 * generation; the old copy must not reach k2's bytes */
+	/* re-keyed: the one slot now holds k2, a new generation; the old copy
+	 * must not reach k2's bytes even through the pin entry k2's pin took (a
+	 * later entry: pins are taken in table order, core/pin.c; the copy is
+	 * pointed at it as the entry's reuse would, so only the generation tells) */
 	KVS_CHECK_OK(kvs_cache_get(a, &k2, 0, 0, &s));
 	KVS_CHECK_EQ(s.index, old.index);
-	KVS_CHECK_EQ(s.pin, old.pin);
 	KVS_CHECK(s.generation != old.generation);
+	old.pin = s.pin;
 	KVS_CHECK_ERR(kvs_slot_data(a, &old, &p), -ESTALE);
 	KVS_CHECK_ERR(kvs_slot_publish_ready(a, &old), -ESTALE);
 	KVS_CHECK_ERR(kvs_slot_release(a, &old), -ESTALE);
