@@ -7,11 +7,17 @@
  *       A block file's header records its geometry (docs/io.md, "Block
  *       headers") and a backend of another shard size refuses it
  *       (-KVS_ECONFIG): read with the shard_kib it was written with;
- *   backend_bench read <root> <nblocks> <block_mib> <uring|pool> <shard_kib> <qd> <direct>
+ *   backend_bench read <root> <nblocks> <block_mib> <uring|pool> <shard_kib> <qd> <direct> [lookup]
  *       read every shard of every block (block by block, shard by shard) with qd
  *       transfers in flight into qd registered buffers, and print
  *       backend engine=<e> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<v> direct=<d>
  *       mem=<hugetlb|thp>  (the buffers' pages; see main)
+ *       With "lookup", every block is first looked up (kvs_backend_lookup, as
+ *       the store's kvs_store_lookup_prefix does before a load: the vLLM
+ *       connector's scheduler asks it for every request), outside the timed
+ *       phase, and the line ends " lookup=1": the load then finds each file's
+ *       header page in the page cache, read by the lookup (docs/io.md,
+ *       "engine=posix").
  *   backend_bench redis-write <endpoint> <nblocks> <block_mib> <shard_kib>
  *       store the same block set in a Redis-protocol server (the redis backend,
  *       SET per shard, 32 in flight on 4 connections);
@@ -195,7 +201,7 @@ int main(int argc, char **argv)
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	struct kvs_backend_info info;
-	bool write;
+	bool write, lookup = false;
 	uint32_t nblocks, qd, direct = 0;
 	uint64_t block_bytes, shard_bytes;
 	const char *engine = "pool";
@@ -213,7 +219,7 @@ int main(int argc, char **argv)
 	    argc < (strstr(argv[1], "read") ? 9 : 6)) {
 		fprintf(stderr, "usage: %s write <root> <nblocks> <block_mib> <shard_kib>\n"
 				"       %s read <root> <nblocks> <block_mib> <uring|pool> "
-				"<shard_kib> <qd> <direct 0|1>\n"
+				"<shard_kib> <qd> <direct 0|1> [lookup]\n"
 				"       %s redis-write <endpoint> <nblocks> <block_mib> <shard_kib>\n"
 				"       %s redis-read <endpoint> <nblocks> <block_mib> <shard_kib> <qd> "
 				"<conns> <server_pid>\n",
@@ -238,6 +244,7 @@ int main(int argc, char **argv)
 		if (!write) {
 			engine = argv[5];
 			direct = (uint32_t)strtoul(argv[8], NULL, 0);
+			lookup = argc > 9 && !strcmp(argv[9], "lookup");
 		}
 	}
 	if (!nblocks || !shard_bytes || !qd || !conns || block_bytes % shard_bytes)
@@ -288,6 +295,14 @@ int main(int argc, char **argv)
 		return fail("register_buffers", rc);
 	kvs_backend_info(b, &info);
 
+	for (uint32_t n = 0; lookup && n < nblocks; n++) {
+		struct kvs_block_id id = block_of(n);
+
+		rc = kvs_backend_lookup(b, &id);
+		if (rc != 1)
+			return fail("lookup", rc < 0 ? rc : -ENOENT);
+	}
+
 	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns(), s0 = procs_cpu_ns(server_pids);
 	uint64_t w0 = sleeps();
 	rc = run(b, write, nblocks, cfg.shards_per_block, shard_bytes, qd, bufs);
@@ -310,11 +325,11 @@ int main(int argc, char **argv)
 	} else if (!write) {
 		double bytes = (double)nblocks * (double)block_bytes;
 		printf("backend engine=%s shard_kib=%llu qd=%u gbps=%.2f cpu_ms_per_gib=%.1f "
-		       "variant=%s direct=%u mem=%s\n",
+		       "variant=%s direct=%u mem=%s%s\n",
 		       info.io_engine == KVS_IO_ENGINE_URING ? "uring" : "pool",
 		       (unsigned long long)(shard_bytes >> 10), qd, bytes / (double)wall,
 		       (double)cpu / 1e6 / (bytes / (double)(1u << 30)), KVS_BENCH_VARIANT, direct,
-		       mem);
+		       mem, lookup ? " lookup=1" : "");
 	}
 	return 0;
 }
