@@ -32,7 +32,8 @@
  * window before its marker is reached, and the kernel takes them for random
  * reads: each read as is, in 4 KiB folios, nothing ahead (Linux 6.18,
  * readahead tracepoints: 102 of the 1024 1 MiB reads of perf/backend_bench.sh
- * at qd 32, and twice fio's CPU per GiB; docs/io.md, "engine=posix").  After
+ * at qd 32, and twice fio's CPU per GiB; docs/io.md, "Benchmark:
+ * perf/backend_bench.sh").  After
  * the header's page alone, the fd's last position says "sequential from page
  * 1", and shard 0's read opens a window at its own first page: windows of 2x,
  * 4x... the shard, starting on shard boundaries, as fio's do reading from

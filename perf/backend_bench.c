@@ -17,7 +17,7 @@
  *       connector's scheduler asks it for every request), outside the timed
  *       phase, and the line ends " lookup=1": the load then finds each file's
  *       header page in the page cache, read by the lookup (docs/io.md,
- *       "engine=posix").
+ *       "Benchmark: perf/backend_bench.sh").
  *   backend_bench redis-write <endpoint> <nblocks> <block_mib> <shard_kib>
  *       store the same block set in a Redis-protocol server (the redis backend,
  *       SET per shard, 32 in flight on 4 connections);
