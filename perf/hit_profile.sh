@@ -46,6 +46,12 @@ smoke=${KVS_PERF_SMOKE:-0}
 shards=8192 rounds=9 kib=8
 args=()
 while [ $# -gt 0 ]; do
+	if [ "$1" = --verbose ]; then # hit_bench's one option without a value
+		args+=("$1")
+		shift
+		continue
+	fi
+	[ $# -ge 2 ] || { echo "hit_profile.sh: $1 needs a value" >&2; exit 1; }
 	case $1 in
 	--shards) shards=$2 ;;
 	--rounds) rounds=$2 ;;
@@ -55,7 +61,7 @@ while [ $# -gt 0 ]; do
 		exit 1 ;;
 	*) args+=("$1" "$2") ;;
 	esac
-	shift 2 || { echo "hit_profile.sh: $1 needs a value" >&2; exit 1; }
+	shift 2
 done
 [ "$smoke" = 1 ] && shards=64 rounds=2
 for v in kernel plain; do
