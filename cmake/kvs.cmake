@@ -121,7 +121,7 @@ macro(kvs_add_shared_library)
   # project's version, which names releases (0.1.0 ships ABI 1.1.0: KVSHARE_1.1
   # added kvs_store_flush).
   set_target_properties(kvshare_${KVS_V} PROPERTIES
-    OUTPUT_NAME kvshare VERSION 1.2.0 SOVERSION 1
+    OUTPUT_NAME kvshare VERSION 1.3.0 SOVERSION 1
     LIBRARY_OUTPUT_DIRECTORY ${KVS_LIBDIR})
 endmacro()
 

@@ -735,8 +735,8 @@ KVS_API int kvs_cache_check(struct kvs_cache *cache);
  *            silent connection fails the transfers on it (-ECONNRESET,
  *            -ETIMEDOUT) and is reconnected with a bounded backoff.
  *
- * Threads.  A backend handle is single-issuer: submit_*, poll, wait_fd and
- * register_buffers must come from one thread at a time, and with the io_uring
+ * Threads.  A backend handle is single-issuer: submit_*, poll, wait_fd,
+ * hint_read and register_buffers must come from one thread at a time, and with the io_uring
  * engine from one thread for the handle's life (the first that submits; the
  * ring is set up IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN).  A
  * process that issues from several threads opens one handle per thread.
@@ -983,6 +983,13 @@ struct kvs_backend_ops {
 	 * (-EOPNOTSUPP: none; the caller then sleeps in poll(timeout)).  Without it,
 	 * kvs_backend_wait_fd says -EOPNOTSUPP. */
 	int (*wait_fd)(void *state);
+	/* Optional (ABI 1.3): advice that blocks (n of them, nearest first) will be read
+	 * soon; the provider may start what precedes their first transfer (posix:
+	 * opens each block file and checks its header on a thread of its own).
+	 * Called from the issuing thread; must not block on I/O; nothing depends on
+	 * it (a read of a block never hinted, or hinted and then dropped, works as
+	 * before).  Without it, kvs_backend_hint_read does nothing. */
+	void (*hint_read)(void *state, const struct kvs_block_id *blocks, size_t n);
 };
 
 struct kvs_backend;
@@ -1058,6 +1065,24 @@ KVS_API int kvs_backend_lookup_batch(struct kvs_backend *b, const struct kvs_blo
  * may be reused at once.
  */
 KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_backend_io *io);
+
+/*
+ * Advice: blocks (n of them, the nearest first) will be read soon, so the
+ * backend may start what must precede their first read while the transfers in
+ * flight run.  posix opens each block's file and reads and checks its header on
+ * a thread of its own (at most 16 blocks ahead; a hint of more drops the oldest
+ * not yet taken), so the first kvs_backend_submit_read of the block finds the
+ * file open instead of waiting for its header behind the reads already queued
+ * at the disk (docs/io.md, "Open-ahead").  Its errors stay the submit's: a
+ * block found absent or refused ahead is opened again, and judged, by the
+ * submit.  Other built-in backends ignore it (fault passes it to its inner one).
+ * ABI 1.3.
+ * Returns 0, or -EINVAL (b NULL, or blocks NULL with n > 0).  Blocks: no (posix:
+ * a mutex shared with its opener thread, started by the first hint).  Call it
+ * from the issuing thread.  Ownership: blocks is read during the call only.
+ */
+KVS_API int kvs_backend_hint_read(struct kvs_backend *b, const struct kvs_block_id *blocks,
+				  size_t n);
 
 /*
  * Queue a write of a whole shard (io->offset 0, io->len shard_bytes) of a block

@@ -28,6 +28,7 @@ struct kvs_backend {
 	bool has_info;
 	bool has_lookup_batch;
 	bool has_wait_fd;
+	bool has_hint_read;
 	struct kvs_log log;
 };
 
@@ -348,6 +349,7 @@ KVS_API int kvs_backend_open(const struct kvs_backend_config *cfg, struct kvs_ba
 	b->has_info = OPS_HAS(b->ops, info);
 	b->has_lookup_batch = OPS_HAS(b->ops, lookup_batch);
 	b->has_wait_fd = OPS_HAS(b->ops, wait_fd);
+	b->has_hint_read = OPS_HAS(b->ops, hint_read);
 	b->log = log;
 	rc = b->ops->open(cfg, &b->state);
 	if (rc < 0) {
@@ -444,6 +446,16 @@ KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_back
 		return -EINVAL;
 	rc = validate_io(b, io, false);
 	return rc < 0 ? rc : b->ops->submit_read(b->state, io);
+}
+
+KVS_API int kvs_backend_hint_read(struct kvs_backend *b, const struct kvs_block_id *blocks,
+				  size_t n)
+{
+	if (!b || (n && !blocks))
+		return -EINVAL;
+	if (n && b->has_hint_read)
+		b->ops->hint_read(b->state, blocks, n);
+	return 0;
 }
 
 KVS_API int kvs_backend_submit_write(struct kvs_backend *b, const struct kvs_backend_io *io)

@@ -89,6 +89,14 @@ static int fault_lookup(void *state, const struct kvs_block_id *block)
 	return kvs_backend_lookup(f->inner, block);
 }
 
+/* Advice passes through: the faults are the transfers'. */
+static void fault_hint_read(void *state, const struct kvs_block_id *blocks, size_t n)
+{
+	struct fault *f = state;
+
+	(void)kvs_backend_hint_read(f->inner, blocks, n);
+}
+
 static int record_get(struct fault *f, uint32_t *idx)
 {
 	for (uint32_t n = 0; n < f->nrecs; n++) {
@@ -300,4 +308,5 @@ const struct kvs_backend_ops kvs_io_fault_ops = {
 	.register_buffers = fault_register_buffers,
 	.info = fault_info,
 	.wait_fd = fault_wait_fd,
+	.hint_read = fault_hint_read,
 };

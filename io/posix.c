@@ -8,6 +8,7 @@
  * the roots on disk: where a block's file lives (Naming), the probe of each
  * root at open (O_DIRECT included) and the crash cleanup of temp files;
  * io/posix_read.c reads block files (their headers, the fd cache, lookup);
+ * io/posix_ahead.c opens the files of hinted blocks ahead of their reads;
  * io/posix_write.c dumps them (temp file, header, shards, fdatasync, close,
  * rename); io/posix_impl.h holds the types they share.
  *
@@ -32,7 +33,8 @@
  *    the library runs on 5.14.  It is one call per block, not per shard, and
  *    moves no data (its cost: docs/io.md);
  *  - open a block file for reading and read its header, once per fd cache
- *    entry (a read of header_bytes);
+ *    entry (a read of header_bytes), unless a hint had its opener thread do
+ *    that ahead (io/posix_ahead.c);
  *  - close and unlink a failed dump's temp file (the failure path, and close).
  *
  * Single issuer: submit/poll/register_buffers from one thread (the engine's
@@ -182,6 +184,7 @@ static void posix_close(void *state)
 			kvs_log_error(&p->log, "backend: close: %u transfers still in flight",
 				      p->active);
 	}
+	ahead_fini(p);
 	while (p->pending)
 		pending_discard(p, p->pending);
 	for (uint32_t i = 0; p->fds && i < p->nfds; i++)
@@ -279,6 +282,7 @@ static int posix_open(const struct kvs_backend_config *cfg, void **state)
 	if (!p)
 		return -ENOMEM;
 	pthread_mutex_init(&p->warn_mu, NULL);
+	ahead_init(p);
 	p->log.fn = cfg->log;
 	p->log.arg = cfg->log_arg;
 	p->shard_bytes = cfg->shard_bytes;
@@ -344,4 +348,5 @@ const struct kvs_backend_ops kvs_io_posix_ops = {
 	.register_buffers = posix_register_buffers,
 	.info = posix_info,
 	.wait_fd = posix_wait_fd,
+	.hint_read = posix_hint_read,
 };

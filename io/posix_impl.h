@@ -57,6 +57,40 @@ struct preq {
 	struct preq *next_free;
 };
 
+/* The open-ahead (io/posix_ahead.c): blocks hinted, opened on the opener
+ * thread, taken by the issuer's fd_get.  Under struct ahead's mu. */
+#define AHEAD_MAX 16
+
+enum ahead_state {
+	AHEAD_FREE,
+	AHEAD_WANTED,  /* hinted; the opener has not started it */
+	AHEAD_OPENING, /* the opener's, until it says READY or FREE */
+	AHEAD_READY,   /* fd open, header checked: for the issuer to take */
+};
+
+struct ahead_entry {
+	struct kvs_block_id id;
+	uint64_t seq;      /* hint order: the opener takes the oldest WANTED first */
+	uint64_t data_off; /* READY: as fd_entry's */
+	int fd;            /* READY: the open file; else -1 */
+	uint8_t state;     /* enum ahead_state */
+	bool stale;        /* OPENING when the block was renamed over: drop the result */
+};
+
+struct ahead {
+	pthread_mutex_t mu;
+	pthread_cond_t work;  /* the opener sleeps here: a WANTED entry, or stop */
+	pthread_cond_t done;  /* the issuer sleeps here for an OPENING entry */
+	pthread_t thr;
+	bool started;         /* thr runs (the first hint starts it); issuer only */
+	bool refused;         /* it could not be started: hints are ignored; issuer only */
+	bool stop;
+	bool waiting;         /* the issuer sleeps on done */
+	uint64_t seq;
+	unsigned char *buf;   /* the opener's header buffer (as posix.hdr_buf) */
+	struct ahead_entry e[AHEAD_MAX];
+};
+
 /* A block warned about (bad header, other geometry), and when. */
 struct warned {
 	struct kvs_block_id id;
@@ -92,6 +126,7 @@ struct posix {
 	pthread_mutex_t warn_mu; /* lookups warn from any thread */
 	struct warned warned[WARN_SLOTS];
 	uint32_t warn_next;
+	struct ahead ahead;
 };
 
 /* ------------------------------------------------------------- io/posix.c */
@@ -117,11 +152,35 @@ int check_dio(const struct posix *p, const struct kvs_backend_io *io);
 
 /* -------------------------------------------------------- io/posix_read.c */
 
+/* Opening block id's file (path: its name under the root) for reading, in
+ * steps (any thread): the open (a descriptor or -errno), the start of its
+ * header's read into the page cache, and the read and check of its header
+ * into buf (header_bytes, aligned): the file's data offset or -errno. */
+int block_file_open(struct posix *p, const struct kvs_block_id *id, const char *path);
+void block_file_header_ahead(const struct posix *p, int fd);
+int64_t block_file_header(struct posix *p, const struct kvs_block_id *id, const char *path,
+			  int fd, unsigned char *buf);
+/* Whether block id's file is in the fd cache (issuer). */
+bool fd_cached(const struct posix *p, const struct kvs_block_id *id);
 void fd_put(struct posix *p, struct fd_entry *fe);
 void fd_invalidate(struct posix *p, const struct kvs_block_id *id);
 uint32_t fd_cache_size(uint32_t qd);
 int posix_submit_read(void *state, const struct kvs_backend_io *io);
 int posix_lookup(void *state, const struct kvs_block_id *id);
+
+/* ------------------------------------------------------- io/posix_ahead.c */
+
+/* The table empty, no thread yet (the first hint starts it).  Cannot fail. */
+void ahead_init(struct posix *p);
+/* Stop and join the opener, close what it opened; symmetric with ahead_init. */
+void ahead_fini(struct posix *p);
+void posix_hint_read(void *state, const struct kvs_block_id *ids, size_t n);
+/* The descriptor opened ahead for block id, now the caller's (*data_off set):
+ * waits while the opener is at it; -ENOENT when there is none (never hinted,
+ * not started yet, or it failed: the caller opens the file itself). */
+int ahead_take(struct posix *p, const struct kvs_block_id *id, uint64_t *data_off);
+/* Block id was renamed over: what was opened ahead of it is the old file. */
+void ahead_invalidate(struct posix *p, const struct kvs_block_id *id);
 
 /* ------------------------------------------------------- io/posix_write.c */
 

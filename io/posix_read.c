@@ -85,12 +85,13 @@ static bool warn_due(struct posix *p, const struct kvs_block_id *id)
 	return due;
 }
 
-/* Readahead advice for a header read on fd (see "Readahead" above); nothing
- * under O_DIRECT.  Advice only: its result is ignored. */
-static void header_advice(const struct posix *p, int fd, int advice)
+/* Readahead advice for [0, len) of fd (0: the whole file) around a header
+ * read (see "Readahead" above); nothing under O_DIRECT.  Advice only: its
+ * result is ignored. */
+static void header_advice(const struct posix *p, int fd, int advice, off_t len)
 {
 	if (!(p->flags & KVS_BACKEND_F_IO_DIRECT))
-		(void)posix_fadvise(fd, 0, 0, advice);
+		(void)posix_fadvise(fd, 0, len, advice);
 }
 
 /* pread of up to len bytes at offset 0 (fewer at end of file).  Count or -errno. */
@@ -178,6 +179,7 @@ void fd_put(struct posix *p, struct fd_entry *fe)
 /* The block was renamed over: later reads must open the new file. */
 void fd_invalidate(struct posix *p, const struct kvs_block_id *id)
 {
+	ahead_invalidate(p, id);
 	for (uint32_t i = 0; i < p->nfds; i++) {
 		struct fd_entry *fe = &p->fds[i];
 
@@ -191,18 +193,16 @@ void fd_invalidate(struct posix *p, const struct kvs_block_id *id)
 }
 
 /*
- * Open block id's file (path: its name under the root) for reading and check
- * its header (*data_off: where its shard 0 starts).  Whatever else sits at a
- * block's path (a directory, a FIFO, a device node, a fan-out directory that is
- * a file) is an absent block, as for lookup: -ENOENT, with a warning for what is
- * not merely missing.  The open is O_NONBLOCK, so that a FIFO nobody writes to
- * cannot hang the issuer; the flag is cleared before any read (io_uring would
- * turn it into -EAGAIN on a cold page).  Other open errors (-EACCES, -ELOOP,
- * -ENXIO, ...) pass through; a bad header is check_header's -EIO or
- * -KVS_ECONFIG.  Returns the descriptor or -errno.
+ * Open block id's file (path: its name under the root) for reading, its header
+ * not read yet.  Whatever else sits at a block's path (a directory, a FIFO, a
+ * device node, a fan-out directory that is a file) is an absent block, as for
+ * lookup: -ENOENT, with a warning for what is not merely missing.  The open is
+ * O_NONBLOCK, so that a FIFO nobody writes to cannot hang the caller; the flag
+ * is cleared before any read (io_uring would turn it into -EAGAIN on a cold
+ * page).  Other open errors (-EACCES, -ELOOP, -ENXIO, ...) pass through.
+ * Returns the descriptor or -errno.  Any thread.
  */
-static int open_block_file(struct posix *p, const struct kvs_block_id *id, const char *path,
-			   uint64_t *data_off)
+int block_file_open(struct posix *p, const struct kvs_block_id *id, const char *path)
 {
 	int flags = O_RDONLY | O_CLOEXEC | ((p->flags & KVS_BACKEND_F_IO_DIRECT) ? O_DIRECT : 0);
 	int fd = openat(p->root_fd[root_of(p, id)], path, flags | O_NONBLOCK);
@@ -222,21 +222,6 @@ static int open_block_file(struct posix *p, const struct kvs_block_id *id, const
 		rc = -ENOENT;
 	} else if (fcntl(fd, F_SETFL, flags) < 0) {
 		rc = -errno;
-	} else {
-		/* One read per open, into the aligned buffer (O_DIRECT), of the
-		 * header's page alone ("Readahead" above). */
-		ssize_t n;
-		int64_t off;
-
-		header_advice(p, fd, POSIX_FADV_RANDOM);
-		n = read_head(fd, p->hdr_buf, p->hdr.header_bytes);
-		header_advice(p, fd, POSIX_FADV_NORMAL);
-		off = n < 0 ? n : check_header(p, id, path, p->hdr_buf, (size_t)n);
-
-		if (off < 0)
-			rc = (int)off;
-		else
-			*data_off = (uint64_t)off;
 	}
 	if (rc < 0) {
 		close(fd);
@@ -245,23 +230,80 @@ static int open_block_file(struct posix *p, const struct kvs_block_id *id, const
 	return fd;
 }
 
-/* A pinned cache entry for block's file (open it if needed). */
-static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entry **out)
+/* Start the read of fd's header page into the page cache and return at once
+ * (POSIX_FADV_WILLNEED of that range alone: no readahead marker, the file's
+ * readahead state untouched), so that several files' headers are read
+ * together.  Buffered only; advice: its result is ignored. */
+void block_file_header_ahead(const struct posix *p, int fd)
 {
-	char path[48];
-	struct fd_entry *victim = NULL;
-	uint64_t data_off = 0;
-	int fd, rc;
+	header_advice(p, fd, POSIX_FADV_WILLNEED, p->hdr.header_bytes);
+}
 
+/* Read and check the header of block id's file, open on fd, into buf (one
+ * read of the header's page alone: "Readahead" above).  Returns the file's
+ * data offset (where shard 0 starts), or check_header's -EIO or -KVS_ECONFIG,
+ * or a read's -errno.  Any thread. */
+int64_t block_file_header(struct posix *p, const struct kvs_block_id *id, const char *path,
+			  int fd, unsigned char *buf)
+{
+	ssize_t n;
+
+	header_advice(p, fd, POSIX_FADV_RANDOM, 0);
+	n = read_head(fd, buf, p->hdr.header_bytes);
+	header_advice(p, fd, POSIX_FADV_NORMAL, 0);
+	return n < 0 ? n : check_header(p, id, path, buf, (size_t)n);
+}
+
+/* Open block id's file and check its header, read into buf (*data_off: where
+ * shard 0 starts): the descriptor or -errno, as the two above. */
+static int open_block_file(struct posix *p, const struct kvs_block_id *id, const char *path,
+			   unsigned char *buf, uint64_t *data_off)
+{
+	int fd = block_file_open(p, id, path);
+	int64_t off;
+
+	if (fd < 0)
+		return fd;
+	off = block_file_header(p, id, path, fd, buf);
+	if (off < 0) {
+		close(fd);
+		return (int)off;
+	}
+	*data_off = (uint64_t)off;
+	return fd;
+}
+
+/* The live cache entry of block id's file, or NULL. */
+static struct fd_entry *fd_find(const struct posix *p, const struct kvs_block_id *id)
+{
 	for (uint32_t i = 0; i < p->nfds; i++) {
 		struct fd_entry *fe = &p->fds[i];
 
-		if (fe->fd >= 0 && !fe->stale && !memcmp(&fe->id, id, sizeof(*id))) {
-			fe->refs++;
-			fe->ref_bit = true;
-			*out = fe;
-			return 0;
-		}
+		if (fe->fd >= 0 && !fe->stale && !memcmp(&fe->id, id, sizeof(*id)))
+			return fe;
+	}
+	return NULL;
+}
+
+bool fd_cached(const struct posix *p, const struct kvs_block_id *id)
+{
+	return fd_find(p, id) != NULL;
+}
+
+/* A pinned cache entry for block's file: cached, opened ahead
+ * (io/posix_ahead.c), or opened now. */
+static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entry **out)
+{
+	char path[48];
+	struct fd_entry *cached = fd_find(p, id), *victim = NULL;
+	uint64_t data_off = 0;
+	int fd, rc;
+
+	if (cached) {
+		cached->refs++;
+		cached->ref_bit = true;
+		*out = cached;
+		return 0;
 	}
 	/* CLOCK: two sweeps at most; an unpinned entry always exists (nfds > qd). */
 	for (uint32_t n = 0; n < 2 * p->nfds && !victim; n++) {
@@ -275,8 +317,11 @@ static int fd_get(struct posix *p, const struct kvs_block_id *id, struct fd_entr
 	}
 	if (!victim)
 		return -EAGAIN;
-	rel_path(id, path, sizeof(path));
-	fd = open_block_file(p, id, path, &data_off);
+	fd = ahead_take(p, id, &data_off);
+	if (fd == -ENOENT) {
+		rel_path(id, path, sizeof(path));
+		fd = open_block_file(p, id, path, p->hdr_buf, &data_off);
+	}
 	if (fd < 0)
 		return fd;
 	fd_drop(p, victim);

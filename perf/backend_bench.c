@@ -7,7 +7,7 @@
  *       A block file's header records its geometry (docs/io.md, "Block
  *       headers") and a backend of another shard size refuses it
  *       (-KVS_ECONFIG): read with the shard_kib it was written with;
- *   backend_bench read <root> <nblocks> <block_mib> <uring|pool> <shard_kib> <qd> <direct> [lookup]
+ *   backend_bench read <root> <nblocks> <block_mib> <uring|pool> <shard_kib> <qd> <direct> [lookup|hint]
  *       read every shard of every block (block by block, shard by shard) with qd
  *       transfers in flight into qd registered buffers, and print
  *       backend engine=<e> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<v> direct=<d>
@@ -17,7 +17,11 @@
  *       connector's scheduler asks it for every request), outside the timed
  *       phase, and the line ends " lookup=1": the load then finds each file's
  *       header page in the page cache, read by the lookup (docs/io.md,
- *       "Benchmark: perf/backend_bench.sh").
+ *       "Benchmark: perf/backend_bench.sh").  With "hint", the submit of a
+ *       block's first shard is preceded by kvs_backend_hint_read of the
+ *       HINT_AHEAD blocks after it, as the store's dispatcher hints the blocks
+ *       of the misses it defers (the backend opens their files ahead: docs/io.md,
+ *       "Open-ahead"), and the line ends " hint=1".
  *   backend_bench redis-write <endpoint> <nblocks> <block_mib> <shard_kib>
  *       store the same block set in a Redis-protocol server (the redis backend,
  *       SET per shard, 32 in flight on 4 connections);
@@ -137,9 +141,25 @@ static void log_cb(void *arg, int level, const char *msg)
 		fprintf(stderr, "backend_bench: %s\n", msg);
 }
 
+/* Blocks hinted ahead of the one whose first shard is submitted ("hint"). */
+#define HINT_AHEAD 4u
+
+/* Hint the HINT_AHEAD blocks after block k (those that exist). */
+static void hint_after(struct kvs_backend *b, uint32_t k, uint32_t nblocks)
+{
+	struct kvs_block_id ids[HINT_AHEAD];
+	uint32_t n = 0;
+
+	while (n < HINT_AHEAD && k + 1 + n < nblocks) {
+		ids[n] = block_of(k + 1 + n);
+		n++;
+	}
+	(void)kvs_backend_hint_read(b, ids, n);
+}
+
 /* Keep qd transfers in flight over every shard; a buffer is reused only after
- * its transfer completed (the token is the buffer index). */
-static int run(struct kvs_backend *b, bool write, uint32_t nblocks, uint32_t spb,
+ * its transfer completed (the token is the buffer index).  hint: reads only. */
+static int run(struct kvs_backend *b, bool write, bool hint, uint32_t nblocks, uint32_t spb,
 	       uint64_t shard_bytes, uint32_t qd, char *bufs)
 {
 	uint64_t total = (uint64_t)nblocks * spb, next = 0, done = 0;
@@ -167,6 +187,8 @@ static int run(struct kvs_backend *b, bool write, uint32_t nblocks, uint32_t spb
 
 			if (write)
 				kvs_pattern_fill(&io.block, io.shard, 0, io.buf, shard_bytes);
+			else if (hint && io.shard == 0)
+				hint_after(b, (uint32_t)(next / spb), nblocks);
 			rc = write ? kvs_backend_submit_write(b, &io) : kvs_backend_submit_read(b, &io);
 			if (rc == -EAGAIN)
 				break;
@@ -201,7 +223,7 @@ int main(int argc, char **argv)
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	struct kvs_backend_info info;
-	bool write, lookup = false;
+	bool write, lookup = false, hint = false;
 	uint32_t nblocks, qd, direct = 0;
 	uint64_t block_bytes, shard_bytes;
 	const char *engine = "pool";
@@ -219,7 +241,7 @@ int main(int argc, char **argv)
 	    argc < (strstr(argv[1], "read") ? 9 : 6)) {
 		fprintf(stderr, "usage: %s write <root> <nblocks> <block_mib> <shard_kib>\n"
 				"       %s read <root> <nblocks> <block_mib> <uring|pool> "
-				"<shard_kib> <qd> <direct 0|1> [lookup]\n"
+				"<shard_kib> <qd> <direct 0|1> [lookup|hint]\n"
 				"       %s redis-write <endpoint> <nblocks> <block_mib> <shard_kib>\n"
 				"       %s redis-read <endpoint> <nblocks> <block_mib> <shard_kib> <qd> "
 				"<conns> <server_pid>\n",
@@ -245,6 +267,9 @@ int main(int argc, char **argv)
 			engine = argv[5];
 			direct = (uint32_t)strtoul(argv[8], NULL, 0);
 			lookup = argc > 9 && !strcmp(argv[9], "lookup");
+			hint = argc > 9 && !strcmp(argv[9], "hint");
+			if (argc > 9 && !lookup && !hint)
+				return fail("the read's last argument (lookup or hint)", -EINVAL);
 		}
 	}
 	if (!nblocks || !shard_bytes || !qd || !conns || block_bytes % shard_bytes)
@@ -305,7 +330,7 @@ int main(int argc, char **argv)
 
 	uint64_t t0 = kvs_now_ns(), c0 = cpu_ns(), s0 = procs_cpu_ns(server_pids);
 	uint64_t w0 = sleeps();
-	rc = run(b, write, nblocks, cfg.shards_per_block, shard_bytes, qd, bufs);
+	rc = run(b, write, hint, nblocks, cfg.shards_per_block, shard_bytes, qd, bufs);
 	uint64_t wall = kvs_now_ns() - t0, cpu = cpu_ns() - c0;
 	uint64_t server_cpu = procs_cpu_ns(server_pids) - s0;
 	uint64_t waits = sleeps() - w0;
@@ -329,7 +354,7 @@ int main(int argc, char **argv)
 		       info.io_engine == KVS_IO_ENGINE_URING ? "uring" : "pool",
 		       (unsigned long long)(shard_bytes >> 10), qd, bytes / (double)wall,
 		       (double)cpu / 1e6 / (bytes / (double)(1u << 30)), KVS_BENCH_VARIANT, direct,
-		       mem, lookup ? " lookup=1" : "");
+		       mem, lookup ? " lookup=1" : hint ? " hint=1" : "");
 	}
 	return 0;
 }

@@ -9,13 +9,15 @@
 # its own.  Then for each shard size and queue depths 8 and 32, buffered and
 # O_DIRECT, reads its set with: the io_uring and pool engines of the kernel
 # build (buffered, io_uring also after a lookup of every block, as the store
-# looks a request's blocks up before it loads them: the line ends lookup=1),
+# looks a request's blocks up before it loads them: the line ends lookup=1; and
+# io_uring told the next blocks ahead, kvs_backend_hint_read, as the store's
+# dispatcher tells it the blocks of the misses it defers: hint=1),
 # the pool of the plain build, and fio where it is installed
 # (ioengine=io_uring, same files, bs = shard size, same iodepth, files read one
 # after another like the backend; without fio a "#" line says so).  The page cache is
 # dropped before every run (echo 1 > /proc/sys/vm/drop_caches as root, else
 # POSIX_FADV_DONTNEED on the bench files; the output says which).  One line per run:
-#   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1> mem=<..> [lookup=1]
+#   backend engine=<uring|pool|fio> shard_kib=<k> qd=<q> gbps=<..> cpu_ms_per_gib=<..> variant=<..> direct=<0|1> mem=<..> [lookup=1|hint=1]
 # Buffers are huge pages on both sides (the backend: MAP_HUGETLB, else THP; fio:
 # --mem=mmaphuge, else malloc; mem= says which): the store reads into hugetlbfs
 # slots, and with 4 KiB pages a virtio disk splits each 1 MiB request.
@@ -187,17 +189,18 @@ for direct in 0 1; do
 	for kib in "${kibs[@]}"; do
 		set=$root/${kib}k
 		for qd in 8 32; do
-			u=""; l=""; p=""; q=""; f=""
+			u=""; l=""; h=""; p=""; q=""; f=""
 			for ((r = 0; r < repeat; r++)); do
 				drop; u+=$("$kern" read "$set" $nblocks $block_mib uring $kib $qd $direct)$'\n'
 				# buffered: the store's lookup-then-load order (a lookup reads
 				# the headers; O_DIRECT reads bypass the page cache anyway)
 				[ $direct = 1 ] || { drop; l+=$("$kern" read "$set" $nblocks $block_mib uring $kib $qd 0 lookup)$'\n'; }
+				drop; h+=$("$kern" read "$set" $nblocks $block_mib uring $kib $qd $direct hint)$'\n'
 				drop; p+=$("$kern" read "$set" $nblocks $block_mib pool $kib $qd $direct)$'\n'
 				drop; q+=$("$plain" read "$set" $nblocks $block_mib pool $kib $qd $direct)$'\n'
 				[ $fio = 0 ] || { drop; f+=$(fio_line $kib $qd $direct)$'\n'; }
 			done
-			for lines in "$u" ${l:+"$l"} "$p" "$q" ${f:+"$f"}; do median <<<"$lines"; done
+			for lines in "$u" ${l:+"$l"} "$h" "$p" "$q" ${f:+"$f"}; do median <<<"$lines"; done
 		done
 	done
 done

@@ -214,8 +214,17 @@ static void out_push(struct disp *d, struct kvs_store_sh *sh)
 		d->hits++;
 }
 
+/* A miss met while reads wait for backend room: visited again, in order, once
+ * the read queue is empty.  Its block is what this rank will read next, so the
+ * backend hears of it now (a posix backend opens its file ahead, on a thread
+ * of its own, while the reads in flight run: docs/store.md, "Reads ahead"),
+ * once per run of misses of one block. */
 static void defer(struct disp *d, struct kvs_store_sh *sh)
 {
+	if (!d->def_head || !same_block(&d->def_hinted, &sh->block)) {
+		d->def_hinted = sh->block;
+		(void)kvs_backend_hint_read(d->s->backend, &sh->block, 1);
+	}
 	sh->task->deferred++;
 	sh->next = NULL;
 	if (d->def_tail)

@@ -22,6 +22,8 @@ struct disp {
 	 * owned, no pin; visited again (FIFO) once the read queue is empty. */
 	struct kvs_store_sh *def_head, *def_tail;
 	uint64_t def_next_ns;            /* the earliest deadline among them (or later) */
+	struct kvs_block_id def_hinted;  /* the block of the last deferred miss, hinted to the
+					    backend (kvs_backend_hint_read) */
 	struct kvs_store_xfer *rq_head, *rq_tail; /* reads waiting for the backend */
 	struct kvs_store_job *wq_head, *wq_tail;  /* block writes with shards to submit */
 	struct kvs_store_job *retries;   /* block writes waiting out a retry's backoff */

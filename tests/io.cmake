@@ -4,7 +4,8 @@
 # pool engine and everything engine-neutral) and io_posix_uring (--uring: the same
 # cases on the io_uring engine), which shows as Skipped, with the reason, in the
 # plain variant and where io_uring is refused; io_posix_file (what a block file
-# holds) is two the same way; io_posix_crash is the crash cleanup (pool engine).  io_uring_fallback (kernel variant)
+# holds) and io_posix_ahead (the open-ahead of hinted blocks) are two the same way;
+# io_posix_crash is the crash cleanup (pool engine).  io_uring_fallback (kernel variant)
 # refuses io_uring itself.  The copy engines' tests are in tests/copy.cmake.
 
 # kvs_io_test_group(<name> TEST <kvs_test name> ARGS <args...> LABELS <labels...>
@@ -25,6 +26,9 @@ endfunction()
 kvs_test(io_posix SOURCES io_posix.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
 kvs_io_test_group(io_posix_uring TEST io_posix ARGS --uring LABELS "unit;fault;uring" TIMEOUT 60)
 kvs_test(io_posix_file SOURCES io_posix_file.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
+kvs_test(io_posix_ahead SOURCES io_posix_ahead.c LIBS kvs_io LABELS "unit;fault" TIMEOUT 60)
+kvs_io_test_group(io_posix_ahead_uring TEST io_posix_ahead ARGS --uring LABELS "unit;fault;uring"
+                  TIMEOUT 60)
 kvs_test(io_posix_crash SOURCES io_posix_crash.c LIBS kvs_io LABELS "unit;fault;mp" TIMEOUT 60)
 kvs_io_test_group(io_posix_file_uring TEST io_posix_file ARGS --uring LABELS "unit;fault;uring"
                   TIMEOUT 60)

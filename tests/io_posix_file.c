@@ -5,7 +5,8 @@
  * 4 KiB x 2 read as 8 KiB x 1), another block's file, a cut or flipped header
  * and a file without one are -EIO, and lookup calls them absent (geometry_*,
  * hostile_headers_*; O_DIRECT too); a header is read alone, with no readahead
- * past it (header_readahead_*).  The rest of the backend is tests/io_posix.c's.
+ * past it, by a lookup, a read and an open ahead (header_readahead_*).  The rest
+ * of the backend is tests/io_posix.c's.
  *
  * Two CTest tests of this binary, as io_posix: io_posix_file (the pool engine)
  * and io_posix_file_uring (--uring: io_uring; each case skips with the reason
@@ -324,8 +325,9 @@ static int drop_file_cache(const char *path)
 
 /*
  * A block file's header is read alone (io/posix_read.c, "Readahead"): after a
- * lookup, and after a handle's first read (of the last shard, so that the read
- * itself covers none of them), none of the pages between the header and that
+ * lookup, after a handle's first read (of the last shard, so that the read
+ * itself covers none of them), and after that read of a block opened ahead
+ * (kvs_backend_hint_read), none of the pages between the header and that
  * shard is in the page cache.  A plain 4 KiB read at offset 0 reads 4 pages
  * and marks page 1 for readahead, which put the kernel's windows off the shard
  * boundaries and turned shard reads at depth into random ones.  Skips where the
@@ -339,7 +341,7 @@ static kvs_test_rc header_readahead(uint32_t engine)
 	unsigned char *buf = alloc_aligned(SHARD);
 	long page = sysconf(_SC_PAGESIZE);
 	char path[400];
-	int rc;
+	int rc, ifd;
 
 	KVS_CHECK(buf);
 	KVS_CHECK_OK(root_init("ra"));
@@ -364,6 +366,19 @@ static kvs_test_rc header_readahead(uint32_t engine)
 	KVS_CHECK_EQ(read_shard(b, &id, SPB - 1, buf, SHARD), SHARD);
 	for (uint32_t k = 0; k < SHARD; k++)
 		KVS_CHECK_EQ(buf[k], pattern(40, SPB - 1, k));
+	KVS_CHECK_EQ(cached_after_header(path, page, SPB - 1), 0);
+	kvs_backend_close(b);
+
+	/* opened ahead (kvs_backend_hint_read): its header's page is asked for
+	 * alone too */
+	KVS_CHECK_EQ(drop_file_cache(path), 0);
+	ifd = watch_reads(40);
+	KVS_CHECK_OK(ifd);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(kvs_backend_hint_read(b, &id, 1));
+	KVS_CHECK_OK(wait_read(ifd)); /* the opener read the header */
+	close(ifd);
+	KVS_CHECK_EQ(read_shard(b, &id, SPB - 1, buf, SHARD), SHARD);
 	KVS_CHECK_EQ(cached_after_header(path, page, SPB - 1), 0);
 	kvs_backend_close(b);
 	free(buf);

@@ -1,10 +1,10 @@
 /*
  * tests/io_posix_util.h — what the posix backend's tests (io_posix.c: engines,
  * faults, crash cleanup, held and failed writes; io_posix_file.c: what a block
- * file holds) share: a fresh root under /tmp, a config on one engine with a log
+ * file holds; io_posix_ahead.c: the open-ahead) share: a fresh root under /tmp, a config on one engine with a log
  * that keeps its error lines, block ids and the content pattern, a dump of a
  * whole block and a reap with a deadline, aligned buffers, whether io_uring is
- * usable here, and a block's file path.
+ * usable here, a block's file path, and a wait for a read of it.
  */
 #ifndef KVS_TESTS_IO_POSIX_UTIL_H
 #define KVS_TESTS_IO_POSIX_UTIL_H
@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/io_uring.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -188,6 +190,37 @@ static inline void block_file(const struct kvs_block_id *id, char *path, size_t 
 	snprintf(path, len, "%s/%.2s/%.2s/%s", g_root, h, h + 2, h);
 	if (hex)
 		memcpy(hex, h, sizeof(h));
+}
+
+/* An inotify descriptor watching block blk's file for reads (the open-ahead's
+ * header read, where nothing else reads it). */
+static inline int watch_reads(uint32_t blk)
+{
+	struct kvs_block_id id = block_of(blk);
+	char path[400];
+	int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+
+	if (fd < 0)
+		return -errno;
+	block_file(&id, path, sizeof(path), NULL);
+	if (inotify_add_watch(fd, path, IN_ACCESS) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* Wait up to 10 s for a read of the watched file: 0, or -ETIMEDOUT. */
+static inline int wait_read(int ifd)
+{
+	char ev[sizeof(struct inotify_event) + 256];
+	struct pollfd pfd = { .fd = ifd, .events = POLLIN };
+
+	if (poll(&pfd, 1, 10000) != 1)
+		return -ETIMEDOUT;
+	return read(ifd, ev, sizeof(ev)) > 0 ? 0 : -errno;
 }
 
 /* The temp files (".tmp." in the name) among the files of root's block tree

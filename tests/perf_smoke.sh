@@ -103,6 +103,7 @@ backend_bench.sh)
 				p="shard_kib=$k qd=$q gbps=$num cpu_ms_per_gib=$num"
 				want 1 "^backend engine=uring $p variant=kernel direct=$d mem=(hugetlb|thp)$"
 				want $((1 - d)) "^backend engine=uring $p variant=kernel direct=$d mem=(hugetlb|thp) lookup=1$"
+				want 1 "^backend engine=uring $p variant=kernel direct=$d mem=(hugetlb|thp) hint=1$"
 				want 1 "^backend engine=pool $p variant=kernel direct=$d mem=(hugetlb|thp)$"
 				want 1 "^backend engine=pool $p variant=plain direct=$d mem=(hugetlb|thp)$"
 				if command -v fio >/dev/null; then

@@ -1,0 +1,331 @@
+/*
+ * tests/io_posix_ahead.c — the posix backend's open-ahead (io/posix_ahead.c),
+ * through both engines, with real files and the real opener thread: a hinted
+ * block's file is opened and its header read before its first submit (the
+ * file is unlinked after the opener read the header, and the block still
+ * reads, byte-exact: opened_ahead_*); what was opened ahead of a block this
+ * handle then dumps again is dropped (the new bytes are read: renamed_over_*);
+ * a block absent at its hint and stored since by another handle reads
+ * (the failure is not kept: stored_after_hint_*); more hints than the table
+ * holds, blocks hinted and never read, and a FIFO at a hinted block's path
+ * neither leak a descriptor nor hang, and every block still reads
+ * (many_hints_*); the argument checks of kvs_backend_hint_read (hint_args).
+ * That a header read ahead leaves no readahead past it is
+ * tests/io_posix_file.c's header_readahead.
+ *
+ * The opener's progress is seen through inotify (watch_reads, wait_read):
+ * IN_ACCESS on a block file is its header's read (no other reader touches the
+ * file), so a test waits for it with a deadline instead of sleeping.
+ *
+ * Two CTest tests of this binary, as io_posix: io_posix_ahead (the pool
+ * engine) and io_posix_ahead_uring (--uring).
+ */
+#include <unistd.h>
+
+#include "io_posix_util.h"
+
+#define NBLOCKS 6
+
+/* Read every shard of block id into buf and compare with pattern(pat, ...):
+ * 0, the first failing read's error, or -EILSEQ for other bytes. */
+static int read_block(struct kvs_backend *b, const struct kvs_block_id *id, uint32_t pat,
+		      unsigned char *buf)
+{
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_io io = { .block = *id, .shard = s, .buf = buf, .len = SHARD,
+					     .token = 500 + s };
+		struct kvs_backend_completion c;
+		int rc = kvs_backend_submit_read(b, &io);
+
+		if (rc < 0)
+			return rc;
+		rc = wait_one(b, &c);
+		if (rc != 1)
+			return rc < 0 ? rc : -EPROTO;
+		if (c.result != SHARD)
+			return c.result < 0 ? (int)c.result : -EIO;
+		for (uint32_t k = 0; k < SHARD; k++)
+			if (buf[k] != pattern(pat, s, k))
+				return -EILSEQ;
+	}
+	return 0;
+}
+
+/* Dump block id with the bytes of pattern(pat, ...) (another block's, to tell
+ * two versions of one block apart). */
+static int dump_as(struct kvs_backend *b, const struct kvs_block_id *id, uint32_t pat,
+		   unsigned char *buf)
+{
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_io io = { .block = *id, .shard = s,
+					     .buf = buf + (size_t)s * SHARD, .len = SHARD,
+					     .token = 100 + s };
+
+		fill_pattern(io.buf, pat, s, 0, SHARD);
+		if (kvs_backend_submit_write(b, &io) < 0)
+			return -EIO;
+	}
+	for (uint32_t s = 0; s < SPB; s++) {
+		struct kvs_backend_completion c;
+		int rc = wait_one(b, &c);
+
+		if (rc != 1 || c.result != SHARD)
+			return rc < 0 ? rc : -EIO;
+	}
+	return 0;
+}
+
+/* Blocks 0..n-1 dumped by a handle of their own, closed after. */
+static kvs_test_rc dump_blocks(uint32_t engine, uint32_t n, unsigned char *buf)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *w = NULL;
+
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &w));
+	for (uint32_t i = 0; i < n; i++)
+		KVS_CHECK_OK(dump_block(w, i, buf, SPB));
+	kvs_backend_close(w);
+	return KVS_TEST_PASS;
+}
+
+/* Descriptors this process has open (/proc/self/fd, less the directory's own). */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)))
+		n += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return n - 1;
+}
+
+/* ------------------------------------------------------------------ cases */
+
+/*
+ * Block 3 hinted; once the opener has read its header, its file is unlinked:
+ * the block still reads byte-exact, from the descriptor opened ahead.  Block 4,
+ * unlinked without a hint, is -ENOENT at submit: the control (a backend that
+ * ignored the hint would fail both the wait and the read).
+ */
+static kvs_test_rc opened_ahead(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id three = block_of(3), four = block_of(4);
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	char path[400];
+	int ifd;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ahead"));
+	KVS_TRY(dump_blocks(engine, NBLOCKS, buf));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	ifd = watch_reads(3);
+	KVS_CHECK_OK(ifd);
+
+	KVS_CHECK_OK(kvs_backend_hint_read(b, &three, 1));
+	KVS_CHECK_OK(wait_read(ifd));
+	block_file(&three, path, sizeof(path), NULL);
+	KVS_CHECK_OK(unlink(path));
+	block_file(&four, path, sizeof(path), NULL);
+	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(read_block(b, &three, 3, buf));
+	KVS_CHECK_ERR(read_block(b, &four, 4, buf), -ENOENT);
+
+	close(ifd);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Block 5 opened ahead, then dumped again by the same handle with other bytes:
+ * the read gets the new file's bytes, not the descriptor opened ahead of the
+ * old one (its rename drops it, as it drops the fd cache's).
+ */
+static kvs_test_rc renamed_over(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id five = block_of(5);
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	int ifd;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ahead-re"));
+	KVS_TRY(dump_blocks(engine, NBLOCKS, buf));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	ifd = watch_reads(5);
+	KVS_CHECK_OK(ifd);
+
+	KVS_CHECK_OK(kvs_backend_hint_read(b, &five, 1));
+	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(dump_as(b, &five, 55, buf));
+	KVS_CHECK_OK(read_block(b, &five, 55, buf));
+
+	close(ifd);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Block 9, absent, hinted before block 2 (the opener takes them in hint
+ * order, so block 9's open has failed once block 2's header is read); then
+ * another handle stores block 9: it reads through the first handle, which
+ * opens it again rather than keep the failure.
+ */
+static kvs_test_rc stored_after_hint(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL, *w = NULL;
+	struct kvs_block_id ids[2] = { block_of(9), block_of(2) };
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	int ifd;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ahead-st"));
+	KVS_TRY(dump_blocks(engine, NBLOCKS, buf));
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	ifd = watch_reads(2);
+	KVS_CHECK_OK(ifd);
+
+	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, 2));
+	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &w));
+	KVS_CHECK_OK(dump_block(w, 9, buf, SPB));
+	kvs_backend_close(w);
+	KVS_CHECK_OK(read_block(b, &ids[0], 9, buf));
+	KVS_CHECK_OK(read_block(b, &ids[1], 2, buf));
+
+	close(ifd);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/*
+ * Three times the table's hints in one call and one by one, some hinted twice,
+ * a FIFO at a hinted block's path: every stored block reads byte-exact, the
+ * FIFO's block is -ENOENT (the opener's O_NONBLOCK open did not hang on it), a
+ * handle closed with blocks opened ahead and never read closes them, and no
+ * descriptor outlives the handles.
+ */
+#define MANY 48
+
+static kvs_test_rc many_hints(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id ids[MANY + 1];
+	struct kvs_block_id fifo = block_of(MANY);
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	char path[400], hex[33];
+	int fds_before;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ahead-many"));
+	KVS_TRY(dump_blocks(engine, MANY, buf));
+	block_file(&fifo, path, sizeof(path), hex);
+	for (int level = 1; level <= 2; level++) { /* its fan-out directories */
+		char dir[300];
+
+		snprintf(dir, sizeof(dir), "%s/%.2s%s%.*s", g_root, hex, level == 2 ? "/" : "",
+			 level == 2 ? 2 : 0, hex + 2);
+		KVS_CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	}
+	KVS_CHECK(mkfifo(path, 0600) == 0);
+	for (uint32_t i = 0; i <= MANY; i++)
+		ids[i] = block_of(i);
+	cfg_posix(&cfg, engine);
+	fds_before = open_fds();
+
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, MANY + 1));
+	for (uint32_t i = 0; i < MANY; i++) {
+		KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[MANY - i], 1));
+		KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[i], 2));
+		int rc = read_block(b, &ids[i], i, buf);
+
+		if (rc)
+			KVS_FAILF("block %u: %s", i, kvs_strerror(rc));
+	}
+	KVS_CHECK_ERR(read_block(b, &fifo, MANY, buf), -ENOENT);
+	kvs_backend_close(b);
+
+	/* opened ahead, never read: closed by the handle's close */
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, MANY + 1));
+	kvs_backend_close(b);
+	KVS_CHECK_EQ(open_fds(), fds_before);
+
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/* kvs_backend_hint_read's arguments; a backend without the op takes hints as
+ * advice (0). */
+static kvs_test_rc test_hint_args(void)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id id = block_of(1);
+
+	KVS_CHECK_ERR(kvs_backend_hint_read(NULL, &id, 1), -EINVAL);
+	kvs_backend_config_init(&cfg);
+	cfg.kind = KVS_BACKEND_NONE;
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	KVS_CHECK_ERR(kvs_backend_hint_read(b, NULL, 1), -EINVAL);
+	KVS_CHECK_EQ(kvs_backend_hint_read(b, NULL, 0), 0);
+	KVS_CHECK_EQ(kvs_backend_hint_read(b, &id, 1), 0);
+	kvs_backend_close(b);
+	return KVS_TEST_PASS;
+}
+
+#define ENGINE_CASES(name)                                                              \
+	static kvs_test_rc test_##name##_pool(void)                                     \
+	{                                                                               \
+		return name(KVS_IO_ENGINE_POOL);                                        \
+	}                                                                               \
+	static kvs_test_rc test_##name##_uring(void)                                    \
+	{                                                                               \
+		SKIP_WITHOUT_URING();                                                   \
+		return name(KVS_IO_ENGINE_URING);                                       \
+	}
+ENGINE_CASES(opened_ahead)
+ENGINE_CASES(renamed_over)
+ENGINE_CASES(stored_after_hint)
+ENGINE_CASES(many_hints)
+
+static const struct kvs_test_case cases[] = {
+	{ "opened_ahead_pool", test_opened_ahead_pool },
+	{ "renamed_over_pool", test_renamed_over_pool },
+	{ "stored_after_hint_pool", test_stored_after_hint_pool },
+	{ "many_hints_pool", test_many_hints_pool },
+	{ "hint_args", test_hint_args },
+};
+
+/* `io_posix_ahead --uring [case...]` (CTest: io_posix_ahead_uring). */
+static const struct kvs_test_case uring_cases[] = {
+	{ "opened_ahead_uring", test_opened_ahead_uring },
+	{ "renamed_over_uring", test_renamed_over_uring },
+	{ "stored_after_hint_uring", test_stored_after_hint_uring },
+	{ "many_hints_uring", test_many_hints_uring },
+};
+
+int main(int argc, char **argv)
+{
+	return kvs_test_run_groups(argc, argv, "--uring", cases, KVS_ARRAY_LEN(cases), uring_cases,
+				   KVS_ARRAY_LEN(uring_cases), NULL, 0);
+}
