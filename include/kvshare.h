@@ -1070,8 +1070,8 @@ KVS_API int kvs_backend_submit_read(struct kvs_backend *b, const struct kvs_back
  * Advice: blocks (n of them, the nearest first) will be read soon, so the
  * backend may start what must precede their first read while the transfers in
  * flight run.  posix opens each block's file and reads and checks its header on
- * a thread of its own (at most 16 blocks ahead; a hint of more drops the oldest
- * not yet taken), so the first kvs_backend_submit_read of the block finds the
+ * a thread of its own (the nearest 16 blocks not yet read; a hint beyond
+ * them is dropped), so the first kvs_backend_submit_read of the block finds the
  * file open instead of waiting for its header behind the reads already queued
  * at the disk (docs/io.md, "Open-ahead").  Its errors stay the submit's: a
  * block found absent or refused ahead is opened again, and judged, by the

@@ -10,10 +10,13 @@
  * The table.  AHEAD_MAX entries under mu, each FREE, WANTED (hinted), OPENING
  * (the opener's, between its two critical sections) or READY (an open fd whose
  * header passed, for the issuer).  A hint of a block already in the fd cache or
- * the table is a no-op; with no FREE entry it replaces the oldest WANTED or
- * READY one (closing its fd): hints arrive nearest first, so one that was
- * never taken is older than every block still to come.  The opener takes the
- * oldest WANTED entry.
+ * the table is a no-op; with no FREE entry it replaces the oldest entry the
+ * reads skipped (WANTED or READY, hinted before the last entry taken: a peer
+ * read that block, or its load ended; its fd is closed), and without one it
+ * is dropped (that block is opened at its first read, as without a hint):
+ * hints come nearest first and reads follow them, so the table keeps the
+ * nearest AHEAD_MAX blocks not yet read.  The opener takes the WANTED
+ * entries, oldest first.
  *
  * The issuer's side (fd_get, on a miss in its fd cache): READY is taken as is
  * (the fd moves into the fd cache); OPENING is waited for on done (the open is
@@ -67,8 +70,8 @@ static void entry_free(struct ahead_entry *e)
 	e->stale = false;
 }
 
-/* An entry for a new hint: a FREE one, else the oldest WANTED or READY one
- * (freed), else NULL (every entry OPENING or stale).  Under mu. */
+/* An entry for a new hint: a FREE one, else the oldest skipped one (WANTED or
+ * READY, hinted before the last one taken: freed), else NULL.  Under mu. */
 static struct ahead_entry *entry_for_hint(struct ahead *a)
 {
 	struct ahead_entry *oldest = NULL;
@@ -79,7 +82,7 @@ static struct ahead_entry *entry_for_hint(struct ahead *a)
 		if (e->state == AHEAD_FREE)
 			return e;
 		if ((e->state == AHEAD_WANTED || e->state == AHEAD_READY) &&
-		    (!oldest || e->seq < oldest->seq))
+		    e->seq < a->taken_seq && (!oldest || e->seq < oldest->seq))
 			oldest = e;
 	}
 	if (oldest)
@@ -271,6 +274,8 @@ int ahead_take(struct posix *p, const struct kvs_block_id *id, uint64_t *data_of
 		a->waiting = true;
 		pthread_cond_wait(&a->done, &a->mu);
 	}
+	if (e && e->seq > a->taken_seq)
+		a->taken_seq = e->seq;
 	if (e && e->state == AHEAD_READY) {
 		fd = e->fd;
 		*data_off = e->data_off;

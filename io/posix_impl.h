@@ -86,7 +86,8 @@ struct ahead {
 	bool refused;         /* it could not be started: hints are ignored; issuer only */
 	bool stop;
 	bool waiting;         /* the issuer sleeps on done */
-	uint64_t seq;
+	uint64_t seq;         /* of the last hint */
+	uint64_t taken_seq;   /* the highest seq the issuer took: older entries were skipped */
 	unsigned char *buf;   /* the opener's header buffer (as posix.hdr_buf) */
 	struct ahead_entry e[AHEAD_MAX];
 };

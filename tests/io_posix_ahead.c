@@ -6,8 +6,9 @@
  * reads, byte-exact: opened_ahead_*); what was opened ahead of a block this
  * handle then dumps again is dropped (the new bytes are read: renamed_over_*);
  * a block absent at its hint and stored since by another handle reads
- * (the failure is not kept: stored_after_hint_*); more hints than the table
- * holds, blocks hinted and never read, and a FIFO at a hinted block's path
+ * (the failure is not kept: stored_after_hint_*); a full table keeps the
+ * nearest blocks and gives the skipped ones' places to new hints
+ * (full_table_*); more hints than the table holds, blocks hinted and never read, and a FIFO at a hinted block's path
  * neither leak a descriptor nor hang, and every block still reads
  * (many_hints_*); the argument checks of kvs_backend_hint_read (hint_args).
  * That a header read ahead leaves no readahead past it is
@@ -215,6 +216,56 @@ static kvs_test_rc stored_after_hint(uint32_t engine)
 }
 
 /*
+ * A full table keeps the nearest blocks: 16 hinted (the table's size) and
+ * opened, a 17th hint is dropped, not the first (block 0, unlinked, still
+ * reads from its descriptor); once block 15 was read, blocks 0-14 were
+ * skipped, and the next hints take their places (block 20 is opened ahead).
+ */
+#define TABLE 16
+
+static kvs_test_rc full_table(uint32_t engine)
+{
+	struct kvs_backend_config cfg;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id ids[TABLE + 5];
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	char path[400];
+	int ifd;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ahead-full"));
+	KVS_TRY(dump_blocks(engine, TABLE + 5, buf));
+	for (uint32_t i = 0; i < TABLE + 5; i++)
+		ids[i] = block_of(i);
+	cfg_posix(&cfg, engine);
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	ifd = watch_reads(TABLE - 1);
+	KVS_CHECK_OK(ifd);
+	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, TABLE));
+	KVS_CHECK_OK(wait_read(ifd)); /* the last of the batch: all 16 opened */
+	close(ifd);
+	KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[TABLE], 1));
+	block_file(&ids[0], path, sizeof(path), NULL);
+	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(read_block(b, &ids[0], 0, buf));
+
+	KVS_CHECK_OK(read_block(b, &ids[TABLE - 1], TABLE - 1, buf));
+	ifd = watch_reads(TABLE + 4);
+	KVS_CHECK_OK(ifd);
+	KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[TABLE + 1], 4));
+	KVS_CHECK_OK(wait_read(ifd));
+	close(ifd);
+	block_file(&ids[TABLE + 4], path, sizeof(path), NULL);
+	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(read_block(b, &ids[TABLE + 4], TABLE + 4, buf));
+
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
+/*
  * Three times the table's hints in one call and one by one, some hinted twice,
  * a FIFO at a hinted block's path: every stored block reads byte-exact, the
  * FIFO's block is -ENOENT (the opener's O_NONBLOCK open did not hang on it), a
@@ -306,12 +357,14 @@ static kvs_test_rc test_hint_args(void)
 ENGINE_CASES(opened_ahead)
 ENGINE_CASES(renamed_over)
 ENGINE_CASES(stored_after_hint)
+ENGINE_CASES(full_table)
 ENGINE_CASES(many_hints)
 
 static const struct kvs_test_case cases[] = {
 	{ "opened_ahead_pool", test_opened_ahead_pool },
 	{ "renamed_over_pool", test_renamed_over_pool },
 	{ "stored_after_hint_pool", test_stored_after_hint_pool },
+	{ "full_table_pool", test_full_table_pool },
 	{ "many_hints_pool", test_many_hints_pool },
 	{ "hint_args", test_hint_args },
 };
@@ -321,6 +374,7 @@ static const struct kvs_test_case uring_cases[] = {
 	{ "opened_ahead_uring", test_opened_ahead_uring },
 	{ "renamed_over_uring", test_renamed_over_uring },
 	{ "stored_after_hint_uring", test_stored_after_hint_uring },
+	{ "full_table_uring", test_full_table_uring },
 	{ "many_hints_uring", test_many_hints_uring },
 };
 

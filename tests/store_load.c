@@ -13,6 +13,9 @@
  *   none          dump then load from the cache (no backend read); an absent
  *                 block fails -ENOENT (submit failure), its neighbours still load;
  *   latency       loads equal kvs_pattern_fill;
+ *   hints         a cold load's deferred misses are hinted to the backend
+ *                 (kvs_backend_hint_read), nearest first, some before their
+ *                 first read; a load of hits hints nothing;
  *   faults        fault backend at 100% (-EIO, slots FAILED, not hung, retried by
  *                 the next load) and at 10% errors+short reads over many tasks
  *                 (failed tasks say -EIO, the others carry the right bytes);
@@ -373,6 +376,162 @@ static kvs_test_rc test_latency_content(void)
 	KVS_CHECK_EQ(st.owner_reads, 32);
 	KVS_CHECK_EQ(st.shards_loaded, 32);
 	KVS_TRY(st_cache_clean(s, false));
+	kvs_store_close(s);
+	st_task_free(&t);
+	return KVS_TEST_PASS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hints: the dispatcher tells the backend the blocks of the misses it defers */
+
+/* A user backend over a latency backend of 2 reads in flight, recording the
+ * blocks hinted (kvs_backend_hint_read) and each block's first read, in order
+ * (the dispatcher is the only caller; read after the load). */
+#define HINT_BLOCKS 16
+#define HINT_SPB 4
+
+static struct {
+	pthread_mutex_t mu;
+	uint32_t hints[256], nhints;
+	uint64_t hint_seq[HINT_BLOCKS]; /* event number of the block's first hint, 0: none */
+	uint64_t read_seq[HINT_BLOCKS]; /* of its first read */
+	uint64_t seq;
+} hr = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int hint_block_index(const struct kvs_block_id *id)
+{
+	for (uint32_t i = 0; i < HINT_BLOCKS; i++) {
+		struct kvs_block_id b = st_block(12, i);
+
+		if (!memcmp(&b, id, sizeof(b)))
+			return (int)i;
+	}
+	return -1;
+}
+
+static int hr_open(const struct kvs_backend_config *cfg, void **state)
+{
+	struct kvs_backend_config inner = *cfg;
+
+	inner.kind = KVS_BACKEND_LATENCY;
+	inner.user_ops = NULL;
+	inner.latency_ns = 1 * ST_MS;
+	inner.latency_queue_depth = 2;
+	return kvs_backend_open(&inner, (struct kvs_backend **)state);
+}
+
+static int hr_lookup(void *state, const struct kvs_block_id *block)
+{
+	return kvs_backend_lookup(state, block);
+}
+
+static int hr_submit_read(void *state, const struct kvs_backend_io *io)
+{
+	int rc = kvs_backend_submit_read(state, io), i = hint_block_index(&io->block);
+
+	pthread_mutex_lock(&hr.mu);
+	if (rc == 0 && i >= 0 && !hr.read_seq[i])
+		hr.read_seq[i] = ++hr.seq;
+	pthread_mutex_unlock(&hr.mu);
+	return rc;
+}
+
+static int hr_submit_write(void *state, const struct kvs_backend_io *io)
+{
+	return kvs_backend_submit_write(state, io);
+}
+
+static int hr_poll(void *state, struct kvs_backend_completion *out, uint32_t max,
+		   uint64_t timeout_ns)
+{
+	return kvs_backend_poll(state, out, max, timeout_ns);
+}
+
+static void hr_close(void *state)
+{
+	kvs_backend_close(state);
+}
+
+static int hr_wait_fd(void *state)
+{
+	return kvs_backend_wait_fd(state);
+}
+
+static void hr_hint_read(void *state, const struct kvs_block_id *blocks, size_t n)
+{
+	(void)state;
+	pthread_mutex_lock(&hr.mu);
+	for (size_t k = 0; k < n; k++) {
+		int i = hint_block_index(&blocks[k]);
+
+		if (hr.nhints < KVS_ARRAY_LEN(hr.hints))
+			hr.hints[hr.nhints++] = i < 0 ? UINT32_MAX : (uint32_t)i;
+		if (i >= 0 && !hr.hint_seq[i])
+			hr.hint_seq[i] = ++hr.seq;
+	}
+	pthread_mutex_unlock(&hr.mu);
+}
+
+static const struct kvs_backend_ops hr_ops = {
+	.abi = KVS_BACKEND_OPS_ABI,
+	.size = sizeof(struct kvs_backend_ops),
+	.open = hr_open,
+	.lookup = hr_lookup,
+	.submit_read = hr_submit_read,
+	.submit_write = hr_submit_write,
+	.poll = hr_poll,
+	.close = hr_close,
+	.wait_fd = hr_wait_fd,
+	.hint_read = hr_hint_read,
+};
+
+/*
+ * A cold load of 16 blocks x 4 shards through a backend that takes 2 reads at
+ * a time: the misses met while reads wait are deferred, and their blocks are
+ * hinted to the backend, nearest first (block order: one task, one rank's
+ * visiting order), only blocks
+ * of this load, and some of them before their first read (what the hint is
+ * for: a posix backend opens them meanwhile).  A second load of the same
+ * blocks, all hits, hints nothing.
+ */
+static kvs_test_rc test_load_hints(void)
+{
+	struct kvs_store_config cfg;
+	struct kvs_store *s = NULL;
+	struct st_task t;
+	uint32_t ahead = 0, nhints;
+	char uid[96];
+
+	st_cfg(&cfg, kvs_test_unique_id(uid, sizeof(uid), "hint"), 0, SHARD,
+	       HINT_BLOCKS * HINT_SPB + 8, HINT_SPB);
+	cfg.cache.local_rank_size = 1; /* visits in task order: block by block */
+	cfg.backend.kind = KVS_BACKEND_USER;
+	cfg.backend.user_ops = &hr_ops;
+	KVS_TRY(st_open(&cfg, &s));
+	KVS_TRY(st_task_whole(&t, HINT_BLOCKS * HINT_SPB, 1, SHARD));
+	for (uint32_t i = 0; i < HINT_BLOCKS * HINT_SPB; i++) {
+		struct kvs_block_id b = st_block(12, i / HINT_SPB);
+
+		st_task_set(&t, i, &b, i % HINT_SPB);
+	}
+	KVS_TRY(st_load(s, &t, WAIT_MS, 0));
+	pthread_mutex_lock(&hr.mu);
+	nhints = hr.nhints;
+	for (uint32_t i = 0; i < nhints; i++) {
+		KVS_CHECK(hr.hints[i] < HINT_BLOCKS);
+		KVS_CHECK(i == 0 || hr.hints[i] >= hr.hints[i - 1]);
+	}
+	for (uint32_t i = 0; i < HINT_BLOCKS; i++)
+		ahead += hr.hint_seq[i] && hr.hint_seq[i] < hr.read_seq[i];
+	pthread_mutex_unlock(&hr.mu);
+	printf("  %u hints, %u blocks hinted before their first read\n", nhints, ahead);
+	KVS_CHECK(nhints > 0);
+	KVS_CHECK(ahead > 0);
+
+	KVS_TRY(st_load(s, &t, WAIT_MS, 0));
+	pthread_mutex_lock(&hr.mu);
+	KVS_CHECK_EQ(hr.nhints, nhints);
+	pthread_mutex_unlock(&hr.mu);
 	kvs_store_close(s);
 	st_task_free(&t);
 	return KVS_TEST_PASS;
@@ -751,6 +910,7 @@ static const struct kvs_test_case cases[] = {
 	{ "roundtrip_copy_threads", test_roundtrip_copy_threads },
 	{ "backend_none", test_backend_none },
 	{ "latency_content", test_latency_content },
+	{ "load_hints", test_load_hints },
 	{ "fault_all_eio", test_fault_all_eio },
 	{ "fault_ten_percent", test_fault_ten_percent },
 	{ "head_slices", test_head_slices },
