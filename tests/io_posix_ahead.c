@@ -10,7 +10,9 @@
  * nearest blocks and gives the skipped ones' places to new hints
  * (full_table_*); more hints than the table holds, blocks hinted and never read, and a FIFO at a hinted block's path
  * neither leak a descriptor nor hang, and every block still reads
- * (many_hints_*); the argument checks of kvs_backend_hint_read (hint_args).
+ * (many_hints_*); a fault backend passes hints to its inner one
+ * (fault_passes_hints); the argument checks of kvs_backend_hint_read
+ * (hint_args).
  * That a header read ahead leaves no readahead past it is
  * tests/io_posix_file.c's header_readahead.
  *
@@ -325,6 +327,41 @@ static kvs_test_rc many_hints(uint32_t engine)
 	return KVS_TEST_PASS;
 }
 
+/* A fault backend passes hints to its inner one: block 3, hinted through it,
+ * is opened ahead by the inner posix backend (its file unlinked once the
+ * header was read, it still reads). */
+static kvs_test_rc test_fault_passes_hints(void)
+{
+	struct kvs_backend_config cfg, inner;
+	struct kvs_backend *b = NULL;
+	struct kvs_block_id three = block_of(3);
+	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	char path[400];
+	int ifd;
+
+	KVS_CHECK(buf);
+	KVS_CHECK_OK(root_init("ahead-fault"));
+	KVS_TRY(dump_blocks(KVS_IO_ENGINE_POOL, NBLOCKS, buf));
+	cfg_posix(&inner, KVS_IO_ENGINE_POOL);
+	cfg = inner;
+	cfg.kind = KVS_BACKEND_FAULT;
+	cfg.fault_inner = &inner; /* no faults: a pass-through */
+	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
+	ifd = watch_reads(3);
+	KVS_CHECK_OK(ifd);
+	KVS_CHECK_OK(kvs_backend_hint_read(b, &three, 1));
+	KVS_CHECK_OK(wait_read(ifd));
+	block_file(&three, path, sizeof(path), NULL);
+	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(read_block(b, &three, 3, buf));
+
+	close(ifd);
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+	return KVS_TEST_PASS;
+}
+
 /* kvs_backend_hint_read's arguments; a backend without the op takes hints as
  * advice (0). */
 static kvs_test_rc test_hint_args(void)
@@ -366,6 +403,7 @@ static const struct kvs_test_case cases[] = {
 	{ "stored_after_hint_pool", test_stored_after_hint_pool },
 	{ "full_table_pool", test_full_table_pool },
 	{ "many_hints_pool", test_many_hints_pool },
+	{ "fault_passes_hints", test_fault_passes_hints },
 	{ "hint_args", test_hint_args },
 };
 

@@ -191,6 +191,14 @@ static int cb_wait_fd(void *state)
 	return kvs_backend_wait_fd(b->inner);
 }
 
+/* Advice passes through to the wrapped backend (posix opens hinted blocks ahead). */
+static void cb_hint_read(void *state, const struct kvs_block_id *blocks, size_t n)
+{
+	struct cb *b = state;
+
+	(void)kvs_backend_hint_read(b->inner, blocks, n);
+}
+
 const struct kvs_backend_ops kvs_count_ops = {
 	.abi = KVS_BACKEND_OPS_ABI,
 	.size = sizeof(struct kvs_backend_ops),
@@ -203,4 +211,5 @@ const struct kvs_backend_ops kvs_count_ops = {
 	.register_buffers = cb_register_buffers,
 	.info = cb_info,
 	.wait_fd = cb_wait_fd,
+	.hint_read = cb_hint_read,
 };
