@@ -19,19 +19,21 @@
  * entries, oldest first.
  *
  * The issuer's side (fd_get, on a miss in its fd cache): READY is taken as is
- * (the fd moves into the fd cache); OPENING is waited for on done (the open is
- * under way: starting another would queue behind the same disk); WANTED is
- * dropped and the issuer opens the file itself, now; an open that failed ahead
- * left nothing, so the issuer opens again and the submit reports what it finds
- * then (a block missing at the hint may have been stored since).  A block
+ * (the fd moves into the fd cache); otherwise the issuer opens the file itself,
+ * now, and never waits for the opener: a WANTED entry is dropped, an OPENING
+ * one marked stale (the opener closes what it opens; the header page it asked
+ * for is read once either way: the issuer's pread waits for that read, in the
+ * page cache, rather than for the thread); an open that failed ahead left
+ * nothing, so the issuer opens again and the submit reports what it finds then
+ * (a block missing at the hint may have been stored since).  A block
  * renamed over by this handle's dump (fd_invalidate) drops its entry, or marks
  * an OPENING one stale so that its result is closed.  Another writer's rename
  * is the fd cache's case too: a descriptor of the replaced file still reads the
  * bytes it held, and block files are immutable per block id.
  *
  * Waiting.  The opener sleeps on work when no entry is WANTED (an idle handle
- * costs nothing); the issuer sleeps on done only while an entry it needs is
- * OPENING, which ends with the opener's open and pread.  The opener starts at
+ * costs nothing); the issuer never sleeps on it, and takes mu only for table
+ * work and the close of a descriptor nobody took.  The opener starts at
  * the first hint, so a handle that never hints has no thread (nor its header
  * buffer), and it is joined at close; a failure to start it is logged once
  * and the handle reads without hints from then on.
@@ -106,7 +108,7 @@ static struct ahead_entry *oldest_wanted(struct ahead *a)
 
 /* The open of one entry ended: fd (or -errno) with its data offset.  READY
  * unless it failed or the block was renamed over meanwhile.  Under mu. */
-static void entry_opened(struct ahead *a, struct ahead_entry *e, int fd, uint64_t data_off)
+static void entry_opened(struct ahead_entry *e, int fd, uint64_t data_off)
 {
 	if (fd >= 0 && !e->stale) {
 		e->fd = fd;
@@ -116,10 +118,6 @@ static void entry_opened(struct ahead *a, struct ahead_entry *e, int fd, uint64_
 		if (fd >= 0)
 			close(fd);
 		entry_free(e);
-	}
-	if (a->waiting) {
-		a->waiting = false;
-		pthread_cond_broadcast(&a->done);
 	}
 }
 
@@ -171,7 +169,7 @@ static void *opener(void *arg)
 				fds[i] = (int)off;
 			}
 			pthread_mutex_lock(&a->mu);
-			entry_opened(a, batch[i], fds[i], off < 0 ? 0 : (uint64_t)off);
+			entry_opened(batch[i], fds[i], off < 0 ? 0 : (uint64_t)off);
 			pthread_mutex_unlock(&a->mu);
 		}
 		pthread_mutex_lock(&a->mu);
@@ -186,7 +184,6 @@ void ahead_init(struct posix *p)
 
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->work, NULL);
-	pthread_cond_init(&a->done, NULL);
 	for (uint32_t i = 0; i < AHEAD_MAX; i++)
 		a->e[i].fd = -1;
 }
@@ -207,7 +204,6 @@ void ahead_fini(struct posix *p)
 		entry_free(&a->e[i]);
 	free(a->buf);
 	a->buf = NULL;
-	pthread_cond_destroy(&a->done);
 	pthread_cond_destroy(&a->work);
 	pthread_mutex_destroy(&a->mu);
 }
@@ -270,10 +266,7 @@ int ahead_take(struct posix *p, const struct kvs_block_id *id, uint64_t *data_of
 	if (!a->started)
 		return -ENOENT;
 	pthread_mutex_lock(&a->mu);
-	while ((e = find(a, id)) && e->state == AHEAD_OPENING) {
-		a->waiting = true;
-		pthread_cond_wait(&a->done, &a->mu);
-	}
+	e = find(a, id);
 	if (e && e->seq > a->taken_seq)
 		a->taken_seq = e->seq;
 	if (e && e->state == AHEAD_READY) {
@@ -281,8 +274,10 @@ int ahead_take(struct posix *p, const struct kvs_block_id *id, uint64_t *data_of
 		*data_off = e->data_off;
 		e->fd = -1; /* the caller's now */
 	}
-	if (e)
-		entry_free(e); /* WANTED: the caller opens it now, sooner than the opener */
+	if (e && e->state == AHEAD_OPENING)
+		e->stale = true; /* the opener closes what it opens */
+	else if (e)
+		entry_free(e);
 	pthread_mutex_unlock(&a->mu);
 	return fd;
 }

@@ -74,18 +74,17 @@ struct ahead_entry {
 	uint64_t data_off; /* READY: as fd_entry's */
 	int fd;            /* READY: the open file; else -1 */
 	uint8_t state;     /* enum ahead_state */
-	bool stale;        /* OPENING when the block was renamed over: drop the result */
+	bool stale;        /* OPENING when the block was renamed over, or opened by the
+			      issuer meanwhile: drop the result */
 };
 
 struct ahead {
 	pthread_mutex_t mu;
 	pthread_cond_t work;  /* the opener sleeps here: a WANTED entry, or stop */
-	pthread_cond_t done;  /* the issuer sleeps here for an OPENING entry */
 	pthread_t thr;
 	bool started;         /* thr runs (the first hint starts it); issuer only */
 	bool refused;         /* it could not be started: hints are ignored; issuer only */
 	bool stop;
-	bool waiting;         /* the issuer sleeps on done */
 	uint64_t seq;         /* of the last hint */
 	uint64_t taken_seq;   /* the highest seq the issuer took: older entries were skipped */
 	unsigned char *buf;   /* the opener's header buffer (as posix.hdr_buf) */
@@ -176,9 +175,9 @@ void ahead_init(struct posix *p);
 /* Stop and join the opener, close what it opened; symmetric with ahead_init. */
 void ahead_fini(struct posix *p);
 void posix_hint_read(void *state, const struct kvs_block_id *ids, size_t n);
-/* The descriptor opened ahead for block id, now the caller's (*data_off set):
- * waits while the opener is at it; -ENOENT when there is none (never hinted,
- * not started yet, or it failed: the caller opens the file itself). */
+/* The descriptor opened ahead for block id, now the caller's (*data_off set),
+ * or -ENOENT when none is ready (never hinted, not opened yet, or it failed:
+ * the caller opens the file itself).  Never waits for the opener. */
 int ahead_take(struct posix *p, const struct kvs_block_id *id, uint64_t *data_off);
 /* Block id was renamed over: what was opened ahead of it is the old file. */
 void ahead_invalidate(struct posix *p, const struct kvs_block_id *id);

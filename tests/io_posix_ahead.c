@@ -16,9 +16,12 @@
  * That a header read ahead leaves no readahead past it is
  * tests/io_posix_file.c's header_readahead.
  *
- * The opener's progress is seen through inotify (watch_reads, wait_read):
- * IN_ACCESS on a block file is its header's read (no other reader touches the
- * file), so a test waits for it with a deadline instead of sleeping.
+ * The opener's progress is seen through inotify and /proc (watch_reads,
+ * wait_opened): IN_ACCESS on a block file is its header's read (no other
+ * reader touches the file), and the opener back asleep in a futex has
+ * published it; a test waits for both with a deadline.  The issuer never
+ * waits for the opener: a read submitted while the file is still being opened
+ * ahead opens it again.
  *
  * Two CTest tests of this binary, as io_posix: io_posix_ahead (the pool
  * engine) and io_posix_ahead_uring (--uring).
@@ -132,7 +135,7 @@ static kvs_test_rc opened_ahead(uint32_t engine)
 	KVS_CHECK_OK(ifd);
 
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &three, 1));
-	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(wait_opened(ifd));
 	block_file(&three, path, sizeof(path), NULL);
 	KVS_CHECK_OK(unlink(path));
 	block_file(&four, path, sizeof(path), NULL);
@@ -169,7 +172,7 @@ static kvs_test_rc renamed_over(uint32_t engine)
 	KVS_CHECK_OK(ifd);
 
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &five, 1));
-	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(wait_opened(ifd));
 	KVS_CHECK_OK(dump_as(b, &five, 55, buf));
 	KVS_CHECK_OK(read_block(b, &five, 55, buf));
 
@@ -203,7 +206,7 @@ static kvs_test_rc stored_after_hint(uint32_t engine)
 	KVS_CHECK_OK(ifd);
 
 	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, 2));
-	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(wait_opened(ifd));
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &w));
 	KVS_CHECK_OK(dump_block(w, 9, buf, SPB));
 	kvs_backend_close(w);
@@ -244,7 +247,7 @@ static kvs_test_rc full_table(uint32_t engine)
 	ifd = watch_reads(TABLE - 1);
 	KVS_CHECK_OK(ifd);
 	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, TABLE));
-	KVS_CHECK_OK(wait_read(ifd)); /* the last of the batch: all 16 opened */
+	KVS_CHECK_OK(wait_opened(ifd)); /* the last of the batch: all 16 opened */
 	close(ifd);
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[TABLE], 1));
 	block_file(&ids[0], path, sizeof(path), NULL);
@@ -255,7 +258,7 @@ static kvs_test_rc full_table(uint32_t engine)
 	ifd = watch_reads(TABLE + 4);
 	KVS_CHECK_OK(ifd);
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[TABLE + 1], 4));
-	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(wait_opened(ifd));
 	close(ifd);
 	block_file(&ids[TABLE + 4], path, sizeof(path), NULL);
 	KVS_CHECK_OK(unlink(path));
@@ -350,7 +353,7 @@ static kvs_test_rc test_fault_passes_hints(void)
 	ifd = watch_reads(3);
 	KVS_CHECK_OK(ifd);
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &three, 1));
-	KVS_CHECK_OK(wait_read(ifd));
+	KVS_CHECK_OK(wait_opened(ifd));
 	block_file(&three, path, sizeof(path), NULL);
 	KVS_CHECK_OK(unlink(path));
 	KVS_CHECK_OK(read_block(b, &three, 3, buf));

@@ -376,7 +376,7 @@ static kvs_test_rc header_readahead(uint32_t engine)
 	KVS_CHECK_OK(ifd);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &id, 1));
-	KVS_CHECK_OK(wait_read(ifd)); /* the opener read the header */
+	KVS_CHECK_OK(wait_opened(ifd)); /* the opener read the header */
 	close(ifd);
 	KVS_CHECK_EQ(read_shard(b, &id, SPB - 1, buf, SHARD), SHARD);
 	KVS_CHECK_EQ(cached_after_header(path, page, SPB - 1), 0);

@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include "harness.h"
@@ -193,7 +194,7 @@ static inline void block_file(const struct kvs_block_id *id, char *path, size_t 
 }
 
 /* An inotify descriptor watching block blk's file for reads (the open-ahead's
- * header read, where nothing else reads it). */
+ * header read, where nothing else reads it: wait_opened). */
 static inline int watch_reads(uint32_t blk)
 {
 	struct kvs_block_id id = block_of(blk);
@@ -212,15 +213,59 @@ static inline int watch_reads(uint32_t blk)
 	return fd;
 }
 
-/* Wait up to 10 s for a read of the watched file: 0, or -ETIMEDOUT. */
-static inline int wait_read(int ifd)
+/* Whether every open-ahead thread of this process ("kvs-open") sleeps in a
+ * futex: idle on its condition, its batch published, while the caller holds
+ * none of its locks (/proc/self/task/<tid>/syscall: the syscall it is in). */
+static inline bool openers_idle(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	bool idle = d != NULL;
+
+	while (idle && (e = readdir(d))) {
+		char path[300], comm[32] = "", sys[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		if ((f = fopen(path, "re"))) {
+			if (!fgets(comm, sizeof(comm), f))
+				comm[0] = '\0';
+			fclose(f);
+		}
+		if (strncmp(comm, "kvs-open", 8))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
+		if ((f = fopen(path, "re"))) {
+			if (!fgets(sys, sizeof(sys), f))
+				sys[0] = '\0';
+			fclose(f);
+		}
+		idle = atoi(sys) == SYS_futex && sys[0] >= '0' && sys[0] <= '9';
+	}
+	if (d)
+		closedir(d);
+	return idle;
+}
+
+/* Wait up to 10 s for the open-ahead of the watched file: its header read (an
+ * inotify event), then the opener idle again, so that what it opened is
+ * published.  0, or -ETIMEDOUT. */
+static inline int wait_opened(int ifd)
 {
 	char ev[sizeof(struct inotify_event) + 256];
 	struct pollfd pfd = { .fd = ifd, .events = POLLIN };
+	uint64_t deadline = kvs_deadline_after(10 * KVS_NSEC_PER_SEC);
 
-	if (poll(&pfd, 1, 10000) != 1)
+	if (poll(&pfd, 1, 10000) != 1 || read(ifd, ev, sizeof(ev)) <= 0)
 		return -ETIMEDOUT;
-	return read(ifd, ev, sizeof(ev)) > 0 ? 0 : -errno;
+	while (!openers_idle()) {
+		if (kvs_now_ns() > deadline)
+			return -ETIMEDOUT;
+		usleep(1000); /* another thread's state: looked at, bounded */
+	}
+	return 0;
 }
 
 /* The temp files (".tmp." in the name) among the files of root's block tree
