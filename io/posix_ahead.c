@@ -107,7 +107,8 @@ static struct ahead_entry *oldest_wanted(struct ahead *a)
 }
 
 /* The open of one entry ended: fd (or -errno) with its data offset.  READY
- * unless it failed or the block was renamed over meanwhile.  Under mu. */
+ * unless it failed or the entry went stale meanwhile (the block renamed over,
+ * or opened by the issuer itself).  Under mu. */
 static void entry_opened(struct ahead_entry *e, int fd, uint64_t data_off)
 {
 	if (fd >= 0 && !e->stale) {
