@@ -280,17 +280,22 @@ static void job_finish(struct rank *r, struct job *j)
 	memset(&j->t, 0, sizeof(j->t));
 }
 
-/* The library's last ERROR line (its threads log too): named when open fails. */
+/* The library's last ERROR line (its threads log too): named when open fails;
+ * and its last WARN or ERROR line: printed after a failed flush (a block
+ * dropped says why in a WARN line). */
 static pthread_mutex_t rank_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char rank_log_last[512] = "-";
+static char rank_warn_last[512] = "-";
 
 static void rank_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	if (level > KVS_LOG_ERROR)
+	if (level > KVS_LOG_WARN)
 		return;
 	pthread_mutex_lock(&rank_log_mu);
-	snprintf(rank_log_last, sizeof(rank_log_last), "%s", msg);
+	snprintf(rank_warn_last, sizeof(rank_warn_last), "%s", msg);
+	if (level <= KVS_LOG_ERROR)
+		snprintf(rank_log_last, sizeof(rank_log_last), "%s", msg);
 	pthread_mutex_unlock(&rank_log_mu);
 }
 
@@ -376,10 +381,15 @@ kvs_test_rc rank_main(const struct opts *o)
 		uint64_t pending = 0;
 		int rc = kvs_store_flush(r.s, budget_ns(o) + 30 * ST_SEC, &pending);
 
-		if (rc && !(rc == -KVS_EINCOMPLETE && r.partial))
+		if (rc && !(rc == -KVS_EINCOMPLETE && r.partial)) {
 			rank_violation(&r, V_DURABLE, "kvs_store_flush before close: %d (%s), %llu "
 				       "blocks pending", rc, kvs_strerror(rc),
 				       (unsigned long long)pending);
+			pthread_mutex_lock(&rank_log_mu);
+			fprintf(stderr, "chaos rank %d: the library's last warning before that flush: "
+				"%s\n", o->rank, rank_warn_last);
+			pthread_mutex_unlock(&rank_log_mu);
+		}
 	}
 	kvs_store_close(r.s);
 	for (uint32_t i = 0; i < r.ndraining; i++)
