@@ -106,20 +106,31 @@ static struct ahead_entry *oldest_wanted(struct ahead *a)
 	return oldest;
 }
 
-/* The open of one entry ended: fd (or -errno) with its data offset.  READY
- * unless it failed or the entry went stale meanwhile (the block renamed over,
- * or opened by the issuer itself).  Under mu. */
-static void entry_opened(struct ahead_entry *e, int fd, uint64_t data_off)
+/* The open of one entry ended: fd (or -errno) and its header's check, the
+ * data offset (or -errno).  READY unless either failed or the entry went stale
+ * meanwhile (the block renamed over, or opened by the issuer itself); else the
+ * descriptor is closed.  Under mu. */
+static void entry_opened(struct ahead_entry *e, int fd, int64_t data_off)
 {
-	if (fd >= 0 && !e->stale) {
+	if (fd >= 0 && data_off >= 0 && !e->stale) {
 		e->fd = fd;
-		e->data_off = data_off;
+		e->data_off = (uint64_t)data_off;
 		e->state = AHEAD_READY;
 	} else {
 		if (fd >= 0)
 			close(fd);
 		entry_free(e);
 	}
+}
+
+/* Entry e is not to be used: freed, or, while the opener has it (OPENING),
+ * marked stale so that the opener closes what it opens.  Under mu. */
+static void entry_drop(struct ahead_entry *e)
+{
+	if (e->state == AHEAD_OPENING)
+		e->stale = true;
+	else
+		entry_free(e);
 }
 
 /*
@@ -165,12 +176,8 @@ static void *opener(void *arg)
 			int64_t off = fds[i] < 0 ? fds[i]
 						 : block_file_header(p, &ids[i], paths[i], fds[i], a->buf);
 
-			if (off < 0 && fds[i] >= 0) {
-				close(fds[i]);
-				fds[i] = (int)off;
-			}
 			pthread_mutex_lock(&a->mu);
-			entry_opened(batch[i], fds[i], off < 0 ? 0 : (uint64_t)off);
+			entry_opened(batch[i], fds[i], off);
 			pthread_mutex_unlock(&a->mu);
 		}
 		pthread_mutex_lock(&a->mu);
@@ -275,10 +282,8 @@ int ahead_take(struct posix *p, const struct kvs_block_id *id, uint64_t *data_of
 		*data_off = e->data_off;
 		e->fd = -1; /* the caller's now */
 	}
-	if (e && e->state == AHEAD_OPENING)
-		e->stale = true; /* the opener closes what it opens */
-	else if (e)
-		entry_free(e);
+	if (e)
+		entry_drop(e);
 	pthread_mutex_unlock(&a->mu);
 	return fd;
 }
@@ -291,11 +296,7 @@ void ahead_invalidate(struct posix *p, const struct kvs_block_id *id)
 	if (!a->started)
 		return;
 	pthread_mutex_lock(&a->mu);
-	if ((e = find(a, id))) {
-		if (e->state == AHEAD_OPENING)
-			e->stale = true; /* the opener closes what it opened */
-		else
-			entry_free(e);
-	}
+	if ((e = find(a, id)))
+		entry_drop(e);
 	pthread_mutex_unlock(&a->mu);
 }
