@@ -57,42 +57,57 @@ static int read_block(struct kvs_backend *b, const struct kvs_block_id *id, uint
 	return 0;
 }
 
-/* Dump block id with the bytes of pattern(pat, ...) (another block's, to tell
- * two versions of one block apart). */
-static int dump_as(struct kvs_backend *b, const struct kvs_block_id *id, uint32_t pat,
-		   unsigned char *buf)
-{
-	for (uint32_t s = 0; s < SPB; s++) {
-		struct kvs_backend_io io = { .block = *id, .shard = s,
-					     .buf = buf + (size_t)s * SHARD, .len = SHARD,
-					     .token = 100 + s };
-
-		fill_pattern(io.buf, pat, s, 0, SHARD);
-		if (kvs_backend_submit_write(b, &io) < 0)
-			return -EIO;
-	}
-	for (uint32_t s = 0; s < SPB; s++) {
-		struct kvs_backend_completion c;
-		int rc = wait_one(b, &c);
-
-		if (rc != 1 || c.result != SHARD)
-			return rc < 0 ? rc : -EIO;
-	}
-	return 0;
-}
-
-/* Blocks 0..n-1 dumped by a handle of their own, closed after. */
-static kvs_test_rc dump_blocks(uint32_t engine, uint32_t n, unsigned char *buf)
+/* A fresh root (tag) holding blocks 0..n-1, dumped by a handle of their own on
+ * engine, closed after; *buf: a block's worth of aligned memory, the case's. */
+static kvs_test_rc stored_root(const char *tag, uint32_t engine, uint32_t n,
+			       unsigned char **buf)
 {
 	struct kvs_backend_config cfg;
 	struct kvs_backend *w = NULL;
 
+	*buf = alloc_aligned((size_t)SPB * SHARD);
+	KVS_CHECK(*buf);
+	KVS_CHECK_OK(root_init(tag));
 	cfg_posix(&cfg, engine);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &w));
 	for (uint32_t i = 0; i < n; i++)
-		KVS_CHECK_OK(dump_block(w, i, buf, SPB));
+		KVS_CHECK_OK(dump_block(w, i, *buf, SPB));
 	kvs_backend_close(w);
 	return KVS_TEST_PASS;
+}
+
+/* The end of a case: b closed, buf freed, the root removed. */
+static void case_end(struct kvs_backend *b, unsigned char *buf)
+{
+	kvs_backend_close(b);
+	free(buf);
+	root_fini();
+}
+
+/* Hint the n blocks of ids and wait until block last's file is opened ahead
+ * (wait_opened): 0, or -errno. */
+static int hint_opened(struct kvs_backend *b, const struct kvs_block_id *ids, size_t n,
+		       uint32_t last)
+{
+	int ifd = watch_reads(last), rc;
+
+	if (ifd < 0)
+		return ifd;
+	rc = kvs_backend_hint_read(b, ids, n);
+	if (rc == 0)
+		rc = wait_opened(ifd);
+	close(ifd);
+	return rc;
+}
+
+/* Remove block blk's file: 0 or -errno. */
+static int unlink_block(uint32_t blk)
+{
+	struct kvs_block_id id = block_of(blk);
+	char path[400];
+
+	block_file(&id, path, sizeof(path), NULL);
+	return unlink(path) == 0 ? 0 : -errno;
 }
 
 /* Descriptors this process has open (/proc/self/fd, less the directory's own). */
@@ -122,31 +137,18 @@ static kvs_test_rc opened_ahead(uint32_t engine)
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	struct kvs_block_id three = block_of(3), four = block_of(4);
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	char path[400];
-	int ifd;
+	unsigned char *buf = NULL;
 
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("ahead"));
-	KVS_TRY(dump_blocks(engine, NBLOCKS, buf));
+	KVS_TRY(stored_root("ahead", engine, NBLOCKS, &buf));
 	cfg_posix(&cfg, engine);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	ifd = watch_reads(3);
-	KVS_CHECK_OK(ifd);
 
-	KVS_CHECK_OK(kvs_backend_hint_read(b, &three, 1));
-	KVS_CHECK_OK(wait_opened(ifd));
-	block_file(&three, path, sizeof(path), NULL);
-	KVS_CHECK_OK(unlink(path));
-	block_file(&four, path, sizeof(path), NULL);
-	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(hint_opened(b, &three, 1, 3));
+	KVS_CHECK_OK(unlink_block(3));
+	KVS_CHECK_OK(unlink_block(4));
 	KVS_CHECK_OK(read_block(b, &three, 3, buf));
 	KVS_CHECK_ERR(read_block(b, &four, 4, buf), -ENOENT);
-
-	close(ifd);
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
+	case_end(b, buf);
 	return KVS_TEST_PASS;
 }
 
@@ -160,26 +162,16 @@ static kvs_test_rc renamed_over(uint32_t engine)
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	struct kvs_block_id five = block_of(5);
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	int ifd;
+	unsigned char *buf = NULL;
 
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("ahead-re"));
-	KVS_TRY(dump_blocks(engine, NBLOCKS, buf));
+	KVS_TRY(stored_root("ahead-re", engine, NBLOCKS, &buf));
 	cfg_posix(&cfg, engine);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	ifd = watch_reads(5);
-	KVS_CHECK_OK(ifd);
 
-	KVS_CHECK_OK(kvs_backend_hint_read(b, &five, 1));
-	KVS_CHECK_OK(wait_opened(ifd));
-	KVS_CHECK_OK(dump_as(b, &five, 55, buf));
+	KVS_CHECK_OK(hint_opened(b, &five, 1, 5));
+	KVS_CHECK_OK(dump_block_as(b, 5, 55, buf, SPB));
 	KVS_CHECK_OK(read_block(b, &five, 55, buf));
-
-	close(ifd);
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
+	case_end(b, buf);
 	return KVS_TEST_PASS;
 }
 
@@ -194,29 +186,19 @@ static kvs_test_rc stored_after_hint(uint32_t engine)
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL, *w = NULL;
 	struct kvs_block_id ids[2] = { block_of(9), block_of(2) };
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	int ifd;
+	unsigned char *buf = NULL;
 
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("ahead-st"));
-	KVS_TRY(dump_blocks(engine, NBLOCKS, buf));
+	KVS_TRY(stored_root("ahead-st", engine, NBLOCKS, &buf));
 	cfg_posix(&cfg, engine);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	ifd = watch_reads(2);
-	KVS_CHECK_OK(ifd);
 
-	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, 2));
-	KVS_CHECK_OK(wait_opened(ifd));
+	KVS_CHECK_OK(hint_opened(b, ids, 2, 2));
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &w));
 	KVS_CHECK_OK(dump_block(w, 9, buf, SPB));
 	kvs_backend_close(w);
 	KVS_CHECK_OK(read_block(b, &ids[0], 9, buf));
 	KVS_CHECK_OK(read_block(b, &ids[1], 2, buf));
-
-	close(ifd);
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
+	case_end(b, buf);
 	return KVS_TEST_PASS;
 }
 
@@ -233,40 +215,24 @@ static kvs_test_rc full_table(uint32_t engine)
 	struct kvs_backend_config cfg;
 	struct kvs_backend *b = NULL;
 	struct kvs_block_id ids[TABLE + 5];
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	char path[400];
-	int ifd;
+	unsigned char *buf = NULL;
 
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("ahead-full"));
-	KVS_TRY(dump_blocks(engine, TABLE + 5, buf));
+	KVS_TRY(stored_root("ahead-full", engine, TABLE + 5, &buf));
 	for (uint32_t i = 0; i < TABLE + 5; i++)
 		ids[i] = block_of(i);
 	cfg_posix(&cfg, engine);
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	ifd = watch_reads(TABLE - 1);
-	KVS_CHECK_OK(ifd);
-	KVS_CHECK_OK(kvs_backend_hint_read(b, ids, TABLE));
-	KVS_CHECK_OK(wait_opened(ifd)); /* the last of the batch: all 16 opened */
-	close(ifd);
+	/* the last of the batch opened: all 16 are */
+	KVS_CHECK_OK(hint_opened(b, ids, TABLE, TABLE - 1));
 	KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[TABLE], 1));
-	block_file(&ids[0], path, sizeof(path), NULL);
-	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(unlink_block(0));
 	KVS_CHECK_OK(read_block(b, &ids[0], 0, buf));
 
 	KVS_CHECK_OK(read_block(b, &ids[TABLE - 1], TABLE - 1, buf));
-	ifd = watch_reads(TABLE + 4);
-	KVS_CHECK_OK(ifd);
-	KVS_CHECK_OK(kvs_backend_hint_read(b, &ids[TABLE + 1], 4));
-	KVS_CHECK_OK(wait_opened(ifd));
-	close(ifd);
-	block_file(&ids[TABLE + 4], path, sizeof(path), NULL);
-	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(hint_opened(b, &ids[TABLE + 1], 4, TABLE + 4));
+	KVS_CHECK_OK(unlink_block(TABLE + 4));
 	KVS_CHECK_OK(read_block(b, &ids[TABLE + 4], TABLE + 4, buf));
-
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
+	case_end(b, buf);
 	return KVS_TEST_PASS;
 }
 
@@ -285,13 +251,11 @@ static kvs_test_rc many_hints(uint32_t engine)
 	struct kvs_backend *b = NULL;
 	struct kvs_block_id ids[MANY + 1];
 	struct kvs_block_id fifo = block_of(MANY);
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
+	unsigned char *buf = NULL;
 	char path[400], hex[33];
 	int fds_before;
 
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("ahead-many"));
-	KVS_TRY(dump_blocks(engine, MANY, buf));
+	KVS_TRY(stored_root("ahead-many", engine, MANY, &buf));
 	block_file(&fifo, path, sizeof(path), hex);
 	for (int level = 1; level <= 2; level++) { /* its fan-out directories */
 		char dir[300];
@@ -338,30 +302,18 @@ static kvs_test_rc test_fault_passes_hints(void)
 	struct kvs_backend_config cfg, inner;
 	struct kvs_backend *b = NULL;
 	struct kvs_block_id three = block_of(3);
-	unsigned char *buf = alloc_aligned((size_t)SPB * SHARD);
-	char path[400];
-	int ifd;
+	unsigned char *buf = NULL;
 
-	KVS_CHECK(buf);
-	KVS_CHECK_OK(root_init("ahead-fault"));
-	KVS_TRY(dump_blocks(KVS_IO_ENGINE_POOL, NBLOCKS, buf));
+	KVS_TRY(stored_root("ahead-fault", KVS_IO_ENGINE_POOL, NBLOCKS, &buf));
 	cfg_posix(&inner, KVS_IO_ENGINE_POOL);
 	cfg = inner;
 	cfg.kind = KVS_BACKEND_FAULT;
 	cfg.fault_inner = &inner; /* no faults: a pass-through */
 	KVS_CHECK_OK(kvs_backend_open(&cfg, &b));
-	ifd = watch_reads(3);
-	KVS_CHECK_OK(ifd);
-	KVS_CHECK_OK(kvs_backend_hint_read(b, &three, 1));
-	KVS_CHECK_OK(wait_opened(ifd));
-	block_file(&three, path, sizeof(path), NULL);
-	KVS_CHECK_OK(unlink(path));
+	KVS_CHECK_OK(hint_opened(b, &three, 1, 3));
+	KVS_CHECK_OK(unlink_block(3));
 	KVS_CHECK_OK(read_block(b, &three, 3, buf));
-
-	close(ifd);
-	kvs_backend_close(b);
-	free(buf);
-	root_fini();
+	case_end(b, buf);
 	return KVS_TEST_PASS;
 }
 

@@ -124,14 +124,16 @@ static inline int submit_shard(struct kvs_backend *b, uint32_t blk, uint32_t s,
 	return kvs_backend_submit_write(b, &io);
 }
 
-/* Dump block blk (all shards) from an aligned buffer; every completion == SHARD. */
-static inline int dump_block(struct kvs_backend *b, uint32_t blk, unsigned char *buf,
-			     uint32_t nshards)
+/* Dump block blk (its first nshards shards) from an aligned buffer, with the
+ * bytes of block pat's pattern (pat != blk: another version of the block);
+ * every completion == SHARD. */
+static inline int dump_block_as(struct kvs_backend *b, uint32_t blk, uint32_t pat,
+				unsigned char *buf, uint32_t nshards)
 {
 	for (uint32_t s = 0; s < nshards; s++) {
 		int rc;
 
-		fill_pattern(buf + (size_t)s * SHARD, blk, s, 0, SHARD);
+		fill_pattern(buf + (size_t)s * SHARD, pat, s, 0, SHARD);
 		rc = submit_shard(b, blk, s, buf + (size_t)s * SHARD);
 		if (rc < 0)
 			return rc;
@@ -145,6 +147,13 @@ static inline int dump_block(struct kvs_backend *b, uint32_t blk, unsigned char 
 			return c.result < 0 ? (int)c.result : -EIO;
 	}
 	return 0;
+}
+
+/* Dump block blk (its first nshards shards) with its own pattern. */
+static inline int dump_block(struct kvs_backend *b, uint32_t blk, unsigned char *buf,
+			     uint32_t nshards)
+{
+	return dump_block_as(b, blk, blk, buf, nshards);
 }
 
 static inline void *alloc_aligned(size_t len)
@@ -213,6 +222,21 @@ static inline int watch_reads(uint32_t blk)
 	return fd;
 }
 
+/* The first line of /proc/self/task/<tid>/<what> into buf ("" if unreadable). */
+static inline void task_line(const char *tid, const char *what, char *buf, int len)
+{
+	char path[300];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/%s", tid, what);
+	buf[0] = '\0';
+	if ((f = fopen(path, "re"))) {
+		if (!fgets(buf, len, f))
+			buf[0] = '\0';
+		fclose(f);
+	}
+}
+
 /* Whether every open-ahead thread of this process ("kvs-open") sleeps in a
  * futex: idle on its condition, its batch published, while the caller holds
  * none of its locks (/proc/self/task/<tid>/syscall: the syscall it is in). */
@@ -223,25 +247,14 @@ static inline bool openers_idle(void)
 	bool idle = d != NULL;
 
 	while (idle && (e = readdir(d))) {
-		char path[300], comm[32] = "", sys[64] = "";
-		FILE *f;
+		char comm[32], sys[64];
 
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		if ((f = fopen(path, "re"))) {
-			if (!fgets(comm, sizeof(comm), f))
-				comm[0] = '\0';
-			fclose(f);
-		}
+		task_line(e->d_name, "comm", comm, sizeof(comm));
 		if (strncmp(comm, "kvs-open", 8))
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
-		if ((f = fopen(path, "re"))) {
-			if (!fgets(sys, sizeof(sys), f))
-				sys[0] = '\0';
-			fclose(f);
-		}
+		task_line(e->d_name, "syscall", sys, sizeof(sys));
 		idle = atoi(sys) == SYS_futex && sys[0] >= '0' && sys[0] <= '9';
 	}
 	if (d)
