@@ -43,8 +43,9 @@ void kvs_io_fifo_fini(struct kvs_io_fifo *q);
  * waited for with an eventfd readable exactly while the queue holds entries,
  * not a timer: arming a timerfd for a time already past costs a timer
  * interrupt each time (about 2.6 us a call in a VM, against 0.2 for an
- * eventfd's write; docs/store.md, "What a hit costs").  *efd is -1 until the descriptor is asked for
- * (ready_fd); push and drained are then no system call at all.
+ * eventfd's write; docs/store.md, "What a hit costs").  *efd is -1 until the
+ * descriptor is asked for (ready_fd); push and drained are then no system call
+ * at all.
  */
 /* kvs_io_fifo_push, signalling *efd when the queue was empty. */
 int kvs_io_fifo_push_ready(struct kvs_io_fifo *q, const struct kvs_io_fifo_entry *e, int efd);
